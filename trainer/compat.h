@@ -1,0 +1,72 @@
+// The one place where LibTorch 1.13 (Debian, CPU) and 2.x (PyTorch wheel, CUDA)
+// differ. Everything else in meshtrain compiles unchanged against both.
+#pragma once
+
+#include <torch/torch.h>
+#include <torch/version.h>
+
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#if TORCH_VERSION_MAJOR >= 2
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#else
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#endif
+
+#ifdef MESHTEST_CUDA
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#include <c10/cuda/CUDACachingAllocator.h>
+#else
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#endif
+
+namespace compat {
+
+// A communicator for one group of ranks. In 1.13 the Gloo backend *is* a
+// ProcessGroup; from 2.0 on backends derive from c10d::Backend. Both expose the
+// same collective methods (allreduce, allgather, reduce_scatter, broadcast, barrier).
+#if TORCH_VERSION_MAJOR >= 2
+using Backend = c10d::Backend;
+#else
+using Backend = c10d::ProcessGroup;
+#endif
+
+constexpr bool kHasSdpa = TORCH_VERSION_MAJOR >= 2;
+
+// Causal attention over [B, H, T, D] tensors. 2.x dispatches to the flash /
+// memory-efficient kernels; 1.13 has no public SDPA, so the plain formula runs.
+inline torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k,
+                                      const torch::Tensor& v) {
+#if TORCH_VERSION_MAJOR >= 2
+  return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0,
+                                          /*is_causal=*/true);
+#else
+  const auto T = q.size(-2);
+  auto scores = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(q.size(-1)));
+  auto mask = torch::ones({T, T}, torch::dtype(torch::kBool).device(q.device())).triu(1);
+  scores = scores.masked_fill(mask, -std::numeric_limits<float>::infinity());
+  return torch::matmul(torch::softmax(scores, -1), v);
+#endif
+}
+
+// Peak bytes allocated on a CUDA device by the caching allocator; 0 on the CPU.
+inline int64_t device_peak_bytes(const torch::Device& device) {
+#ifdef MESHTEST_CUDA
+  if (device.is_cuda())
+    return c10::cuda::CUDACachingAllocator::getDeviceStats(device.index()).allocated_bytes[0].peak;
+#endif
+  (void)device;
+  return 0;
+}
+
+// Waits for queued device work, so host timers measure it.
+inline void synchronize(const torch::Device& device) {
+#ifdef MESHTEST_CUDA
+  if (device.is_cuda()) torch::cuda::synchronize(device.index());
+#endif
+  (void)device;
+}
+
+}  // namespace compat

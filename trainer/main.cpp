@@ -1,0 +1,70 @@
+// meshtrain: the LibTorch trainer that ships with meshtest.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <exception>
+
+#include "model.h"
+#include "train.h"
+
+namespace {
+
+void add_train_options(CLI::App& cmd, meshtrain::TrainConfig& c) {
+  std::string flavors;
+  for (const auto& n : meshtrain::model_flavor_names()) flavors += (flavors.empty() ? "" : "|") + n;
+  cmd.add_option("--model", c.model, "Model flavor: " + flavors)->capture_default_str();
+  cmd.add_option("--steps", c.steps, "Optimizer steps")->capture_default_str();
+  cmd.add_option("--seed", c.seed, "Seed for weights and data order")->capture_default_str();
+  cmd.add_option("--local-batch-size", c.local_batch_size, "Samples per rank per micro-batch")
+      ->capture_default_str();
+  cmd.add_option("--global-batch-size", c.global_batch_size,
+                 "Samples per optimizer step; more than local x dp accumulates gradients (-1: no accumulation)")
+      ->capture_default_str();
+  cmd.add_option("--seq-len", c.seq_len, "Tokens per sample")->capture_default_str();
+  cmd.add_option("--lr", c.lr, "Peak learning rate (AdamW)")->capture_default_str();
+  cmd.add_option("--warmup-steps", c.warmup_steps, "Linear warmup steps, then linear decay")
+      ->capture_default_str();
+  cmd.add_option("--max-norm", c.max_norm, "Clip gradients to this global L2 norm")->capture_default_str();
+  cmd.add_option("--backend", c.backend, "Collective backend: gloo (CPU build) | nccl (CUDA build)")
+      ->capture_default_str();
+  cmd.add_option("--dump-folder", c.dump_folder, "Where metrics.jsonl and the other outputs go")
+      ->capture_default_str();
+  cmd.add_option("--corpus", c.corpus, "Training text; documents separated by blank lines")
+      ->capture_default_str();
+  cmd.add_option("--threads", c.threads, "CPU threads per rank")->capture_default_str();
+  cmd.add_option("--timeout", c.timeout_s, "Seconds a collective may wait for a peer")->capture_default_str();
+  cmd.add_flag("--quiet", c.quiet, "Print no loss table");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"meshtrain: a Llama-3-style trainer for any device mesh (docs/meshtrain.md)", "meshtrain"};
+  app.require_subcommand(1);
+  meshtrain::TrainConfig train_config;
+  auto* train_cmd = app.add_subcommand("train", "Train and write metrics.jsonl, state_dict_keys.json, "
+                                                "param_digest.json and rank<R>.json to --dump-folder");
+  add_train_options(*train_cmd, train_config);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "meshtrain: error: %s (see meshtrain --help)\n", e.what());
+    return 2;
+  }
+
+  try {
+    if (train_cmd->parsed()) return meshtrain::train(train_config);
+  } catch (const c10::Error& e) {
+    std::fprintf(stderr, "meshtrain: error: %s\n", e.what_without_backtrace());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "meshtrain: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,236 @@
+#include "model.h"
+
+#include "compat.h"
+
+#include <cmath>
+#include <stdexcept>
+
+namespace meshtrain {
+
+int64_t ModelArgs::ffn_hidden_dim() const {
+  int64_t hidden = 4 * dim;
+  hidden = 2 * hidden / 3;
+  if (ffn_dim_multiplier > 0) hidden = static_cast<int64_t>(ffn_dim_multiplier * hidden);
+  return multiple_of * ((hidden + multiple_of - 1) / multiple_of);
+}
+
+int64_t ModelArgs::num_parameters() const {
+  const int64_t kv_dim = n_kv_heads * head_dim();
+  const int64_t per_layer = dim * dim * 2 + dim * kv_dim * 2  // wq, wo, wk, wv
+                            + 3 * dim * ffn_hidden_dim()      // w1, w2, w3
+                            + 2 * dim;                        // two norms
+  return vocab_size * dim * 2 + n_layers * per_layer + dim;
+}
+
+std::vector<std::string> model_flavor_names() { return {"tiny", "debugmodel", "1B"}; }
+
+ModelArgs model_flavor(const std::string& name) {
+  ModelArgs a;
+  a.flavor = name;
+  if (name == "tiny") {  // CPU CI: seconds per hundred steps on one core
+    a.dim = 64, a.n_layers = 2, a.n_heads = 4, a.n_kv_heads = 2, a.multiple_of = 32;
+  } else if (name == "debugmodel") {  // torchtitan's debugmodel (byte vocabulary)
+    a.dim = 256, a.n_layers = 6, a.n_heads = 16, a.n_kv_heads = 16, a.multiple_of = 256;
+  } else if (name == "1B") {  // Llama-3.2-1B dimensions, untied 128k vocabulary
+    a.dim = 2048, a.n_layers = 16, a.n_heads = 32, a.n_kv_heads = 8, a.vocab_size = 128256;
+    a.multiple_of = 256, a.ffn_dim_multiplier = 1.5;
+  } else {
+    std::string known;
+    for (const auto& n : model_flavor_names()) known += (known.empty() ? "" : ", ") + n;
+    throw std::invalid_argument("unknown model flavor '" + name + "' (known: " + known + ")");
+  }
+  return a;
+}
+
+void validate(const ModelArgs& a, int64_t seq_len) {
+  auto fail = [&](const std::string& what) {
+    throw std::invalid_argument("model '" + a.flavor + "': " + what);
+  };
+  if (a.dim <= 0 || a.n_layers <= 0 || a.n_heads <= 0 || a.n_kv_heads <= 0 || a.vocab_size <= 0)
+    fail("dim, n_layers, n_heads, n_kv_heads and vocab_size must be positive");
+  if (a.dim % a.n_heads != 0)
+    fail("dim " + std::to_string(a.dim) + " is not divisible by n_heads " + std::to_string(a.n_heads));
+  if (a.head_dim() % 2 != 0)
+    fail("head_dim " + std::to_string(a.head_dim()) + " must be even for RoPE");
+  if (a.n_heads % a.n_kv_heads != 0)
+    fail("n_heads " + std::to_string(a.n_heads) + " is not divisible by n_kv_heads " +
+         std::to_string(a.n_kv_heads));
+  if (seq_len <= 0) fail("seq_len must be positive, got " + std::to_string(seq_len));
+}
+
+// ---- building blocks --------------------------------------------------------
+
+torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
+  auto xf = x.to(torch::kFloat32);
+  auto normed = xf * torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps);
+  return normed.to(x.scalar_type()) * weight;
+}
+
+std::pair<torch::Tensor, torch::Tensor> rope_tables(int64_t head_dim, int64_t seq_len, double theta) {
+  auto opts = torch::dtype(torch::kFloat64);
+  auto inv_freq = 1.0 / torch::pow(theta, torch::arange(0, head_dim, 2, opts) / head_dim);  // [Dh/2]
+  auto angles = torch::outer(torch::arange(seq_len, opts), inv_freq);                     // [T, Dh/2]
+  return {torch::cos(angles).to(torch::kFloat32), torch::sin(angles).to(torch::kFloat32)};
+}
+
+torch::Tensor apply_rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
+  const auto T = x.size(1);
+  auto pairs = x.to(torch::kFloat32).unflatten(-1, {-1, 2});  // [B, T, H, Dh/2, 2]
+  auto x0 = pairs.select(-1, 0), x1 = pairs.select(-1, 1);    // [B, T, H, Dh/2]
+  auto c = cos.slice(0, 0, T).unsqueeze(1);                   // [T, 1, Dh/2]
+  auto s = sin.slice(0, 0, T).unsqueeze(1);
+  auto rotated = torch::stack({x0 * c - x1 * s, x0 * s + x1 * c}, -1);
+  return rotated.flatten(-2).to(x.scalar_type());
+}
+
+torch::Tensor gqa_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+  const auto n_rep = q.size(2) / k.size(2);
+  // Each kv head serves n_rep consecutive query heads (torchtitan's repeat_kv).
+  auto kr = k.repeat_interleave(n_rep, /*dim=*/2);
+  auto vr = v.repeat_interleave(n_rep, /*dim=*/2);
+  auto out = compat::causal_attention(q.transpose(1, 2), kr.transpose(1, 2), vr.transpose(1, 2));
+  return out.transpose(1, 2);  // [B, T, H, Dh]
+}
+
+torch::Tensor swiglu(const torch::Tensor& x, const torch::Tensor& w1, const torch::Tensor& w2,
+                     const torch::Tensor& w3) {
+  return torch::linear(torch::silu(torch::linear(x, w1)) * torch::linear(x, w3), w2);
+}
+
+// ---- modules ----------------------------------------------------------------
+
+RMSNormImpl::RMSNormImpl(int64_t dim, double eps_) : eps(eps_) {
+  weight = register_parameter("weight", torch::ones({dim}));
+}
+torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) { return rms_norm(x, weight, eps); }
+
+LinearImpl::LinearImpl(int64_t in, int64_t out) {
+  weight = register_parameter("weight", torch::empty({out, in}));
+}
+torch::Tensor LinearImpl::forward(const torch::Tensor& x) { return torch::linear(x, weight); }
+
+EmbeddingImpl::EmbeddingImpl(int64_t vocab, int64_t dim) {
+  weight = register_parameter("weight", torch::empty({vocab, dim}));
+}
+torch::Tensor EmbeddingImpl::forward(const torch::Tensor& tokens) {
+  return torch::embedding(weight, tokens);
+}
+
+AttentionImpl::AttentionImpl(const ModelArgs& a) : head_dim(a.head_dim()) {
+  const auto kv_dim = a.n_kv_heads * head_dim;
+  wq = register_module("wq", Linear(a.dim, a.n_heads * head_dim));
+  wk = register_module("wk", Linear(a.dim, kv_dim));
+  wv = register_module("wv", Linear(a.dim, kv_dim));
+  wo = register_module("wo", Linear(a.n_heads * head_dim, a.dim));
+}
+
+torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& cos,
+                                     const torch::Tensor& sin) {
+  const auto B = x.size(0), T = x.size(1);
+  auto q = wq(x).view({B, T, -1, head_dim});  // [B, T, H, Dh]
+  auto k = wk(x).view({B, T, -1, head_dim});  // [B, T, K, Dh]
+  auto v = wv(x).view({B, T, -1, head_dim});  // [B, T, K, Dh]
+  q = apply_rope(q, cos, sin);
+  k = apply_rope(k, cos, sin);
+  auto y = gqa_attention(q, k, v).reshape({B, T, -1});  // [B, T, H*Dh]
+  return wo(y);                                          // [B, T, D]
+}
+
+FeedForwardImpl::FeedForwardImpl(const ModelArgs& a) {
+  const auto hidden = a.ffn_hidden_dim();
+  w1 = register_module("w1", Linear(a.dim, hidden));
+  w2 = register_module("w2", Linear(hidden, a.dim));
+  w3 = register_module("w3", Linear(a.dim, hidden));
+}
+torch::Tensor FeedForwardImpl::forward(const torch::Tensor& x) {
+  return swiglu(x, w1->weight, w2->weight, w3->weight);
+}
+
+TransformerBlockImpl::TransformerBlockImpl(const ModelArgs& a) {
+  attention = register_module("attention", Attention(a));
+  feed_forward = register_module("feed_forward", FeedForward(a));
+  attention_norm = register_module("attention_norm", RMSNorm(a.dim, a.norm_eps));
+  ffn_norm = register_module("ffn_norm", RMSNorm(a.dim, a.norm_eps));
+}
+torch::Tensor TransformerBlockImpl::forward(const torch::Tensor& x, const torch::Tensor& cos,
+                                            const torch::Tensor& sin) {
+  auto h = x + attention(attention_norm(x), cos, sin);
+  return h + feed_forward(ffn_norm(h));
+}
+
+TransformerImpl::TransformerImpl(const ModelArgs& a) : args(a) {
+  tok_embeddings = register_module("tok_embeddings", Embedding(a.vocab_size, a.dim));
+  layers = register_module("layers", torch::nn::ModuleList());
+  for (int64_t i = 0; i < a.n_layers; ++i) layers->push_back(TransformerBlock(a));
+  norm = register_module("norm", RMSNorm(a.dim, a.norm_eps));
+  output = register_module("output", Linear(a.dim, a.vocab_size));
+}
+
+torch::Tensor TransformerImpl::forward(const torch::Tensor& tokens) {
+  const auto T = tokens.size(1);
+  auto [cos, sin] = rope_tables(args.head_dim(), T, args.rope_theta);
+  cos = cos.to(tokens.device());
+  sin = sin.to(tokens.device());
+  auto h = tok_embeddings(tokens);  // [B, T, D]
+  for (const auto& layer : *layers) h = layer->as<TransformerBlock>()->forward(h, cos, sin);
+  return output(norm(h));  // [B, T, V]
+}
+
+// ---- initialisation -----------------------------------------------------------
+
+namespace {
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// One generator per parameter, so a tensor's values depend on (seed, name) only.
+torch::Generator generator_for(uint64_t seed, const std::string& name) {
+  uint64_t h = 1469598103934665603ULL;  // FNV-1a
+  for (unsigned char c : name) h = (h ^ c) * 1099511628211ULL;
+  return at::detail::createCPUGenerator(splitmix64(seed ^ splitmix64(h)));
+}
+
+// torch.nn.init.trunc_normal_: inverse-CDF sampling, then clamp to [a, b].
+torch::Tensor trunc_normal(at::IntArrayRef shape, double std, double a, double b, torch::Generator gen) {
+  auto cdf = [](double x) { return (1.0 + std::erf(x / std::sqrt(2.0))) / 2.0; };
+  auto t = torch::empty(shape, torch::kFloat32);
+  t.uniform_(2 * cdf(a / std) - 1, 2 * cdf(b / std) - 1, gen);
+  t.erfinv_().mul_(std * std::sqrt(2.0));
+  return t.clamp_(a, b);
+}
+
+}  // namespace
+
+void init_weights(Transformer& model, uint64_t seed) {
+  torch::NoGradGuard no_grad;
+  const auto& a = model->args;
+  for (auto& item : model->named_parameters()) {
+    const std::string& name = item.key();
+    auto& p = item.value();
+    auto gen = generator_for(seed, name);
+    torch::Tensor value;
+    if (name.find("norm") != std::string::npos) {
+      value = torch::ones(p.sizes());
+    } else if (name == "tok_embeddings.weight") {
+      value = torch::empty(p.sizes()).normal_(0.0, 1.0, gen);
+    } else if (name == "output.weight") {
+      const double std = 1.0 / std::sqrt(static_cast<double>(a.dim));
+      value = trunc_normal(p.sizes(), std, -3 * std, 3 * std, gen);
+    } else {
+      // layers.<i>.*: wo, w2, w3 get torchtitan's depth-scaled std.
+      const auto layer_id = std::stoll(name.substr(name.find('.') + 1));
+      const bool depth_scaled = name.find(".wo.") != std::string::npos ||
+                                name.find(".w2.") != std::string::npos ||
+                                name.find(".w3.") != std::string::npos;
+      const double std = depth_scaled ? 0.02 / std::sqrt(2.0 * (layer_id + 1)) : 0.02;
+      value = trunc_normal(p.sizes(), std, -2.0, 2.0, gen);
+    }
+    p.copy_(value);
+  }
+}
+
+}  // namespace meshtrain

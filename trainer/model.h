@@ -1,0 +1,118 @@
+// A Llama-3-style decoder with torchtitan's parameter names. The model knows
+// nothing about parallelism: every shape below is read off the weights, so a
+// tensor-parallel layout that hands it sharded weights needs no change here.
+//
+// Shapes: B batch, T sequence, D dim, H heads, K kv heads, Dh head dim, F ffn hidden, V vocab.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace meshtrain {
+
+struct ModelArgs {
+  std::string flavor;
+  int64_t dim = 64;
+  int64_t n_layers = 2;
+  int64_t n_heads = 4;
+  int64_t n_kv_heads = 2;
+  int64_t vocab_size = 258;
+  int64_t multiple_of = 32;
+  double ffn_dim_multiplier = 0.0;  // 0: Llama's rule without a multiplier
+  double norm_eps = 1e-5;
+  double rope_theta = 500000.0;
+
+  int64_t head_dim() const { return dim / n_heads; }
+  // Llama's rule: 2/3 of 4*dim, scaled, rounded up to a multiple of `multiple_of`.
+  int64_t ffn_hidden_dim() const;
+  int64_t num_parameters() const;
+};
+
+// The named flavors: tiny, debugmodel, 1B. Throws std::invalid_argument for others.
+ModelArgs model_flavor(const std::string& name);
+std::vector<std::string> model_flavor_names();
+// Throws std::invalid_argument naming the violated constraint.
+void validate(const ModelArgs& args, int64_t seq_len);
+
+// ---- the building blocks, as plain functions (unit-tested against reference formulas)
+// x: [..., D], weight: [D]. Computed in float32 whatever x's dtype.
+torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps);
+// RoPE tables for positions [0, T): cos and sin, each [T, Dh/2].
+std::pair<torch::Tensor, torch::Tensor> rope_tables(int64_t head_dim, int64_t seq_len, double theta);
+// x: [B, T, H, Dh]; rotates adjacent pairs (x[2i], x[2i+1]) like torchtitan's complex RoPE.
+torch::Tensor apply_rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
+// q: [B, T, H, Dh], k, v: [B, T, K, Dh] with H % K == 0 -> [B, T, H, Dh], causal.
+torch::Tensor gqa_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
+// x: [..., D]; w1, w3: [F, D]; w2: [D, F] -> [..., D].
+torch::Tensor swiglu(const torch::Tensor& x, const torch::Tensor& w1, const torch::Tensor& w2,
+                     const torch::Tensor& w3);
+
+// ---- modules: they own parameters under torchtitan's names
+struct RMSNormImpl : torch::nn::Module {
+  RMSNormImpl(int64_t dim, double eps);
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::Tensor weight;
+  double eps;
+};
+TORCH_MODULE(RMSNorm);
+
+// A bias-free linear layer: y = x W^T, W: [out, in].
+struct LinearImpl : torch::nn::Module {
+  LinearImpl(int64_t in, int64_t out);
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::Tensor weight;
+};
+TORCH_MODULE(Linear);
+
+// Token embedding table W: [V, D]; forward looks rows up.
+struct EmbeddingImpl : torch::nn::Module {
+  EmbeddingImpl(int64_t vocab, int64_t dim);
+  torch::Tensor forward(const torch::Tensor& tokens);
+  torch::Tensor weight;
+};
+TORCH_MODULE(Embedding);
+
+struct AttentionImpl : torch::nn::Module {
+  explicit AttentionImpl(const ModelArgs& args);
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
+  int64_t head_dim;
+  Linear wq{nullptr}, wk{nullptr}, wv{nullptr}, wo{nullptr};
+};
+TORCH_MODULE(Attention);
+
+struct FeedForwardImpl : torch::nn::Module {
+  explicit FeedForwardImpl(const ModelArgs& args);
+  torch::Tensor forward(const torch::Tensor& x);
+  Linear w1{nullptr}, w2{nullptr}, w3{nullptr};
+};
+TORCH_MODULE(FeedForward);
+
+struct TransformerBlockImpl : torch::nn::Module {
+  explicit TransformerBlockImpl(const ModelArgs& args);
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
+  Attention attention{nullptr};
+  FeedForward feed_forward{nullptr};
+  RMSNorm attention_norm{nullptr}, ffn_norm{nullptr};
+};
+TORCH_MODULE(TransformerBlock);
+
+struct TransformerImpl : torch::nn::Module {
+  explicit TransformerImpl(const ModelArgs& args);
+  // tokens: [B, T] int64 -> logits [B, T, V].
+  torch::Tensor forward(const torch::Tensor& tokens);
+  ModelArgs args;
+  Embedding tok_embeddings{nullptr};
+  torch::nn::ModuleList layers;
+  RMSNorm norm{nullptr};
+  Linear output{nullptr};
+};
+TORCH_MODULE(Transformer);
+
+// torchtitan's initialisation, drawn on the CPU from (seed, parameter name) for the
+// full tensor, so every layout and device starts from bitwise-identical weights.
+void init_weights(Transformer& model, uint64_t seed);
+
+}  // namespace meshtrain

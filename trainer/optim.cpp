@@ -1,0 +1,72 @@
+#include "optim.h"
+
+#include <cmath>
+
+namespace meshtrain {
+
+AdamW::AdamW(std::vector<std::pair<std::string, torch::Tensor>> named_params, AdamWConfig config)
+    : params_(std::move(named_params)), config_(config) {
+  for (const auto& [name, p] : params_)
+    state_[name] = State{torch::zeros_like(p, torch::kFloat32), torch::zeros_like(p, torch::kFloat32)};
+}
+
+void AdamW::step(double lr) {
+  torch::NoGradGuard no_grad;
+  ++step_;
+  const double bias1 = 1.0 - std::pow(config_.beta1, static_cast<double>(step_));
+  const double bias2 = 1.0 - std::pow(config_.beta2, static_cast<double>(step_));
+  const double step_size = lr / bias1;
+  const double bias2_sqrt = std::sqrt(bias2);
+  for (auto& [name, p] : params_) {
+    auto grad = p.grad();
+    if (!grad.defined()) continue;
+    auto& s = state_.at(name);
+    p.mul_(1.0 - lr * config_.weight_decay);
+    s.exp_avg.lerp_(grad, 1.0 - config_.beta1);
+    s.exp_avg_sq.mul_(config_.beta2).addcmul_(grad, grad, 1.0 - config_.beta2);
+    auto denom = (s.exp_avg_sq.sqrt() / bias2_sqrt).add_(config_.eps);
+    p.addcdiv_(s.exp_avg, denom, -step_size);
+  }
+}
+
+void AdamW::zero_grad() {
+  for (auto& [name, p] : params_) {
+    auto& g = p.mutable_grad();
+    if (g.defined()) g = torch::Tensor();
+  }
+}
+
+int64_t AdamW::state_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& [name, s] : state_)
+    bytes += s.exp_avg.nbytes() + s.exp_avg_sq.nbytes();
+  return bytes;
+}
+
+double lr_at(int64_t step, int64_t total, int64_t warmup, double lr, double min_ratio) {
+  if (step <= warmup) return lr * static_cast<double>(step) / static_cast<double>(warmup + 1);
+  const int64_t decay_steps = std::max<int64_t>(1, total - warmup);
+  const double progress = static_cast<double>(step - warmup - 1) / static_cast<double>(decay_steps);
+  return lr * (min_ratio + (1.0 - min_ratio) * (1.0 - progress));
+}
+
+double grad_norm(const std::vector<torch::Tensor>& params) {
+  // Accumulate on the parameters' device in float64; one host sync at the end.
+  torch::Tensor sum_sq;
+  for (const auto& p : params) {
+    if (!p.grad().defined()) continue;
+    auto sq = p.grad().to(torch::kFloat64).pow(2).sum();
+    sum_sq = sum_sq.defined() ? sum_sq + sq : sq;
+  }
+  return sum_sq.defined() ? std::sqrt(sum_sq.item<double>()) : 0.0;
+}
+
+void clip_grads(const std::vector<torch::Tensor>& params, double norm, double max_norm) {
+  const double coef = max_norm / (norm + 1e-6);
+  if (coef >= 1.0) return;
+  torch::NoGradGuard no_grad;
+  for (const auto& p : params)
+    if (p.grad().defined()) p.grad().mul_(coef);
+}
+
+}  // namespace meshtrain

@@ -1,0 +1,59 @@
+// AdamW, the learning-rate schedule and gradient clipping, with torchtitan's defaults.
+// Optimizer state is kept per parameter name, the key the checkpoint uses
+// (optimizer.state.<fqn>.exp_avg / exp_avg_sq).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace meshtrain {
+
+struct AdamWConfig {
+  double lr = 8e-4;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1;
+};
+
+// Decoupled weight decay Adam, the same arithmetic as torch.optim.AdamW
+// (foreach=False): p -= lr*wd*p; then the bias-corrected Adam update.
+class AdamW {
+ public:
+  struct State {
+    torch::Tensor exp_avg;
+    torch::Tensor exp_avg_sq;
+  };
+
+  AdamW(std::vector<std::pair<std::string, torch::Tensor>> named_params, AdamWConfig config);
+  // Applies one update at learning rate `lr` using each parameter's .grad().
+  void step(double lr);
+  void zero_grad();
+
+  int64_t steps_taken() const { return step_; }
+  const std::vector<std::pair<std::string, torch::Tensor>>& params() const { return params_; }
+  const std::map<std::string, State>& state() const { return state_; }
+  // Bytes held by exp_avg and exp_avg_sq on this rank.
+  int64_t state_bytes() const;
+
+ private:
+  std::vector<std::pair<std::string, torch::Tensor>> params_;
+  AdamWConfig config_;
+  std::map<std::string, State> state_;
+  int64_t step_ = 0;
+};
+
+// torchtitan's linear warmup then linear decay: step s (1-based) of `total`.
+// Warmup: lr * s / (warmup + 1). Decay: linear from lr to lr * min_ratio at `total`.
+double lr_at(int64_t step, int64_t total, int64_t warmup, double lr, double min_ratio = 0.0);
+
+// The L2 norm of all gradients together, as one vector.
+double grad_norm(const std::vector<torch::Tensor>& params);
+// Scales gradients so their global norm is at most max_norm (the PyTorch rule:
+// coefficient max_norm / (norm + 1e-6), clamped to 1).
+void clip_grads(const std::vector<torch::Tensor>& params, double norm, double max_norm);
+
+}  // namespace meshtrain

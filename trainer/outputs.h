@@ -1,0 +1,59 @@
+// The files meshtrain leaves in its dump folder for the harness (docs/contracts.md):
+// metrics.jsonl, state_dict_keys.json, param_digest.json, rank<R>.json.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace meshtrain {
+
+constexpr int kOutputsFormatVersion = 1;
+
+// Creates `folder` (and parents) and proves it writable; throws std::runtime_error
+// with the folder and the reason.
+void prepare_dump_folder(const std::string& folder);
+
+// Appends one JSON object per step, flushed at once, so a crashed run keeps its curve.
+class MetricsWriter {
+ public:
+  explicit MetricsWriter(const std::string& path);
+  void write(const nlohmann::json& row);
+
+ private:
+  std::string path_;
+  std::ofstream out_;
+};
+
+// A named tensor as the checkpoint sees it: key, global shape, dtype.
+struct KeyInfo {
+  std::string key;
+  std::vector<int64_t> shape;
+  std::string dtype;
+};
+// Tensor keys, plus the checkpoint's non-tensor entries (lr_scheduler, dataloader.dp_rank_<i>,
+// train_state).
+void write_state_dict_keys(const std::string& path, const std::vector<KeyInfo>& tensors,
+                           const std::vector<std::string>& objects);
+
+// Per key: sum, L2 norm and element count of the global tensor, in float64.
+struct Digest {
+  std::string key;
+  double sum = 0;
+  double l2 = 0;
+  int64_t numel = 0;
+};
+Digest digest_of(const std::string& key, const torch::Tensor& global);
+void write_param_digest(const std::string& path, int64_t step, const std::vector<Digest>& digests);
+
+void write_json(const std::string& path, const nlohmann::json& value);
+
+std::string dtype_name(torch::ScalarType t);
+// Peak resident set of this process, bytes.
+int64_t host_peak_rss_bytes();
+
+}  // namespace meshtrain

@@ -1,0 +1,161 @@
+#include "train.h"
+
+#include <chrono>
+#include <cstdio>
+#include <stdexcept>
+
+#include "comm.h"
+#include "compat.h"
+#include "data.h"
+#include "model.h"
+#include "optim.h"
+#include "outputs.h"
+
+namespace meshtrain {
+
+namespace {
+
+std::vector<int64_t> shape_of(const torch::Tensor& t) { return t.sizes().vec(); }
+
+torch::Tensor to_tensor(const std::vector<int64_t>& ids, int64_t rows, int64_t cols,
+                        const torch::Device& device) {
+  return torch::tensor(ids, torch::kInt64).view({rows, cols}).to(device);
+}
+
+}  // namespace
+
+int train(const TrainConfig& cfg) {
+  // ---- configuration, checked before anything expensive
+  const LaunchEnv env = LaunchEnv::from_environment();
+  const Backend backend = parse_backend(cfg.backend);
+  ModelArgs args = model_flavor(cfg.model);
+  validate(args, cfg.seq_len);
+  if (cfg.steps < 0) throw std::invalid_argument("--steps must be >= 0");
+  if (cfg.local_batch_size < 1) throw std::invalid_argument("--local-batch-size must be >= 1");
+  if (env.world_size != 1)
+    throw std::invalid_argument("WORLD_SIZE=" + std::to_string(env.world_size) +
+                                ": this meshtrain trains a single rank (no --mesh yet)");
+  const int64_t dp_degree = 1, dp_rank = 0;
+  const int64_t global_batch =
+      cfg.global_batch_size > 0 ? cfg.global_batch_size : cfg.local_batch_size * dp_degree;
+  if (global_batch % (cfg.local_batch_size * dp_degree) != 0)
+    throw std::invalid_argument("--global-batch-size " + std::to_string(global_batch) +
+                                " is not a multiple of local batch x dp degree " +
+                                std::to_string(cfg.local_batch_size * dp_degree));
+  const int64_t accum_steps = global_batch / (cfg.local_batch_size * dp_degree);
+  prepare_dump_folder(cfg.dump_folder);
+  torch::set_num_threads(cfg.threads);
+
+  // ---- the job: peers, model, data, optimizer
+  auto comm = Comm::create(env, backend, std::chrono::milliseconds(static_cast<int64_t>(cfg.timeout_s * 1000)));
+  const torch::Device device = comm->device();
+  const bool is_logger = comm->rank() == 0;
+
+  Transformer model(args);
+  init_weights(model, cfg.seed);
+  model->to(device);
+
+  DataLoader loader(load_corpus(cfg.corpus), cfg.seq_len, cfg.seed);
+
+  std::vector<std::pair<std::string, torch::Tensor>> named_params;
+  std::vector<torch::Tensor> params;
+  for (auto& item : model->named_parameters()) {
+    named_params.emplace_back(item.key(), item.value());
+    params.push_back(item.value());
+  }
+  AdamWConfig adamw;
+  adamw.lr = cfg.lr;
+  AdamW optimizer(named_params, adamw);
+
+  // ---- what the harness reads besides the metrics
+  std::vector<KeyInfo> keys;
+  for (const auto& [name, p] : named_params) {
+    keys.push_back({"model." + name, shape_of(p), dtype_name(p.scalar_type())});
+    keys.push_back({"optimizer.state." + name + ".exp_avg", shape_of(p), "float32"});
+    keys.push_back({"optimizer.state." + name + ".exp_avg_sq", shape_of(p), "float32"});
+  }
+  std::vector<std::string> objects{"lr_scheduler", "train_state"};
+  for (int64_t r = 0; r < dp_degree; ++r) objects.push_back("dataloader.dp_rank_" + std::to_string(r));
+  if (is_logger) write_state_dict_keys(cfg.dump_folder + "/state_dict_keys.json", keys, objects);
+  std::unique_ptr<MetricsWriter> metrics;
+  if (is_logger) metrics = std::make_unique<MetricsWriter>(cfg.dump_folder + "/metrics.jsonl");
+
+  if (is_logger && !cfg.quiet) {
+    std::printf("meshtrain: model %s (%.2fM parameters), %s, seq %lld, global batch %lld, %lld steps\n",
+                args.flavor.c_str(), args.num_parameters() / 1e6, device.str().c_str(),
+                static_cast<long long>(cfg.seq_len), static_cast<long long>(global_batch),
+                static_cast<long long>(cfg.steps));
+    std::printf("%6s %12s %12s %10s %12s\n", "step", "loss", "grad_norm", "lr", "tokens/s");
+  }
+
+  // ---- the training loop
+  int64_t grad_bytes = 0;
+  for (int64_t step = 1; step <= cfg.steps; ++step) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const double lr = lr_at(step, cfg.steps, cfg.warmup_steps, cfg.lr);
+
+    optimizer.zero_grad();
+    auto loss_sum = torch::zeros({}, torch::dtype(torch::kFloat32).device(device));
+    for (int64_t micro = 0; micro < accum_steps; ++micro) {
+      Batch batch = loader.micro_batch(global_batch, dp_rank, dp_degree, micro, accum_steps);
+      auto inputs = to_tensor(batch.inputs, batch.samples, batch.seq_len, device);    // [b, T]
+      auto targets = to_tensor(batch.targets, batch.samples, batch.seq_len, device);  // [b, T]
+      auto logits = model(inputs);                                                    // [b, T, V]
+      auto loss = torch::cross_entropy_loss(logits.flatten(0, 1).to(torch::kFloat32), targets.flatten());
+      (loss / accum_steps).backward();
+      loss_sum += loss.detach();
+    }
+    auto loss = loss_sum / accum_steps;
+    comm->all_reduce_mean(loss);
+
+    const double norm = grad_norm(params);
+    clip_grads(params, norm, cfg.max_norm);
+    grad_bytes = 0;
+    for (const auto& p : params) grad_bytes += p.grad().defined() ? p.grad().nbytes() : 0;
+    optimizer.step(lr);
+    loader.advance(global_batch);
+
+    const double loss_value = loss.item<double>();
+    compat::synchronize(device);
+    const double step_time = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const int64_t tokens = global_batch * cfg.seq_len;
+    if (is_logger) {
+      nlohmann::json row = {{"step", step},
+                            {"loss", loss_value},
+                            {"grad_norm", norm},
+                            {"lr", lr},
+                            {"tokens", tokens},
+                            {"step_time_s", step_time},
+                            {"tokens_per_s", tokens / step_time},
+                            {"host_peak_rss_bytes", host_peak_rss_bytes()}};
+      if (device.is_cuda()) row["device_peak_bytes"] = compat::device_peak_bytes(device);
+      metrics->write(row);
+      if (!cfg.quiet)
+        std::printf("%6lld %12.6f %12.6f %10.3g %12.0f\n", static_cast<long long>(step), loss_value,
+                    norm, lr, tokens / step_time);
+      std::fflush(stdout);
+    }
+  }
+
+  // ---- final facts: parameter digest and this rank's memory
+  std::vector<Digest> digests;
+  for (const auto& [name, p] : named_params) digests.push_back(digest_of("model." + name, p));
+  if (is_logger) write_param_digest(cfg.dump_folder + "/param_digest.json", cfg.steps, digests);
+
+  int64_t param_bytes = 0;
+  for (const auto& p : params) param_bytes += p.nbytes();
+  write_json(cfg.dump_folder + "/rank" + std::to_string(comm->rank()) + ".json",
+             {{"format_version", kOutputsFormatVersion},
+              {"rank", comm->rank()},
+              {"world_size", comm->size()},
+              {"device", device.str()},
+              {"param_bytes", param_bytes},
+              {"grad_bytes", grad_bytes},
+              {"optimizer_bytes", optimizer.state_bytes()},
+              {"host_peak_rss_bytes", host_peak_rss_bytes()},
+              {"device_peak_bytes", compat::device_peak_bytes(device)}});
+  comm->barrier();
+  return 0;
+}
+
+}  // namespace meshtrain

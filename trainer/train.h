@@ -1,0 +1,30 @@
+// `meshtrain train`: the training loop.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace meshtrain {
+
+struct TrainConfig {
+  std::string model = "tiny";
+  int64_t steps = 10;
+  uint64_t seed = 42;
+  int64_t local_batch_size = 8;
+  int64_t global_batch_size = -1;  // -1: local batch x data-parallel degree (no accumulation)
+  int64_t seq_len = 64;
+  double lr = 8e-4;
+  int64_t warmup_steps = 2;
+  double max_norm = 1.0;
+  std::string backend = "gloo";
+  std::string dump_folder = "./outputs";
+  std::string corpus = MESHTRAIN_DEFAULT_CORPUS;
+  int threads = 1;
+  double timeout_s = 300;
+  bool quiet = false;
+};
+
+// Runs training; returns the process exit code. Throws on bad configuration.
+int train(const TrainConfig& config);
+
+}  // namespace meshtrain
