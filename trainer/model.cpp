@@ -60,8 +60,15 @@ void validate(const ModelArgs& a, int64_t seq_len) {
 
 // ---- building blocks --------------------------------------------------------
 
+namespace {
+// Norms and rotations run in float32 (or wider) even for bf16 activations, as in torchtitan.
+torch::Tensor at_least_float32(const torch::Tensor& x) {
+  return x.to(at::promote_types(x.scalar_type(), torch::kFloat32));
+}
+}  // namespace
+
 torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
-  auto xf = x.to(torch::kFloat32);
+  auto xf = at_least_float32(x);
   auto normed = xf * torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps);
   return normed.to(x.scalar_type()) * weight;
 }
@@ -75,7 +82,7 @@ std::pair<torch::Tensor, torch::Tensor> rope_tables(int64_t head_dim, int64_t se
 
 torch::Tensor apply_rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
   const auto T = x.size(1);
-  auto pairs = x.to(torch::kFloat32).unflatten(-1, {-1, 2});  // [B, T, H, Dh/2, 2]
+  auto pairs = at_least_float32(x).unflatten(-1, {-1, 2});  // [B, T, H, Dh/2, 2]
   auto x0 = pairs.select(-1, 0), x1 = pairs.select(-1, 1);    // [B, T, H, Dh/2]
   auto c = cos.slice(0, 0, T).unsqueeze(1);                   // [T, 1, Dh/2]
   auto s = sin.slice(0, 0, T).unsqueeze(1);

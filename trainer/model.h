@@ -38,7 +38,7 @@ std::vector<std::string> model_flavor_names();
 void validate(const ModelArgs& args, int64_t seq_len);
 
 // ---- the building blocks, as plain functions (unit-tested against reference formulas)
-// x: [..., D], weight: [D]. Computed in float32 whatever x's dtype.
+// x: [..., D], weight: [D]. Normalised in float32 (or wider) whatever x's dtype.
 torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps);
 // RoPE tables for positions [0, T): cos and sin, each [T, Dh/2].
 std::pair<torch::Tensor, torch::Tensor> rope_tables(int64_t head_dim, int64_t seq_len, double theta);

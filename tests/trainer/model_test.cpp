@@ -1,0 +1,178 @@
+// The model's building blocks against straightforward reference formulas (float64 loops).
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "model.h"
+
+using namespace meshtrain;
+
+namespace {
+
+torch::Tensor randn(at::IntArrayRef shape, uint64_t seed) {
+  auto gen = at::detail::createCPUGenerator(seed);
+  return torch::empty(shape, torch::kFloat64).normal_(0, 1, gen);
+}
+
+double max_abs_diff(const torch::Tensor& a, const torch::Tensor& b) {
+  return (a.to(torch::kFloat64) - b.to(torch::kFloat64)).abs().max().item<double>();
+}
+
+}  // namespace
+
+TEST(RMSNorm, MatchesFormula) {
+  auto x = randn({3, 5, 8}, 1).to(torch::kFloat32);
+  auto w = randn({8}, 2).to(torch::kFloat32);
+  const double eps = 1e-5;
+  auto y = rms_norm(x, w, eps);
+  auto xd = x.to(torch::kFloat64), wd = w.to(torch::kFloat64), yd = y.to(torch::kFloat64);
+  auto xa = xd.accessor<double, 3>();
+  auto wa = wd.accessor<double, 1>();
+  auto ya = yd.accessor<double, 3>();
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 5; ++j) {
+      double ms = 0;
+      for (int k = 0; k < 8; ++k) ms += xa[i][j][k] * xa[i][j][k] / 8;
+      for (int k = 0; k < 8; ++k)
+        EXPECT_NEAR(ya[i][j][k], xa[i][j][k] / std::sqrt(ms + eps) * wa[k], 1e-5);
+    }
+}
+
+TEST(RoPE, MatchesComplexRotationOfAdjacentPairs) {
+  const int64_t B = 2, T = 7, H = 3, Dh = 8;
+  const double theta = 500000.0;
+  auto x = randn({B, T, H, Dh}, 3);
+  auto [cos, sin] = rope_tables(Dh, T, theta);
+  auto y = apply_rope(x, cos.to(torch::kFloat64), sin.to(torch::kFloat64));
+  // torchtitan: view_as_complex(x.reshape(..., -1, 2)) * polar(1, t * theta^(-2i/Dh))
+  auto xc = torch::view_as_complex(x.reshape({B, T, H, Dh / 2, 2}).contiguous());
+  auto angles = torch::empty({T, Dh / 2}, torch::kFloat64);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t i = 0; i < Dh / 2; ++i) angles[t][i] = t * std::pow(theta, -2.0 * i / Dh);
+  auto rot = torch::polar(torch::ones_like(angles), angles).view({1, T, 1, Dh / 2});
+  auto expected = torch::view_as_real(xc * rot).flatten(-2);
+  EXPECT_LT(max_abs_diff(y, expected), 1e-6);
+  // Position 0 is not rotated; rotation keeps each pair's length.
+  EXPECT_LT(max_abs_diff(y.select(1, 0), x.select(1, 0)), 1e-12);
+  EXPECT_LT(max_abs_diff(y.norm(2, -1), x.norm(2, -1)), 1e-6);  // float32 tables
+}
+
+TEST(Attention, CausalGroupedQueryMatchesLoops) {
+  const int64_t B = 2, T = 5, H = 4, K = 2, Dh = 3;
+  auto q = randn({B, T, H, Dh}, 4), k = randn({B, T, K, Dh}, 5), v = randn({B, T, K, Dh}, 6);
+  auto y = gqa_attention(q, k, v);
+  ASSERT_EQ(y.sizes(), (std::vector<int64_t>{B, T, H, Dh}));
+  auto qa = q.accessor<double, 4>(), ka = k.accessor<double, 4>(), va = v.accessor<double, 4>();
+  auto ya = y.accessor<double, 4>();
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t kv = h / (H / K);  // consecutive query heads share a kv head
+      for (int64_t t = 0; t < T; ++t) {
+        std::vector<double> w(t + 1);
+        double mx = -1e300, z = 0;
+        for (int64_t s = 0; s <= t; ++s) {
+          double dot = 0;
+          for (int64_t d = 0; d < Dh; ++d) dot += qa[b][t][h][d] * ka[b][s][kv][d];
+          w[s] = dot / std::sqrt(static_cast<double>(Dh));
+          mx = std::max(mx, w[s]);
+        }
+        for (auto& x : w) z += (x = std::exp(x - mx));
+        for (int64_t d = 0; d < Dh; ++d) {
+          double out = 0;
+          for (int64_t s = 0; s <= t; ++s) out += w[s] / z * va[b][s][kv][d];
+          EXPECT_NEAR(ya[b][t][h][d], out, 1e-10) << "b=" << b << " t=" << t << " h=" << h;
+        }
+      }
+    }
+}
+
+TEST(SwiGLU, MatchesFormula) {
+  const int64_t D = 4, F = 6;
+  auto x = randn({3, D}, 7), w1 = randn({F, D}, 8), w2 = randn({D, F}, 9), w3 = randn({F, D}, 10);
+  auto y = swiglu(x, w1, w2, w3);
+  auto xa = x.accessor<double, 2>(), a1 = w1.accessor<double, 2>(), a2 = w2.accessor<double, 2>(),
+       a3 = w3.accessor<double, 2>();
+  for (int n = 0; n < 3; ++n)
+    for (int o = 0; o < D; ++o) {
+      double out = 0;
+      for (int f = 0; f < F; ++f) {
+        double g = 0, u = 0;
+        for (int i = 0; i < D; ++i) g += a1[f][i] * xa[n][i], u += a3[f][i] * xa[n][i];
+        out += a2[o][f] * (g / (1 + std::exp(-g))) * u;
+      }
+      EXPECT_NEAR(y[n][o].item<double>(), out, 1e-10);
+    }
+}
+
+TEST(ModelArgs, LlamaHiddenDimRule) {
+  EXPECT_EQ(model_flavor("tiny").ffn_hidden_dim(), 192);
+  EXPECT_EQ(model_flavor("debugmodel").ffn_hidden_dim(), 768);
+  EXPECT_EQ(model_flavor("1B").ffn_hidden_dim(), 8192);  // Llama-3.2-1B's intermediate size
+}
+
+TEST(ModelArgs, ConstraintsAreCheckedWithClearErrors) {
+  auto a = model_flavor("tiny");
+  a.n_kv_heads = 3;
+  try {
+    validate(a, 64);
+    FAIL() << "expected an error";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "model 'tiny': n_heads 4 is not divisible by n_kv_heads 3");
+  }
+  a = model_flavor("tiny");
+  a.n_heads = 5;
+  EXPECT_THROW(validate(a, 64), std::invalid_argument);
+  EXPECT_THROW(validate(model_flavor("tiny"), 0), std::invalid_argument);
+  EXPECT_THROW(model_flavor("huge"), std::invalid_argument);
+}
+
+TEST(Transformer, TorchtitanParameterNames) {
+  Transformer model(model_flavor("tiny"));
+  std::vector<std::string> names;
+  for (const auto& p : model->named_parameters()) names.push_back(p.key());
+  const std::vector<std::string> expected_prefix{
+      "tok_embeddings.weight",          "layers.0.attention.wq.weight",
+      "layers.0.attention.wk.weight",   "layers.0.attention.wv.weight",
+      "layers.0.attention.wo.weight",   "layers.0.feed_forward.w1.weight",
+      "layers.0.feed_forward.w2.weight", "layers.0.feed_forward.w3.weight",
+      "layers.0.attention_norm.weight", "layers.0.ffn_norm.weight"};
+  ASSERT_GE(names.size(), expected_prefix.size());
+  for (size_t i = 0; i < expected_prefix.size(); ++i) EXPECT_EQ(names[i], expected_prefix[i]);
+  EXPECT_EQ(names[names.size() - 2], "norm.weight");
+  EXPECT_EQ(names.back(), "output.weight");
+  int64_t count = 0;
+  for (const auto& p : model->parameters()) count += p.numel();
+  EXPECT_EQ(count, model->args.num_parameters());
+}
+
+TEST(Transformer, InitDependsOnSeedOnlyAndFollowsTorchtitanScales) {
+  Transformer a(model_flavor("tiny")), b(model_flavor("tiny")), c(model_flavor("tiny"));
+  init_weights(a, 42);
+  init_weights(b, 42);
+  init_weights(c, 43);
+  auto pa = a->named_parameters(), pb = b->named_parameters(), pc = c->named_parameters();
+  for (const auto& item : pa) {
+    EXPECT_TRUE(torch::equal(item.value(), pb[item.key()])) << item.key();
+    if (item.key().find("norm") == std::string::npos)
+      EXPECT_FALSE(torch::equal(item.value(), pc[item.key()])) << item.key();
+  }
+  EXPECT_NEAR(pa["layers.0.attention.wq.weight"].std().item<double>(), 0.02, 0.002);
+  EXPECT_NEAR(pa["layers.1.attention.wo.weight"].std().item<double>(), 0.01, 0.001);  // 0.02/sqrt(2*2)
+  EXPECT_NEAR(pa["tok_embeddings.weight"].std().item<double>(), 1.0, 0.05);
+  const double out_std = 1.0 / 8.0;  // dim^-0.5, truncated at 3 std
+  EXPECT_LE(pa["output.weight"].abs().max().item<double>(), 3 * out_std + 1e-6);
+  EXPECT_TRUE(torch::equal(pa["norm.weight"], torch::ones({64})));
+}
+
+TEST(Transformer, IsCausal) {
+  Transformer model(model_flavor("tiny"));
+  init_weights(model, 1);
+  torch::NoGradGuard no_grad;
+  auto tokens = torch::randint(0, 258, {2, 16}, torch::kInt64);
+  auto changed = tokens.clone();
+  changed.index_put_({torch::indexing::Slice(), 10}, (tokens.select(1, 10) + 1) % 258);
+  auto a = model(tokens), b = model(changed);
+  ASSERT_EQ(a.sizes(), (std::vector<int64_t>{2, 16, 258}));
+  EXPECT_TRUE(torch::allclose(a.slice(1, 0, 10), b.slice(1, 0, 10)));
+  EXPECT_FALSE(torch::allclose(a.slice(1, 10), b.slice(1, 10)));
+}
