@@ -28,6 +28,13 @@ class C10dComm : public Comm {
  public:
   C10dComm(c10::intrusive_ptr<compat::Backend> backend, torch::Device device, int rank, int size)
       : backend_(std::move(backend)), device_(device), rank_(rank), size_(size) {}
+  ~C10dComm() override {
+    try {
+      compat::shutdown(*backend_);
+    } catch (const std::exception&) {
+      // Already failing (a dead peer); the exit code says so.
+    }
+  }
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }

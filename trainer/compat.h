@@ -61,6 +61,23 @@ inline int64_t device_peak_bytes(const torch::Device& device) {
   return 0;
 }
 
+// Releases a backend's resources before exit. NCCL warns on stderr (and can leak
+// its communicators) when a process group is never shut down; Gloo needs nothing.
+inline void shutdown(Backend& backend) {
+#ifdef MESHTEST_CUDA
+  if (auto* nccl = dynamic_cast<c10d::ProcessGroupNCCL*>(&backend)) nccl->shutdown();
+#endif
+  (void)backend;
+}
+
+// Deterministic kernels (CUDA's scatter-adds otherwise reorder float sums run to run).
+inline void use_deterministic_algorithms() {
+  at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
+#ifdef MESHTEST_CUDA
+  ::setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
+#endif
+}
+
 // Waits for queued device work, so host timers measure it.
 inline void synchronize(const torch::Device& device) {
 #ifdef MESHTEST_CUDA

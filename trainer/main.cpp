@@ -33,6 +33,8 @@ void add_train_options(CLI::App& cmd, meshtrain::TrainConfig& c) {
       ->capture_default_str();
   cmd.add_option("--threads", c.threads, "CPU threads per rank")->capture_default_str();
   cmd.add_option("--timeout", c.timeout_s, "Seconds a collective may wait for a peer")->capture_default_str();
+  cmd.add_flag("--deterministic", c.deterministic,
+               "Use deterministic CUDA kernels, so reruns give bitwise-identical losses (slower)");
   cmd.add_flag("--quiet", c.quiet, "Print no loss table");
 }
 

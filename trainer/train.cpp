@@ -1,5 +1,6 @@
 #include "train.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <stdexcept>
@@ -45,6 +46,7 @@ int train(const TrainConfig& cfg) {
   const int64_t accum_steps = global_batch / (cfg.local_batch_size * dp_degree);
   prepare_dump_folder(cfg.dump_folder);
   torch::set_num_threads(cfg.threads);
+  if (cfg.deterministic) compat::use_deterministic_algorithms();
 
   // ---- the job: peers, model, data, optimizer
   auto comm = Comm::create(env, backend, std::chrono::milliseconds(static_cast<int64_t>(cfg.timeout_s * 1000)));
@@ -90,6 +92,7 @@ int train(const TrainConfig& cfg) {
 
   // ---- the training loop
   int64_t grad_bytes = 0;
+  std::vector<double> tokens_per_s;
   for (int64_t step = 1; step <= cfg.steps; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
     const double lr = lr_at(step, cfg.steps, cfg.warmup_steps, cfg.lr);
@@ -119,6 +122,7 @@ int train(const TrainConfig& cfg) {
     compat::synchronize(device);
     const double step_time = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const int64_t tokens = global_batch * cfg.seq_len;
+    tokens_per_s.push_back(tokens / step_time);
     if (is_logger) {
       nlohmann::json row = {{"step", step},
                             {"loss", loss_value},
@@ -135,6 +139,14 @@ int train(const TrainConfig& cfg) {
                     norm, lr, tokens / step_time);
       std::fflush(stdout);
     }
+  }
+
+  if (is_logger && !cfg.quiet && tokens_per_s.size() > 1) {
+    // The first step pays for allocation and kernel selection: leave it out.
+    std::vector<double> steady(tokens_per_s.begin() + 1, tokens_per_s.end());
+    std::nth_element(steady.begin(), steady.begin() + steady.size() / 2, steady.end());
+    std::printf("meshtrain: median tokens/s over steps 2..%lld: %.0f\n",
+                static_cast<long long>(cfg.steps), steady[steady.size() / 2]);
   }
 
   // ---- final facts: parameter digest and this rank's memory

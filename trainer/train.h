@@ -16,11 +16,16 @@ struct TrainConfig {
   double lr = 8e-4;
   int64_t warmup_steps = 2;
   double max_norm = 1.0;
+#ifdef MESHTEST_CUDA
+  std::string backend = "nccl";
+#else
   std::string backend = "gloo";
+#endif
   std::string dump_folder = "./outputs";
   std::string corpus = MESHTRAIN_DEFAULT_CORPUS;
   int threads = 1;
   double timeout_s = 300;
+  bool deterministic = false;  // deterministic kernels on CUDA (CPU kernels already are)
   bool quiet = false;
 };
 

@@ -55,7 +55,7 @@ std::vector<json> metrics(const fs::path& dump) {
 
 std::vector<std::string> train_args(const fs::path& dump, int steps) {
   return {"train", "--model", "tiny", "--steps", std::to_string(steps), "--seed", "42",
-          "--dump-folder", dump.string(), "--quiet"};
+          "--dump-folder", dump.string(), "--backend", MESHTRAIN_TEST_BACKEND, "--deterministic", "--quiet"};
 }
 
 // A user error: non-zero exit, exactly one line on stderr that says what is wrong.

@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Installs what is missing, builds everything, and runs every test through CTest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash ci/setup-deps.sh
+bash ci/build.sh
+ctest --preset cpu -j 2 "$@"
