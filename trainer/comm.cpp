@@ -24,10 +24,39 @@ int env_int(const char* name, int fallback) {
   return static_cast<int>(value);
 }
 
+int64_t max_of(const std::vector<int64_t>& v) {
+  int64_t m = 0;
+  for (auto x : v) m = std::max(m, x);
+  return m;
+}
+
+// Pads `t` along dim 0 with zeros to `rows` rows.
+torch::Tensor pad_rows(const torch::Tensor& t, int64_t rows) {
+  if (t.size(0) == rows) return t.contiguous();
+  auto shape = t.sizes().vec();
+  shape[0] = rows;
+  auto padded = torch::zeros(shape, t.options());
+  padded.narrow(0, 0, t.size(0)).copy_(t);
+  return padded;
+}
+
+class SelfComm : public Comm {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  void all_reduce_sum(torch::Tensor&) override {}
+  void all_reduce_max(torch::Tensor&) override {}
+  torch::Tensor all_gather_dim0(const torch::Tensor& local, const std::vector<int64_t>&) override { return local; }
+  torch::Tensor reduce_scatter_sum_dim0(const torch::Tensor& full, const std::vector<int64_t>&) override {
+    return full;
+  }
+  void barrier() override {}
+};
+
 class C10dComm : public Comm {
  public:
-  C10dComm(c10::intrusive_ptr<compat::Backend> backend, torch::Device device, int rank, int size)
-      : backend_(std::move(backend)), device_(device), rank_(rank), size_(size) {}
+  C10dComm(c10::intrusive_ptr<compat::Backend> backend, int rank, int size)
+      : backend_(std::move(backend)), rank_(rank), size_(size) {}
   ~C10dComm() override {
     try {
       compat::shutdown(*backend_);
@@ -38,23 +67,101 @@ class C10dComm : public Comm {
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
-  torch::Device device() const override { return device_; }
 
-  void all_reduce_sum(torch::Tensor& t) override {
-    std::vector<torch::Tensor> tensors{t};
-    c10d::AllreduceOptions opts;
+  void all_reduce_sum(torch::Tensor& t) override { all_reduce(t, c10d::ReduceOp::SUM); }
+  void all_reduce_max(torch::Tensor& t) override { all_reduce(t, c10d::ReduceOp::MAX); }
+
+  torch::Tensor all_gather_dim0(const torch::Tensor& local, const std::vector<int64_t>& sizes) override {
+    // Collectives need equal sizes: pad every piece to the largest, gather, unpad.
+    const int64_t rows = max_of(sizes);
+    std::vector<torch::Tensor> input{pad_rows(local, rows)};
+    std::vector<std::vector<torch::Tensor>> output(1);
+    for (int i = 0; i < size_; ++i) output[0].push_back(torch::empty_like(input[0]));
+    backend_->allgather(output, input)->wait();
+    std::vector<torch::Tensor> pieces;
+    for (int i = 0; i < size_; ++i) pieces.push_back(output[0][i].narrow(0, 0, sizes[i]));
+    return torch::cat(pieces, 0);
+  }
+
+  torch::Tensor reduce_scatter_sum_dim0(const torch::Tensor& full, const std::vector<int64_t>& sizes) override {
+    int64_t offset = 0;
+    for (int i = 0; i < rank_; ++i) offset += sizes[i];
+#ifdef MESHTEST_CUDA
+    // NCCL: a real reduce-scatter over pieces padded to equal size.
+    const int64_t rows = max_of(sizes);
+    std::vector<torch::Tensor> padded;
+    int64_t start = 0;
+    for (int i = 0; i < size_; ++i) {
+      padded.push_back(pad_rows(full.narrow(0, start, sizes[i]), rows));
+      start += sizes[i];
+    }
+    auto input = torch::cat(padded, 0);
+    auto output = torch::empty_like(padded[0]);
+    c10d::ReduceScatterOptions opts;
     opts.reduceOp = c10d::ReduceOp::SUM;
-    backend_->allreduce(tensors, opts)->wait();
+    backend_->_reduce_scatter_base(output, input, opts)->wait();
+    return output.narrow(0, 0, sizes[rank_]);
+#else
+    // Gloo in LibTorch 1.13 has no reduce-scatter: all-reduce, keep our rows.
+    auto summed = full.contiguous().clone();
+    all_reduce_sum(summed);
+    return summed.narrow(0, offset, sizes[rank_]).clone();
+#endif
   }
 
   void barrier() override { backend_->barrier()->wait(); }
 
  private:
+  void all_reduce(torch::Tensor& t, c10d::ReduceOp op) {
+    std::vector<torch::Tensor> tensors{t};
+    c10d::AllreduceOptions opts;
+    opts.reduceOp = op;
+    backend_->allreduce(tensors, opts)->wait();
+  }
+
   c10::intrusive_ptr<compat::Backend> backend_;
-  torch::Device device_;
   int rank_;
   int size_;
 };
+
+std::shared_ptr<Comm> make_group(const c10::intrusive_ptr<c10d::Store>& root, const std::string& name,
+                                 const std::vector<int64_t>& ranks, int global_rank, Backend backend,
+                                 std::chrono::milliseconds timeout, bool single_rank_talks = false) {
+  if (ranks.size() == 1 && !single_rank_talks) return std::make_shared<SelfComm>();
+  int group_rank = -1;
+  std::string id;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (ranks[i] == global_rank) group_rank = static_cast<int>(i);
+    id += (i ? "_" : "") + std::to_string(ranks[i]);
+  }
+  if (group_rank < 0) throw std::logic_error("rank " + std::to_string(global_rank) + " is not in group " + name);
+  // One prefix per group instance: its members meet there and nowhere else.
+  auto store = c10::make_intrusive<c10d::PrefixStore>(name + "/" + id, root);
+  const int size = static_cast<int>(ranks.size());
+  if (backend == Backend::kNccl) {
+#ifdef MESHTEST_CUDA
+    auto opts = c10d::ProcessGroupNCCL::Options::create();
+    opts->timeout = timeout;
+    return std::make_shared<C10dComm>(c10::make_intrusive<c10d::ProcessGroupNCCL>(store, group_rank, size, opts),
+                                      group_rank, size);
+#else
+    throw std::invalid_argument("backend 'nccl' needs the CUDA build (this is the CPU build; use --backend gloo)");
+#endif
+  }
+#ifdef MESHTEST_CUDA
+  throw std::invalid_argument(
+      "backend 'gloo' is not in the CUDA build (the PyTorch wheel ships no Gloo headers; use --backend nccl)");
+#else
+  auto opts = c10d::ProcessGroupGloo::Options::create();
+  opts->timeout = timeout;
+  // Loopback: meshtest launches every rank of a case on one host.
+  const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
+  opts->devices.push_back(ifname && *ifname ? c10d::ProcessGroupGloo::createDeviceForInterface(ifname)
+                                            : c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+  return std::make_shared<C10dComm>(c10::make_intrusive<c10d::ProcessGroupGloo>(store, group_rank, size, opts),
+                                    group_rank, size);
+#endif
+}
 
 }  // namespace
 
@@ -86,8 +193,17 @@ void Comm::all_reduce_mean(torch::Tensor& t) {
   if (size() > 1) t.div_(size());
 }
 
-std::shared_ptr<Comm> Comm::create(const LaunchEnv& env, Backend backend,
-                                   std::chrono::milliseconds timeout) {
+MeshGroups join_mesh(const LaunchEnv& env, const MeshShape& shape, Backend backend,
+                     std::chrono::milliseconds timeout) {
+  MeshGroups g;
+  g.shape = shape;
+  g.coord = coord_of(env.rank, shape);
+#ifdef MESHTEST_CUDA
+  if (backend == Backend::kNccl) {
+    c10::cuda::set_device(static_cast<c10::DeviceIndex>(env.local_rank));
+    g.device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank));
+  }
+#endif
   c10::intrusive_ptr<c10d::Store> store;
   if (env.world_size == 1) {
     store = c10::make_intrusive<c10d::HashStore>();
@@ -99,33 +215,20 @@ std::shared_ptr<Comm> Comm::create(const LaunchEnv& env, Backend backend,
     opts.timeout = timeout;
     store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, opts);
   }
-  store = c10::make_intrusive<c10d::PrefixStore>("meshtrain/world", store);
-
-  if (backend == Backend::kNccl) {
-#ifdef MESHTEST_CUDA
-    c10::cuda::set_device(static_cast<c10::DeviceIndex>(env.local_rank));
-    auto opts = c10d::ProcessGroupNCCL::Options::create();
-    opts->timeout = timeout;
-    auto pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, env.rank, env.world_size, opts);
-    return std::make_shared<C10dComm>(pg, torch::Device(torch::kCUDA, env.local_rank), env.rank,
-                                      env.world_size);
-#else
-    throw std::invalid_argument("backend 'nccl' needs the CUDA build (this is the CPU build; use --backend gloo)");
-#endif
-  }
-#ifdef MESHTEST_CUDA
-  throw std::invalid_argument("backend 'gloo' is not in the CUDA build (the PyTorch wheel ships no Gloo headers; use --backend nccl)");
-#else
-  auto opts = c10d::ProcessGroupGloo::Options::create();
-  opts->timeout = timeout;
-  // Loopback: meshtest launches every rank of a case on one host.
-  const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
-  opts->devices.push_back(ifname && *ifname
-                              ? c10d::ProcessGroupGloo::createDeviceForInterface(ifname)
-                              : c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
-  auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, env.rank, env.world_size, opts);
-  return std::make_shared<C10dComm>(pg, torch::Device(torch::kCPU), env.rank, env.world_size);
-#endif
+  auto root = c10::make_intrusive<c10d::PrefixStore>("meshtrain", store);
+  using D = MeshDim;
+  auto group = [&](const std::string& name, std::vector<D> dims, bool single_rank_talks = false) {
+    return make_group(root, name, group_ranks(env.rank, shape, dims), env.rank, backend, timeout,
+                      single_rank_talks);
+  };
+  // Every rank builds its groups in this same order (Gloo connects in the constructor).
+  // The world group is always a real backend, so even a one-rank run proves the backend works.
+  g.world = group("world", {D::kDpReplicate, D::kDpShard, D::kTp}, true);
+  g.dp_replicate = group("dp_replicate", {D::kDpReplicate});
+  g.dp_shard = group("dp_shard", {D::kDpShard});
+  g.tp = group("tp", {D::kTp});
+  g.dp = group("dp", {D::kDpReplicate, D::kDpShard});
+  return g;
 }
 
 }  // namespace meshtrain

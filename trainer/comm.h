@@ -7,6 +7,9 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
+
+#include "mesh.h"
 
 namespace meshtrain {
 
@@ -25,23 +28,47 @@ enum class Backend { kGloo, kNccl };
 // "gloo" | "nccl"; throws std::invalid_argument for anything else.
 Backend parse_backend(const std::string& name);
 
-// A group of ranks and the collectives meshtrain needs. Every call blocks until
-// done; a peer that stops answering raises an error after `timeout`.
+// A group of ranks and the collectives meshtrain needs. Every call blocks until its
+// result is usable; a peer that stops answering raises an error after the timeout.
+// A group of one rank makes every collective the identity and talks to nobody.
 class Comm {
  public:
-  // Joins the job described by `env`. World size 1 needs no rendezvous.
-  static std::shared_ptr<Comm> create(const LaunchEnv& env, Backend backend,
-                                      std::chrono::milliseconds timeout);
   virtual ~Comm() = default;
-
   virtual int rank() const = 0;
   virtual int size() const = 0;
-  virtual torch::Device device() const = 0;
-  // In place: every rank ends with the element-wise sum.
+
+  // In place: every rank ends with the element-wise sum / mean / max.
   virtual void all_reduce_sum(torch::Tensor& t) = 0;
-  // In place: every rank ends with the element-wise mean.
   void all_reduce_mean(torch::Tensor& t);
+  virtual void all_reduce_max(torch::Tensor& t) = 0;
+  // Rank i contributes `local` with sizes[i] rows (uneven and empty pieces allowed);
+  // every rank gets the pieces concatenated along dim 0.
+  virtual torch::Tensor all_gather_dim0(const torch::Tensor& local, const std::vector<int64_t>& sizes) = 0;
+  // `full` has sum(sizes) rows; returns this rank's rows of the element-wise sum over ranks.
+  virtual torch::Tensor reduce_scatter_sum_dim0(const torch::Tensor& full,
+                                                const std::vector<int64_t>& sizes) = 0;
   virtual void barrier() = 0;
 };
+
+// The process groups of one job: the world and one group per mesh dimension.
+struct MeshGroups {
+  MeshShape shape;
+  MeshCoord coord;
+  torch::Device device{torch::kCPU};
+  std::shared_ptr<Comm> world;
+  std::shared_ptr<Comm> dp_replicate;
+  std::shared_ptr<Comm> dp_shard;
+  std::shared_ptr<Comm> tp;
+  std::shared_ptr<Comm> dp;  // dp_replicate x dp_shard flattened: loss averaging, data loading
+
+  Comm& along(MeshDim d) const {
+    return d == MeshDim::kDpReplicate ? *dp_replicate : d == MeshDim::kDpShard ? *dp_shard : *tp;
+  }
+};
+
+// Joins the job described by `env` (one TCPStore; each group under its own PrefixStore
+// prefix; single-rank jobs need no rendezvous) and builds the mesh's groups.
+MeshGroups join_mesh(const LaunchEnv& env, const MeshShape& shape, Backend backend,
+                     std::chrono::milliseconds timeout);
 
 }  // namespace meshtrain

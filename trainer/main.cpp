@@ -25,6 +25,20 @@ void add_train_options(CLI::App& cmd, meshtrain::TrainConfig& c) {
   cmd.add_option("--warmup-steps", c.warmup_steps, "Linear warmup steps, then linear decay")
       ->capture_default_str();
   cmd.add_option("--max-norm", c.max_norm, "Clip gradients to this global L2 norm")->capture_default_str();
+  cmd.add_option("--mesh", c.mesh,
+                 "Device mesh dp_replicate=R,dp_shard=S (missing dims 1; dp_shard=-1 fills the world). "
+                 "dp_shard>1: FSDP; dp_replicate>1: DDP; both: HSDP")
+      ->capture_default_str();
+  cmd.add_option("--reshard-after-forward", c.reshard_after_forward,
+                 "FSDP/HSDP: free gathered weights after a block's forward and gather again in backward: "
+                 "default (=always) | always | never")
+      ->capture_default_str();
+  cmd.add_option("--ac", c.ac, "Activation checkpointing: none | full (every block) | selective (every 2nd block)")
+      ->capture_default_str();
+  cmd.add_option("--param-dtype", c.param_dtype, "Mixed precision: dtype the forward computes with (float32|bfloat16)")
+      ->capture_default_str();
+  cmd.add_option("--reduce-dtype", c.reduce_dtype, "Mixed precision: dtype gradients are reduced in (float32|bfloat16)")
+      ->capture_default_str();
   cmd.add_option("--backend", c.backend, "Collective backend: gloo (CPU build) | nccl (CUDA build)")
       ->capture_default_str();
   cmd.add_option("--dump-folder", c.dump_folder, "Where metrics.jsonl and the other outputs go")

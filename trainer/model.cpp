@@ -22,13 +22,16 @@ int64_t ModelArgs::num_parameters() const {
   return vocab_size * dim * 2 + n_layers * per_layer + dim;
 }
 
-std::vector<std::string> model_flavor_names() { return {"tiny", "debugmodel", "1B"}; }
+std::vector<std::string> model_flavor_names() { return {"tiny", "tiny_uneven", "debugmodel", "1B"}; }
 
 ModelArgs model_flavor(const std::string& name) {
   ModelArgs a;
   a.flavor = name;
   if (name == "tiny") {  // CPU CI: seconds per hundred steps on one core
     a.dim = 64, a.n_layers = 2, a.n_heads = 4, a.n_kv_heads = 2, a.multiple_of = 32;
+  } else if (name == "tiny_uneven") {  // no size divides by 4: uneven and short shards
+    a.dim = 42, a.n_layers = 2, a.n_heads = 3, a.n_kv_heads = 1, a.vocab_size = 259;
+    a.multiple_of = 1, a.ffn_dim_multiplier = 1.3;
   } else if (name == "debugmodel") {  // torchtitan's debugmodel (byte vocabulary)
     a.dim = 256, a.n_layers = 6, a.n_heads = 16, a.n_kv_heads = 16, a.multiple_of = 256;
   } else if (name == "1B") {  // Llama-3.2-1B dimensions, untied 128k vocabulary
@@ -109,18 +112,18 @@ torch::Tensor swiglu(const torch::Tensor& x, const torch::Tensor& w1, const torc
 RMSNormImpl::RMSNormImpl(int64_t dim, double eps_) : eps(eps_) {
   weight = register_parameter("weight", torch::ones({dim}));
 }
-torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) { return rms_norm(x, weight, eps); }
+torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) { return rms_norm(x, compute_weight(), eps); }
 
 LinearImpl::LinearImpl(int64_t in, int64_t out) {
   weight = register_parameter("weight", torch::empty({out, in}));
 }
-torch::Tensor LinearImpl::forward(const torch::Tensor& x) { return torch::linear(x, weight); }
+torch::Tensor LinearImpl::forward(const torch::Tensor& x) { return torch::linear(x, compute_weight()); }
 
 EmbeddingImpl::EmbeddingImpl(int64_t vocab, int64_t dim) {
   weight = register_parameter("weight", torch::empty({vocab, dim}));
 }
 torch::Tensor EmbeddingImpl::forward(const torch::Tensor& tokens) {
-  return torch::embedding(weight, tokens);
+  return torch::embedding(compute_weight(), tokens);
 }
 
 AttentionImpl::AttentionImpl(const ModelArgs& a) : head_dim(a.head_dim()) {
@@ -150,7 +153,7 @@ FeedForwardImpl::FeedForwardImpl(const ModelArgs& a) {
   w3 = register_module("w3", Linear(a.dim, hidden));
 }
 torch::Tensor FeedForwardImpl::forward(const torch::Tensor& x) {
-  return swiglu(x, w1->weight, w2->weight, w3->weight);
+  return swiglu(x, w1->compute_weight(), w2->compute_weight(), w3->compute_weight());
 }
 
 TransformerBlockImpl::TransformerBlockImpl(const ModelArgs& a) {
@@ -159,10 +162,49 @@ TransformerBlockImpl::TransformerBlockImpl(const ModelArgs& a) {
   attention_norm = register_module("attention_norm", RMSNorm(a.dim, a.norm_eps));
   ffn_norm = register_module("ffn_norm", RMSNorm(a.dim, a.norm_eps));
 }
-torch::Tensor TransformerBlockImpl::forward(const torch::Tensor& x, const torch::Tensor& cos,
-                                            const torch::Tensor& sin) {
+torch::Tensor TransformerBlockImpl::body(const torch::Tensor& x, const torch::Tensor& cos,
+                                         const torch::Tensor& sin) {
   auto h = x + attention(attention_norm(x), cos, sin);
   return h + feed_forward(ffn_norm(h));
+}
+
+namespace {
+
+// Activation checkpointing: forward runs the block without recording a graph and
+// keeps only its input; backward runs the block again with a graph and back-propagates
+// through it (parameter gradients accumulate there, as in torch.utils.checkpoint's
+// reentrant mode).
+struct RecomputeBlock : torch::autograd::Function<RecomputeBlock> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                               const torch::Tensor& cos, const torch::Tensor& sin,
+                               TransformerBlockImpl* block) {
+    ctx->save_for_backward({x, cos, sin});
+    // The block outlives the step; autograd contexts can only hold plain values.
+    ctx->saved_data["block"] = reinterpret_cast<int64_t>(block);
+    return block->body(x, cos, sin);
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_out) {
+    auto saved = ctx->get_saved_variables();
+    auto* block = reinterpret_cast<TransformerBlockImpl*>(ctx->saved_data["block"].toInt());
+    auto x = saved[0].detach().requires_grad_(true);
+    torch::Tensor out;
+    {
+      torch::AutoGradMode enable(true);
+      out = block->body(x, saved[1], saved[2]);
+    }
+    torch::autograd::backward({out}, {grad_out[0]});
+    return {x.grad(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+torch::Tensor TransformerBlockImpl::forward(const torch::Tensor& x, const torch::Tensor& cos,
+                                            const torch::Tensor& sin) {
+  if (recompute && torch::GradMode::is_enabled()) return RecomputeBlock::apply(x, cos, sin, this);
+  return body(x, cos, sin);
 }
 
 TransformerImpl::TransformerImpl(const ModelArgs& a) : args(a) {

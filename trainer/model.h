@@ -8,6 +8,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -51,27 +52,35 @@ torch::Tensor swiglu(const torch::Tensor& x, const torch::Tensor& w1, const torc
                      const torch::Tensor& w3);
 
 // ---- modules: they own parameters under torchtitan's names
-struct RMSNormImpl : torch::nn::Module {
+
+// A module with one parameter, `weight`, that a parallelism may parametrize (as
+// torch.nn.utils.parametrize does): the registered tensor stays what is stored and
+// checkpointed (under FSDP, this rank's shard), and `parametrization`, if set, maps it
+// to the tensor the forward computes with (under FSDP, the all-gathered weight).
+struct WeightModule : torch::nn::Module {
+  torch::Tensor weight;
+  std::function<torch::Tensor(const torch::Tensor&)> parametrization;
+  torch::Tensor compute_weight() const { return parametrization ? parametrization(weight) : weight; }
+};
+
+struct RMSNormImpl : WeightModule {
   RMSNormImpl(int64_t dim, double eps);
   torch::Tensor forward(const torch::Tensor& x);
-  torch::Tensor weight;
   double eps;
 };
 TORCH_MODULE(RMSNorm);
 
 // A bias-free linear layer: y = x W^T, W: [out, in].
-struct LinearImpl : torch::nn::Module {
+struct LinearImpl : WeightModule {
   LinearImpl(int64_t in, int64_t out);
   torch::Tensor forward(const torch::Tensor& x);
-  torch::Tensor weight;
 };
 TORCH_MODULE(Linear);
 
 // Token embedding table W: [V, D]; forward looks rows up.
-struct EmbeddingImpl : torch::nn::Module {
+struct EmbeddingImpl : WeightModule {
   EmbeddingImpl(int64_t vocab, int64_t dim);
   torch::Tensor forward(const torch::Tensor& tokens);
-  torch::Tensor weight;
 };
 TORCH_MODULE(Embedding);
 
@@ -92,7 +101,11 @@ TORCH_MODULE(FeedForward);
 
 struct TransformerBlockImpl : torch::nn::Module {
   explicit TransformerBlockImpl(const ModelArgs& args);
+  // With `recompute` set (activation checkpointing), forward keeps only its input for
+  // backward and runs the block again there; anything the block gathered is freed.
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
+  torch::Tensor body(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
+  bool recompute = false;
   Attention attention{nullptr};
   FeedForward feed_forward{nullptr};
   RMSNorm attention_norm{nullptr}, ffn_norm{nullptr};

@@ -3,6 +3,7 @@
 #include <sys/resource.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <stdexcept>
@@ -54,6 +55,19 @@ void write_state_dict_keys(const std::string& path, const std::vector<KeyInfo>& 
 Digest digest_of(const std::string& key, const torch::Tensor& global) {
   auto t = global.detach().to(torch::kCPU, torch::kFloat64);
   return Digest{key, t.sum().item<double>(), t.norm().item<double>(), t.numel()};
+}
+
+nlohmann::json local_digest(const torch::Tensor& piece, const std::vector<int64_t>& offsets,
+                            const std::vector<int64_t>& sizes) {
+  auto t = piece.detach().to(torch::kCPU).contiguous();
+  const auto* bytes = static_cast<const unsigned char*>(t.data_ptr());
+  uint64_t h = 1469598103934665603ULL;
+  for (size_t i = 0; i < t.nbytes(); ++i) h = (h ^ bytes[i]) * 1099511628211ULL;
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  auto d = t.to(torch::kFloat64);
+  return {{"offsets", offsets}, {"sizes", sizes}, {"sum", d.sum().item<double>()},
+          {"l2", d.norm().item<double>()}, {"fnv1a64", hex}};
 }
 
 void write_param_digest(const std::string& path, int64_t step, const std::vector<Digest>& digests) {

@@ -50,6 +50,11 @@ struct Digest {
 Digest digest_of(const std::string& key, const torch::Tensor& global);
 void write_param_digest(const std::string& path, int64_t step, const std::vector<Digest>& digests);
 
+// This rank's piece of one parameter: where it sits in the global tensor, its sum and
+// L2 norm, and an FNV-1a hash of its bytes (replicas must agree bit for bit).
+nlohmann::json local_digest(const torch::Tensor& piece, const std::vector<int64_t>& offsets,
+                            const std::vector<int64_t>& sizes);
+
 void write_json(const std::string& path, const nlohmann::json& value);
 
 std::string dtype_name(torch::ScalarType t);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <stdexcept>
 
@@ -10,6 +11,7 @@
 #include "data.h"
 #include "model.h"
 #include "optim.h"
+#include "parallelize.h"
 #include "outputs.h"
 
 namespace meshtrain {
@@ -33,10 +35,13 @@ int train(const TrainConfig& cfg) {
   validate(args, cfg.seq_len);
   if (cfg.steps < 0) throw std::invalid_argument("--steps must be >= 0");
   if (cfg.local_batch_size < 1) throw std::invalid_argument("--local-batch-size must be >= 1");
-  if (env.world_size != 1)
-    throw std::invalid_argument("WORLD_SIZE=" + std::to_string(env.world_size) +
-                                ": this meshtrain trains a single rank (no --mesh yet)");
-  const int64_t dp_degree = 1, dp_rank = 0;
+  const MeshShape shape = parse_mesh(cfg.mesh, env.world_size);
+  ParallelConfig parallel;
+  parallel.reshard_after_forward = parse_reshard(cfg.reshard_after_forward);
+  parallel.ac = parse_ac(cfg.ac);
+  parallel.param_dtype = parse_dtype(cfg.param_dtype);
+  parallel.reduce_dtype = parse_dtype(cfg.reduce_dtype);
+  const int64_t dp_degree = shape.dp();
   const int64_t global_batch =
       cfg.global_batch_size > 0 ? cfg.global_batch_size : cfg.local_batch_size * dp_degree;
   if (global_batch % (cfg.local_batch_size * dp_degree) != 0)
@@ -49,13 +54,18 @@ int train(const TrainConfig& cfg) {
   if (cfg.deterministic) compat::use_deterministic_algorithms();
 
   // ---- the job: peers, model, data, optimizer
-  auto comm = Comm::create(env, backend, std::chrono::milliseconds(static_cast<int64_t>(cfg.timeout_s * 1000)));
-  const torch::Device device = comm->device();
-  const bool is_logger = comm->rank() == 0;
+  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.timeout_s * 1000));
+  MeshGroups groups = join_mesh(env, shape, backend, timeout);
+  const torch::Device device = groups.device;
+  const int64_t dp_rank = dp_rank_of(groups.coord, shape);
+  const bool is_logger = env.rank == 0;
 
-  Transformer model(args);
-  init_weights(model, cfg.seed);
-  model->to(device);
+  // Full tensors from the seed on every rank, then each keeps its part.
+  Transformer full_model(args);
+  init_weights(full_model, cfg.seed);
+  full_model->to(device);
+  auto pm = parallelize(full_model, groups, parallel);
+  Transformer& model = pm->model;
 
   DataLoader loader(load_corpus(cfg.corpus), cfg.seq_len, cfg.seed);
 
@@ -71,10 +81,10 @@ int train(const TrainConfig& cfg) {
 
   // ---- what the harness reads besides the metrics
   std::vector<KeyInfo> keys;
-  for (const auto& [name, p] : named_params) {
-    keys.push_back({"model." + name, shape_of(p), dtype_name(p.scalar_type())});
-    keys.push_back({"optimizer.state." + name + ".exp_avg", shape_of(p), "float32"});
-    keys.push_back({"optimizer.state." + name + ".exp_avg_sq", shape_of(p), "float32"});
+  for (const auto& l : pm->layouts()) {
+    keys.push_back({"model." + l.name, l.global_shape, "float32"});
+    keys.push_back({"optimizer.state." + l.name + ".exp_avg", l.global_shape, "float32"});
+    keys.push_back({"optimizer.state." + l.name + ".exp_avg_sq", l.global_shape, "float32"});
   }
   std::vector<std::string> objects{"lr_scheduler", "train_state"};
   for (int64_t r = 0; r < dp_degree; ++r) objects.push_back("dataloader.dp_rank_" + std::to_string(r));
@@ -83,10 +93,11 @@ int train(const TrainConfig& cfg) {
   if (is_logger) metrics = std::make_unique<MetricsWriter>(cfg.dump_folder + "/metrics.jsonl");
 
   if (is_logger && !cfg.quiet) {
-    std::printf("meshtrain: model %s (%.2fM parameters), %s, seq %lld, global batch %lld, %lld steps\n",
+    std::printf("meshtrain: model %s (%.2fM parameters), %s, mesh %s, data parallel %s, seq %lld, "
+                "global batch %lld, %lld steps\n",
                 args.flavor.c_str(), args.num_parameters() / 1e6, device.str().c_str(),
-                static_cast<long long>(cfg.seq_len), static_cast<long long>(global_batch),
-                static_cast<long long>(cfg.steps));
+                shape.to_string().c_str(), to_string(pm->mode()).c_str(), static_cast<long long>(cfg.seq_len),
+                static_cast<long long>(global_batch), static_cast<long long>(cfg.steps));
     std::printf("%6s %12s %12s %10s %12s\n", "step", "loss", "grad_norm", "lr", "tokens/s");
   }
 
@@ -109,9 +120,9 @@ int train(const TrainConfig& cfg) {
       loss_sum += loss.detach();
     }
     auto loss = loss_sum / accum_steps;
-    comm->all_reduce_mean(loss);
+    groups.dp->all_reduce_mean(loss);
 
-    const double norm = grad_norm(params);
+    const double norm = global_grad_norm(*pm);
     clip_grads(params, norm, cfg.max_norm);
     grad_bytes = 0;
     for (const auto& p : params) grad_bytes += p.grad().defined() ? p.grad().nbytes() : 0;
@@ -149,24 +160,38 @@ int train(const TrainConfig& cfg) {
                 static_cast<long long>(cfg.steps), steady[steady.size() / 2]);
   }
 
-  // ---- final facts: parameter digest and this rank's memory
+  // ---- final facts: parameter digests and this rank's memory
   std::vector<Digest> digests;
-  for (const auto& [name, p] : named_params) digests.push_back(digest_of("model." + name, p));
+  const auto sums = global_sums(*pm);
+  for (const auto& l : pm->layouts()) {
+    const auto& [sum, sum_sq] = sums.at(l.name);
+    int64_t numel = 1;
+    for (auto d : l.global_shape) numel *= d;
+    digests.push_back(Digest{"model." + l.name, sum, std::sqrt(sum_sq), numel});
+  }
   if (is_logger) write_param_digest(cfg.dump_folder + "/param_digest.json", cfg.steps, digests);
+
+  nlohmann::json local = nlohmann::json::object();
+  for (const auto& l : pm->layouts())
+    local["model." + l.name] = local_digest(model->named_parameters()[l.name], l.chunk.offsets, l.chunk.sizes);
 
   int64_t param_bytes = 0;
   for (const auto& p : params) param_bytes += p.nbytes();
-  write_json(cfg.dump_folder + "/rank" + std::to_string(comm->rank()) + ".json",
+  write_json(cfg.dump_folder + "/rank" + std::to_string(env.rank) + ".json",
              {{"format_version", kOutputsFormatVersion},
-              {"rank", comm->rank()},
-              {"world_size", comm->size()},
+              {"rank", env.rank},
+              {"world_size", env.world_size},
+              {"mesh", shape.to_string()},
+              {"coord", {{"dp_replicate", groups.coord.dp_replicate}, {"dp_shard", groups.coord.dp_shard},
+                         {"tp", groups.coord.tp}}},
               {"device", device.str()},
               {"param_bytes", param_bytes},
               {"grad_bytes", grad_bytes},
               {"optimizer_bytes", optimizer.state_bytes()},
               {"host_peak_rss_bytes", host_peak_rss_bytes()},
-              {"device_peak_bytes", compat::device_peak_bytes(device)}});
-  comm->barrier();
+              {"device_peak_bytes", compat::device_peak_bytes(device)},
+              {"local_params", local}});
+  groups.world->barrier();
   return 0;
 }
 

@@ -16,6 +16,11 @@ struct TrainConfig {
   double lr = 8e-4;
   int64_t warmup_steps = 2;
   double max_norm = 1.0;
+  std::string mesh = "dp_shard=-1";  // torchtitan's default: FSDP over the whole world
+  std::string reshard_after_forward = "default";
+  std::string ac = "none";
+  std::string param_dtype = "float32";
+  std::string reduce_dtype = "float32";
 #ifdef MESHTEST_CUDA
   std::string backend = "nccl";
 #else

@@ -1,0 +1,109 @@
+#include "mesh.h"
+
+#include <sstream>
+#include <stdexcept>
+
+namespace meshtrain {
+
+int64_t MeshShape::size(MeshDim d) const {
+  switch (d) {
+    case MeshDim::kDpReplicate: return dp_replicate;
+    case MeshDim::kDpShard: return dp_shard;
+    case MeshDim::kTp: return tp;
+  }
+  return 1;
+}
+
+std::string MeshShape::to_string() const {
+  return "dp_replicate=" + std::to_string(dp_replicate) + ",dp_shard=" + std::to_string(dp_shard) +
+         ",tp=" + std::to_string(tp);
+}
+
+int64_t MeshCoord::at(MeshDim d) const {
+  switch (d) {
+    case MeshDim::kDpReplicate: return dp_replicate;
+    case MeshDim::kDpShard: return dp_shard;
+    case MeshDim::kTp: return tp;
+  }
+  return 0;
+}
+
+MeshShape parse_mesh(const std::string& spec, int64_t world_size) {
+  MeshShape shape;
+  bool infer_shard = false;
+  std::stringstream in(spec);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    if (item.empty()) continue;
+    const auto eq = item.find('=');
+    if (eq == std::string::npos)
+      throw std::invalid_argument("--mesh '" + spec + "': '" + item + "' is not NAME=SIZE");
+    const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
+    int64_t size = 0;
+    try {
+      size_t used = 0;
+      size = std::stoll(value, &used);
+      if (used != value.size()) throw std::invalid_argument("trailing");
+    } catch (const std::exception&) {
+      throw std::invalid_argument("--mesh '" + spec + "': size of " + key + " ('" + value +
+                                  "') is not an integer");
+    }
+    if (key == "dp_shard" && size == -1) {
+      infer_shard = true;
+      continue;
+    }
+    if (size < 1)
+      throw std::invalid_argument("--mesh '" + spec + "': " + key + " must be >= 1 (or dp_shard=-1)");
+    if (key == "dp_replicate") shape.dp_replicate = size;
+    else if (key == "dp_shard") shape.dp_shard = size;
+    else if (key == "tp") shape.tp = size;
+    else
+      throw std::invalid_argument("--mesh '" + spec + "': unknown dimension '" + key +
+                                  "' (known: dp_replicate, dp_shard, tp)");
+  }
+  if (infer_shard) {
+    const int64_t rest = shape.dp_replicate * shape.tp;
+    if (world_size % rest != 0)
+      throw std::invalid_argument("--mesh '" + spec + "': dp_shard=-1 cannot fill world size " +
+                                  std::to_string(world_size) + " (dp_replicate x tp = " +
+                                  std::to_string(rest) + ")");
+    shape.dp_shard = world_size / rest;
+  }
+  if (shape.world_size() != world_size)
+    throw std::invalid_argument("--mesh '" + spec + "' has " + std::to_string(shape.world_size()) +
+                                " ranks (" + shape.to_string() + ") but WORLD_SIZE is " +
+                                std::to_string(world_size));
+  return shape;
+}
+
+MeshCoord coord_of(int64_t rank, const MeshShape& s) {
+  return {rank / (s.dp_shard * s.tp), (rank / s.tp) % s.dp_shard, rank % s.tp};
+}
+
+int64_t rank_of(const MeshCoord& c, const MeshShape& s) {
+  return (c.dp_replicate * s.dp_shard + c.dp_shard) * s.tp + c.tp;
+}
+
+std::vector<int64_t> group_ranks(int64_t rank, const MeshShape& shape, const std::vector<MeshDim>& dims) {
+  const MeshCoord base = coord_of(rank, shape);
+  std::vector<int64_t> ranks;
+  int64_t count = 1;
+  for (auto d : dims) count *= shape.size(d);
+  for (int64_t i = 0; i < count; ++i) {
+    MeshCoord c = base;
+    int64_t rest = i;
+    for (auto it = dims.rbegin(); it != dims.rend(); ++it) {
+      const int64_t n = shape.size(*it), idx = rest % n;
+      rest /= n;
+      if (*it == MeshDim::kDpReplicate) c.dp_replicate = idx;
+      if (*it == MeshDim::kDpShard) c.dp_shard = idx;
+      if (*it == MeshDim::kTp) c.tp = idx;
+    }
+    ranks.push_back(rank_of(c, shape));
+  }
+  return ranks;
+}
+
+int64_t dp_rank_of(const MeshCoord& c, const MeshShape& s) { return c.dp_replicate * s.dp_shard + c.dp_shard; }
+
+}  // namespace meshtrain

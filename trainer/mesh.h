@@ -1,0 +1,47 @@
+// The device mesh: how ranks are arranged in [dp_replicate, dp_shard, tp]
+// (torchtitan's order, tp innermost) and which ranks share each dimension.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace meshtrain {
+
+enum class MeshDim { kDpReplicate = 0, kDpShard = 1, kTp = 2 };
+
+struct MeshShape {
+  int64_t dp_replicate = 1;
+  int64_t dp_shard = 1;
+  int64_t tp = 1;
+
+  int64_t world_size() const { return dp_replicate * dp_shard * tp; }
+  int64_t dp() const { return dp_replicate * dp_shard; }  // data-parallel degree
+  int64_t size(MeshDim d) const;
+  std::string to_string() const;  // "dp_replicate=2,dp_shard=2,tp=1"
+};
+
+// Parses "dp_replicate=R,dp_shard=S,tp=T" (any subset, any order; missing dims are 1;
+// dp_shard=-1 takes what the world leaves). Throws std::invalid_argument when a key is
+// unknown, a value malformed, or the product is not world_size.
+MeshShape parse_mesh(const std::string& spec, int64_t world_size);
+
+struct MeshCoord {
+  int64_t dp_replicate = 0;
+  int64_t dp_shard = 0;
+  int64_t tp = 0;
+  int64_t at(MeshDim d) const;
+};
+
+MeshCoord coord_of(int64_t rank, const MeshShape& shape);
+int64_t rank_of(const MeshCoord& coord, const MeshShape& shape);
+
+// The global ranks that share every coordinate with `rank` except those in `dims`,
+// ordered by their index along `dims` (first dim outermost). Its position in the
+// list is a rank's rank within that group.
+std::vector<int64_t> group_ranks(int64_t rank, const MeshShape& shape, const std::vector<MeshDim>& dims);
+
+// This rank's data-parallel index among shape.dp() (dp_replicate outer, dp_shard inner).
+int64_t dp_rank_of(const MeshCoord& coord, const MeshShape& shape);
+
+}  // namespace meshtrain

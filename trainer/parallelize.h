@@ -1,0 +1,82 @@
+// The parallelize step (torchtitan's parallelize_llama): takes a model whose
+// parameters hold the full, identically initialised tensors and turns it into this
+// rank's part of a data-parallel layout. The model itself is not changed in kind:
+// each parameter becomes this rank's piece, and the module computes with the full
+// weight through a parametrization (SimpleFSDP's ReplicateComputation).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "comm.h"
+#include "model.h"
+#include "placement.h"
+
+namespace meshtrain {
+
+enum class DataParallelMode { kNone, kReplicate, kFullyShard, kHybridShard };
+enum class ReshardAfterForward { kDefault, kAlways, kNever };
+enum class ActivationCheckpoint { kNone, kFull, kSelective };
+
+struct ParallelConfig {
+  ReshardAfterForward reshard_after_forward = ReshardAfterForward::kDefault;
+  ActivationCheckpoint ac = ActivationCheckpoint::kNone;
+  torch::ScalarType param_dtype = torch::kFloat32;   // what forward computes with
+  torch::ScalarType reduce_dtype = torch::kFloat32;  // what gradients are reduced in
+};
+
+ReshardAfterForward parse_reshard(const std::string& s);
+ActivationCheckpoint parse_ac(const std::string& s);
+torch::ScalarType parse_dtype(const std::string& s);
+
+// SimpleFSDP's mode rule: dp_replicate and dp_shard both > 1 -> hybrid_shard;
+// only dp_replicate -> replicate; dp_shard > 1 -> fully_shard; neither -> none.
+DataParallelMode data_parallel_mode(const MeshShape& shape);
+std::string to_string(DataParallelMode mode);
+
+// What one parameter became on this rank.
+struct ParamLayout {
+  std::string name;                    // model fqn, e.g. "layers.0.attention.wq.weight"
+  std::vector<int64_t> global_shape;
+  std::vector<Split> splits;           // how the global tensor was cut, in order
+  Chunk chunk;                         // this rank's piece of the global tensor
+  std::vector<MeshDim> sharded_over;   // mesh dims whose ranks hold different pieces
+  // For the data-parallel parametrization: the row counts of every dp_shard piece.
+  std::vector<int64_t> shard_rows;
+  Comm* shard_group = nullptr;
+  Comm* replicate_group = nullptr;
+  double grad_divisor = 1.0;           // gradients are averaged over the dp degree
+  torch::ScalarType param_dtype = torch::kFloat32;
+  torch::ScalarType reduce_dtype = torch::kFloat32;
+};
+
+// The result of parallelize: every parameter's layout, in model order.
+class ParallelModel {
+ public:
+  ParallelModel(Transformer model, MeshGroups& groups, std::vector<ParamLayout> layouts, DataParallelMode mode)
+      : model(std::move(model)), groups(groups), layouts_(std::move(layouts)), mode_(mode) {}
+  Transformer model;
+  MeshGroups& groups;
+  const std::vector<ParamLayout>& layouts() const { return layouts_; }
+  DataParallelMode mode() const { return mode_; }
+
+ private:
+  std::vector<ParamLayout> layouts_;
+  DataParallelMode mode_;
+};
+
+// Applies activation checkpointing and data parallelism (in torchtitan's order) to a
+// model initialised with full tensors on `groups.device`.
+std::unique_ptr<ParallelModel> parallelize(Transformer model, MeshGroups& groups, const ParallelConfig& config);
+
+// Global L2 norm of all gradients: each piece's squared norm summed over the groups it
+// is sharded across, so no shard and no replica is counted twice.
+double global_grad_norm(const ParallelModel& pm);
+
+// Per parameter: (sum, sum of squares) of the global tensor, in float64.
+std::map<std::string, std::pair<double, double>> global_sums(const ParallelModel& pm);
+
+}  // namespace meshtrain

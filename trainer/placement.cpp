@@ -1,0 +1,52 @@
+#include "placement.h"
+
+#include <stdexcept>
+
+namespace meshtrain {
+
+int64_t Chunk::numel() const {
+  int64_t n = 1;
+  for (auto s : sizes) n *= s;
+  return n;
+}
+
+Extent shard_extent(int64_t n, int64_t k, int64_t i) {
+  if (k < 1 || i < 0 || i >= k || n < 0)
+    throw std::invalid_argument("shard_extent(" + std::to_string(n) + ", " + std::to_string(k) + ", " +
+                                std::to_string(i) + ") is out of range");
+  const int64_t full = (n + k - 1) / k;  // ceil(n / k)
+  const int64_t start = i * full;
+  if (start >= n) return {n, 0};
+  return {start, std::min(full, n - start)};
+}
+
+std::vector<int64_t> shard_sizes(int64_t n, int64_t k) {
+  std::vector<int64_t> sizes;
+  for (int64_t i = 0; i < k; ++i) sizes.push_back(shard_extent(n, k, i).size);
+  return sizes;
+}
+
+Chunk local_chunk(const std::vector<int64_t>& global_shape, const std::vector<Split>& splits) {
+  Chunk c{std::vector<int64_t>(global_shape.size(), 0), global_shape};
+  for (const auto& s : splits) {
+    if (s.dim < 0 || s.dim >= static_cast<int>(global_shape.size()))
+      throw std::invalid_argument("split of dim " + std::to_string(s.dim) + " on a " +
+                                  std::to_string(global_shape.size()) + "-d tensor");
+    const Extent e = shard_extent(c.sizes[s.dim], s.parts, s.index);
+    // An empty piece sits at the end of the global extent, whatever came before.
+    c.offsets[s.dim] = e.size == 0 ? global_shape[s.dim] : c.offsets[s.dim] + e.offset;
+    c.sizes[s.dim] = e.size;
+  }
+  return c;
+}
+
+std::string to_string(const Chunk& c) {
+  auto list = [](const std::vector<int64_t>& v) {
+    std::string s = "[";
+    for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+    return s + "]";
+  };
+  return "offsets " + list(c.offsets) + " sizes " + list(c.sizes);
+}
+
+}  // namespace meshtrain
