@@ -1,57 +1,11 @@
 // meshtrain as a user runs it: real processes, real files.
 #include <gtest/gtest.h>
 
-#include <boost/process.hpp>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
+#include "run_meshtrain.h"
 
-#include <nlohmann/json.hpp>
-
-namespace bp = boost::process;
-namespace fs = std::filesystem;
-using nlohmann::json;
+using namespace meshtrain_test;
 
 namespace {
-
-struct Result {
-  int exit_code;
-  std::string out;
-  std::string err;
-};
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-fs::path fresh_dir(const std::string& name) {
-  auto dir = fs::temp_directory_path() / ("meshtrain_cli_test_" + std::to_string(::getpid())) / name;
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
-
-Result meshtrain(const std::vector<std::string>& args, const std::map<std::string, std::string>& env_vars = {}) {
-  auto dir = fresh_dir("io");
-  auto env = boost::this_process::environment();
-  for (const char* v : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"})
-    if (env.count(v)) env.erase(v);
-  for (const auto& [k, v] : env_vars) env[k] = v;
-  bp::child c(bp::exe = MESHTRAIN_BIN, bp::args = args, bp::std_out > (dir / "out").string(),
-              bp::std_err > (dir / "err").string(), env);
-  c.wait();
-  return {c.exit_code(), slurp(dir / "out"), slurp(dir / "err")};
-}
-
-std::vector<json> metrics(const fs::path& dump) {
-  std::vector<json> rows;
-  std::ifstream in(dump / "metrics.jsonl");
-  for (std::string line; std::getline(in, line);) rows.push_back(json::parse(line));
-  return rows;
-}
 
 std::vector<std::string> train_args(const fs::path& dump, int steps) {
   return {"train", "--model", "tiny", "--steps", std::to_string(steps), "--seed", "42",
@@ -167,7 +121,7 @@ TEST(MeshtrainCli, BadInputGetsOneLineErrors) {
   expect_one_line_error(meshtrain({"train", "--bogus", "1"}), "--bogus");
   expect_one_line_error(meshtrain({"train", "--steps", "ten"}), "--steps");
   expect_one_line_error(meshtrain({"train", "--model", "huge", "--dump-folder", dump.string()}),
-                        "unknown model flavor 'huge' (known: tiny, debugmodel, 1B)");
+                        "unknown model flavor 'huge' (known: tiny, tiny_uneven, debugmodel, 1B)");
   expect_one_line_error(meshtrain({"train", "--seq-len", "0", "--dump-folder", dump.string()}),
                         "seq_len must be positive");
   expect_one_line_error(meshtrain({"train", "--backend", "mpi", "--dump-folder", dump.string()}),
@@ -182,4 +136,11 @@ TEST(MeshtrainCli, BadInputGetsOneLineErrors) {
                         "cannot create dump folder");
   expect_one_line_error(meshtrain({"train", "--dump-folder", dump.string()}, {{"RANK", "3"}, {"WORLD_SIZE", "2"}}),
                         "RANK=3 is not below WORLD_SIZE=2");
+  expect_one_line_error(meshtrain({"train", "--mesh", "dp_shard=3", "--dump-folder", dump.string()}),
+                        "--mesh 'dp_shard=3' has 3 ranks (dp_replicate=1,dp_shard=3,tp=1) but WORLD_SIZE is 1");
+  expect_one_line_error(meshtrain({"train", "--mesh", "dp=2", "--dump-folder", dump.string()}),
+                        "unknown dimension 'dp' (known: dp_replicate, dp_shard, tp)");
+  expect_one_line_error(meshtrain({"train", "--ac", "some", "--dump-folder", dump.string()}), "unknown --ac 'some'");
+  expect_one_line_error(meshtrain({"train", "--reshard-after-forward", "maybe", "--dump-folder", dump.string()}),
+                        "unknown --reshard-after-forward 'maybe'");
 }
