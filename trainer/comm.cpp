@@ -55,8 +55,10 @@ class SelfComm : public Comm {
 
 class C10dComm : public Comm {
  public:
-  C10dComm(c10::intrusive_ptr<compat::Backend> backend, int rank, int size)
-      : backend_(std::move(backend)), rank_(rank), size_(size) {}
+  // `wire_float32`: the backend cannot move bfloat16 (Gloo in 1.13 says "Invalid scalar
+  // type"), so such tensors travel as float32 and come back in their own dtype.
+  C10dComm(c10::intrusive_ptr<compat::Backend> backend, int rank, int size, bool wire_float32)
+      : backend_(std::move(backend)), rank_(rank), size_(size), wire_float32_(wire_float32) {}
   ~C10dComm() override {
     try {
       compat::shutdown(*backend_);
@@ -72,6 +74,7 @@ class C10dComm : public Comm {
   void all_reduce_max(torch::Tensor& t) override { all_reduce(t, c10d::ReduceOp::MAX); }
 
   torch::Tensor all_gather_dim0(const torch::Tensor& local, const std::vector<int64_t>& sizes) override {
+    if (needs_wire_cast(local)) return all_gather_dim0(local.to(torch::kFloat32), sizes).to(local.scalar_type());
     // Collectives need equal sizes: pad every piece to the largest, gather, unpad.
     const int64_t rows = max_of(sizes);
     std::vector<torch::Tensor> input{pad_rows(local, rows)};
@@ -84,6 +87,8 @@ class C10dComm : public Comm {
   }
 
   torch::Tensor reduce_scatter_sum_dim0(const torch::Tensor& full, const std::vector<int64_t>& sizes) override {
+    if (needs_wire_cast(full))
+      return reduce_scatter_sum_dim0(full.to(torch::kFloat32), sizes).to(full.scalar_type());
     int64_t offset = 0;
     for (int i = 0; i < rank_; ++i) offset += sizes[i];
 #ifdef MESHTEST_CUDA
@@ -112,7 +117,17 @@ class C10dComm : public Comm {
   void barrier() override { backend_->barrier()->wait(); }
 
  private:
+  bool needs_wire_cast(const torch::Tensor& t) const {
+    return wire_float32_ && t.scalar_type() == torch::kBFloat16;
+  }
+
   void all_reduce(torch::Tensor& t, c10d::ReduceOp op) {
+    if (needs_wire_cast(t)) {
+      auto wide = t.to(torch::kFloat32);
+      all_reduce(wide, op);
+      t.copy_(wide);
+      return;
+    }
     std::vector<torch::Tensor> tensors{t};
     c10d::AllreduceOptions opts;
     opts.reduceOp = op;
@@ -122,6 +137,7 @@ class C10dComm : public Comm {
   c10::intrusive_ptr<compat::Backend> backend_;
   int rank_;
   int size_;
+  bool wire_float32_;
 };
 
 std::shared_ptr<Comm> make_group(const c10::intrusive_ptr<c10d::Store>& root, const std::string& name,
@@ -143,7 +159,7 @@ std::shared_ptr<Comm> make_group(const c10::intrusive_ptr<c10d::Store>& root, co
     auto opts = c10d::ProcessGroupNCCL::Options::create();
     opts->timeout = timeout;
     return std::make_shared<C10dComm>(c10::make_intrusive<c10d::ProcessGroupNCCL>(store, group_rank, size, opts),
-                                      group_rank, size);
+                                      group_rank, size, /*wire_float32=*/false);
 #else
     throw std::invalid_argument("backend 'nccl' needs the CUDA build (this is the CPU build; use --backend gloo)");
 #endif
@@ -159,7 +175,7 @@ std::shared_ptr<Comm> make_group(const c10::intrusive_ptr<c10d::Store>& root, co
   opts->devices.push_back(ifname && *ifname ? c10d::ProcessGroupGloo::createDeviceForInterface(ifname)
                                             : c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
   return std::make_shared<C10dComm>(c10::make_intrusive<c10d::ProcessGroupGloo>(store, group_rank, size, opts),
-                                    group_rank, size);
+                                    group_rank, size, /*wire_float32=*/true);
 #endif
 }
 

@@ -149,3 +149,27 @@ TEST(DataParallel, KilledRankMakesThePeersFailNotHang) {
   EXPECT_NE(codes[0], 0) << "rank 0 exited 0 after its peer died";
   EXPECT_NE(job.err(0).find("meshtrain: error: "), std::string::npos) << job.err(0);
 }
+
+TEST(DataParallel, MixedPrecisionComputesInBfloat16AndReducesInFloat32) {
+  auto single = single_rank_run("tiny");
+  auto dump = fresh_dir("bf16");
+  auto args = train_args("tiny", dump, kGlobalBatch / 2);
+  args.insert(args.end(), {"--mesh", "dp_shard=2", "--param-dtype", "bfloat16", "--reduce-dtype", "float32"});
+  Job job(2, args, dump);
+  auto codes = job.wait();
+  ASSERT_EQ(codes[0], 0) << job.err(0);
+  ASSERT_EQ(codes[1], 0) << job.err(1);
+  auto ms = metrics(single), mb = metrics(dump);
+  ASSERT_EQ(mb.size(), static_cast<size_t>(kSteps));
+  bool any_difference = false;
+  for (int i = 0; i < kSteps; ++i) {
+    const double ls = ms[i]["loss"], lb = mb[i]["loss"];
+    EXPECT_NEAR(lb, ls, 2e-2 * ls) << "step " << i + 1 << ": bf16 compute strays too far from float32";
+    any_difference |= lb != ls;
+  }
+  EXPECT_TRUE(any_difference) << "bf16 losses equal float32 bit for bit: the policy was not applied";
+  // Parameters and optimizer state stay float32 (master weights).
+  auto rank = json::parse(slurp(dump / "rank0.json"));
+  auto one = json::parse(slurp(single / "rank0.json"));
+  EXPECT_NEAR(rank["param_bytes"].get<double>(), one["param_bytes"].get<double>() / 2, 0.01 * one["param_bytes"].get<double>());
+}
