@@ -57,8 +57,10 @@ class C10dComm : public Comm {
  public:
   // `wire_float32`: the backend cannot move bfloat16 (Gloo in 1.13 says "Invalid scalar
   // type"), so such tensors travel as float32 and come back in their own dtype.
-  C10dComm(c10::intrusive_ptr<compat::Backend> backend, int rank, int size, bool wire_float32)
-      : backend_(std::move(backend)), rank_(rank), size_(size), wire_float32_(wire_float32) {}
+  C10dComm(c10::intrusive_ptr<compat::Backend> backend, int rank, int size, bool wire_float32,
+           int64_t cuda_device = -1)
+      : backend_(std::move(backend)), rank_(rank), size_(size), wire_float32_(wire_float32),
+        cuda_device_(cuda_device) {}
   ~C10dComm() override {
     try {
       compat::shutdown(*backend_);
@@ -114,7 +116,12 @@ class C10dComm : public Comm {
 #endif
   }
 
-  void barrier() override { backend_->barrier()->wait(); }
+  void barrier() override {
+    c10d::BarrierOptions opts;
+    // Tell NCCL our GPU; otherwise a barrier before any collective guesses it from the rank.
+    if (cuda_device_ >= 0) opts.device_ids = {cuda_device_};
+    backend_->barrier(opts)->wait();
+  }
 
  private:
   bool needs_wire_cast(const torch::Tensor& t) const {
@@ -138,11 +145,13 @@ class C10dComm : public Comm {
   int rank_;
   int size_;
   bool wire_float32_;
+  int64_t cuda_device_;
 };
 
 std::shared_ptr<Comm> make_group(const c10::intrusive_ptr<c10d::Store>& root, const std::string& name,
                                  const std::vector<int64_t>& ranks, int global_rank, Backend backend,
-                                 std::chrono::milliseconds timeout, bool single_rank_talks = false) {
+                                 std::chrono::milliseconds timeout, int64_t device_index,
+                                 bool single_rank_talks = false) {
   if (ranks.size() == 1 && !single_rank_talks) return std::make_shared<SelfComm>();
   int group_rank = -1;
   std::string id;
@@ -159,7 +168,7 @@ std::shared_ptr<Comm> make_group(const c10::intrusive_ptr<c10d::Store>& root, co
     auto opts = c10d::ProcessGroupNCCL::Options::create();
     opts->timeout = timeout;
     return std::make_shared<C10dComm>(c10::make_intrusive<c10d::ProcessGroupNCCL>(store, group_rank, size, opts),
-                                      group_rank, size, /*wire_float32=*/false);
+                                      group_rank, size, /*wire_float32=*/false, device_index);
 #else
     throw std::invalid_argument("backend 'nccl' needs the CUDA build (this is the CPU build; use --backend gloo)");
 #endif
@@ -235,7 +244,7 @@ MeshGroups join_mesh(const LaunchEnv& env, const MeshShape& shape, Backend backe
   using D = MeshDim;
   auto group = [&](const std::string& name, std::vector<D> dims, bool single_rank_talks = false) {
     return make_group(root, name, group_ranks(env.rank, shape, dims), env.rank, backend, timeout,
-                      single_rank_talks);
+                      g.device.is_cuda() ? g.device.index() : -1, single_rank_talks);
   };
   // Every rank builds its groups in this same order (Gloo connects in the constructor).
   // The world group is always a real backend, so even a one-rank run proves the backend works.
