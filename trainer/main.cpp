@@ -26,8 +26,8 @@ void add_train_options(CLI::App& cmd, meshtrain::TrainConfig& c) {
       ->capture_default_str();
   cmd.add_option("--max-norm", c.max_norm, "Clip gradients to this global L2 norm")->capture_default_str();
   cmd.add_option("--mesh", c.mesh,
-                 "Device mesh dp_replicate=R,dp_shard=S (missing dims 1; dp_shard=-1 fills the world). "
-                 "dp_shard>1: FSDP; dp_replicate>1: DDP; both: HSDP")
+                 "Device mesh dp_replicate=R,dp_shard=S,tp=T (missing dims 1; dp_shard=-1 fills the world). "
+                 "dp_shard>1: FSDP; dp_replicate>1: DDP; both: HSDP; tp>1: tensor parallel")
       ->capture_default_str();
   cmd.add_option("--reshard-after-forward", c.reshard_after_forward,
                  "FSDP/HSDP: free gathered weights after a block's forward and gather again in backward: "
@@ -35,6 +35,10 @@ void add_train_options(CLI::App& cmd, meshtrain::TrainConfig& c) {
       ->capture_default_str();
   cmd.add_option("--ac", c.ac, "Activation checkpointing: none | full (every block) | selective (every 2nd block)")
       ->capture_default_str();
+  cmd.add_flag("--loss-parallel", c.loss_parallel,
+               "TP: compute the loss on vocabulary-sharded logits without gathering them");
+  cmd.add_flag("--sequence-parallel", c.sequence_parallel,
+               "TP: shard norms and residual activations along the sequence (seq_len divisible by tp)");
   cmd.add_option("--param-dtype", c.param_dtype, "Mixed precision: dtype the forward computes with (float32|bfloat16)")
       ->capture_default_str();
   cmd.add_option("--reduce-dtype", c.reduce_dtype, "Mixed precision: dtype gradients are reduced in (float32|bfloat16)")

@@ -53,6 +53,16 @@ torch::Tensor swiglu(const torch::Tensor& x, const torch::Tensor& w1, const torc
 
 // ---- modules: they own parameters under torchtitan's names
 
+// What a parallel style (torchtitan's ColwiseParallel, RowwiseParallel, SequenceParallel,
+// PrepareModuleInput) attaches to a module: transforms of its input and of its output.
+// Identity unless set; the module calls them and knows nothing else about them.
+struct ModuleHooks {
+  std::function<torch::Tensor(const torch::Tensor&)> input;
+  std::function<torch::Tensor(const torch::Tensor&)> output;
+  torch::Tensor in(const torch::Tensor& x) const { return input ? input(x) : x; }
+  torch::Tensor out(const torch::Tensor& y) const { return output ? output(y) : y; }
+};
+
 // A module with one parameter, `weight`, that a parallelism may parametrize (as
 // torch.nn.utils.parametrize does): the registered tensor stays what is stored and
 // checkpointed (under FSDP, this rank's shard), and `parametrization`, if set, maps it
@@ -60,6 +70,7 @@ torch::Tensor swiglu(const torch::Tensor& x, const torch::Tensor& w1, const torc
 struct WeightModule : torch::nn::Module {
   torch::Tensor weight;
   std::function<torch::Tensor(const torch::Tensor&)> parametrization;
+  ModuleHooks hooks;
   torch::Tensor compute_weight() const { return parametrization ? parametrization(weight) : weight; }
 };
 
@@ -77,10 +88,12 @@ struct LinearImpl : WeightModule {
 };
 TORCH_MODULE(Linear);
 
-// Token embedding table W: [V, D]; forward looks rows up.
+// Token embedding table W: [V, D]; forward looks rows up. A parallel style may replace
+// the lookup (a vocabulary-sharded table masks ids it does not hold).
 struct EmbeddingImpl : WeightModule {
   EmbeddingImpl(int64_t vocab, int64_t dim);
   torch::Tensor forward(const torch::Tensor& tokens);
+  std::function<torch::Tensor(const torch::Tensor& ids, const torch::Tensor& weight)> lookup;
 };
 TORCH_MODULE(Embedding);
 
@@ -88,6 +101,7 @@ struct AttentionImpl : torch::nn::Module {
   explicit AttentionImpl(const ModelArgs& args);
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
   int64_t head_dim;
+  ModuleHooks hooks;
   Linear wq{nullptr}, wk{nullptr}, wv{nullptr}, wo{nullptr};
 };
 TORCH_MODULE(Attention);
@@ -95,6 +109,7 @@ TORCH_MODULE(Attention);
 struct FeedForwardImpl : torch::nn::Module {
   explicit FeedForwardImpl(const ModelArgs& args);
   torch::Tensor forward(const torch::Tensor& x);
+  ModuleHooks hooks;
   Linear w1{nullptr}, w2{nullptr}, w3{nullptr};
 };
 TORCH_MODULE(FeedForward);

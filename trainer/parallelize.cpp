@@ -1,5 +1,7 @@
 #include "parallelize.h"
 
+#include "mappings.h"
+
 #include <cmath>
 #include <stdexcept>
 
@@ -71,59 +73,181 @@ std::string to_string(DataParallelMode mode) {
   return "?";
 }
 
-std::unique_ptr<ParallelModel> parallelize(Transformer model, MeshGroups& groups, const ParallelConfig& config) {
-  const DataParallelMode mode = data_parallel_mode(groups.shape);
-  const bool sharded = mode == DataParallelMode::kFullyShard || mode == DataParallelMode::kHybridShard;
+void validate_tp(const ModelArgs& a, const MeshShape& shape, const ParallelConfig& config) {
+  const int64_t t = shape.tp;
+  auto fail = [&](const std::string& what) {
+    throw std::invalid_argument("tp=" + std::to_string(t) + ": " + what);
+  };
+  if (a.n_heads % t != 0)
+    fail("n_heads " + std::to_string(a.n_heads) + " of model '" + a.flavor + "' is not divisible by tp " +
+         std::to_string(t));
+  if (a.n_kv_heads % t != 0)
+    fail("n_kv_heads " + std::to_string(a.n_kv_heads) + " of model '" + a.flavor + "' is not divisible by tp " +
+         std::to_string(t));
+  if (config.sequence_parallel && config.seq_len % t != 0)
+    fail("--sequence-parallel needs seq_len divisible by tp, got seq_len " + std::to_string(config.seq_len));
+}
 
-  // Activation checkpointing, and reshard-after-forward, which frees a block's gathered
-  // weights by recomputing the block (gathering again) in backward.
-  const bool reshard = sharded && config.reshard_after_forward != ReshardAfterForward::kNever;
-  int64_t layer_id = 0;
+namespace {
+
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+// torchtitan's Llama TP plan as a weight's split dimension: column-parallel layers,
+// the embedding and the output layer split their rows (dim 0: output features or
+// vocabulary); row-parallel layers split their columns (dim 1); norms are replicated (-1).
+int tp_split_dim(const std::string& fqn) {
+  for (const char* colwise : {"attention.wq.weight", "attention.wk.weight", "attention.wv.weight",
+                              "feed_forward.w1.weight", "feed_forward.w3.weight", "tok_embeddings.weight",
+                              "output.weight"})
+    if (ends_with(fqn, colwise)) return 0;
+  for (const char* rowwise : {"attention.wo.weight", "feed_forward.w2.weight"})
+    if (ends_with(fqn, rowwise)) return 1;
+  return -1;
+}
+
+torch::Tensor slice(const torch::Tensor& t, const Chunk& c) {
+  auto out = t;
+  for (size_t d = 0; d < c.sizes.size(); ++d) {
+    // An empty piece's offset is the global extent: narrow(.., N, 0) is valid.
+    out = out.narrow(static_cast<int64_t>(d), c.offsets[d], c.sizes[d]);
+  }
+  return out.clone();
+}
+
+using Transform = std::function<torch::Tensor(const torch::Tensor&)>;
+
+Transform then(Transform first, Transform second) {
+  if (!first) return second;
+  if (!second) return first;
+  return [first, second](const torch::Tensor& x) { return second(first(x)); };
+}
+
+// torchtitan's apply_tp: hooks that move activations between the layouts the plan implies.
+void apply_tp(Transformer& model, MeshGroups& groups, const ParallelConfig& config,
+              const std::map<std::string, const ParamLayout*>& layout_of, std::map<std::string, Transform>& weight_tp) {
+  Comm& tp = *groups.tp;
+  const bool sp = config.sequence_parallel;
+  const auto seq_sizes = shard_sizes(config.seq_len, groups.shape.tp);
+  // Where a replicated (or sequence-sharded) activation enters a column-parallel region.
+  Transform enter = sp ? Transform([&tp, seq_sizes](const torch::Tensor& x) { return tp::gather_from_tp(x, tp, 1, seq_sizes); })
+                       : Transform([&tp](const torch::Tensor& x) { return tp::copy_to_tp(x, tp); });
+  // Where a row-parallel region's partial sums leave it.
+  Transform leave = sp ? Transform([&tp, seq_sizes](const torch::Tensor& y) {
+                           return tp::reduce_scatter_to_tp(y, tp, 1, seq_sizes);
+                         })
+                       : Transform([&tp](const torch::Tensor& y) { return tp::reduce_from_tp(y, tp); });
+
+  const ParamLayout& emb = *layout_of.at("tok_embeddings.weight");
+  const int64_t vocab_start = local_chunk(emb.global_shape, {emb.splits.front()}).offsets[0];
+  model->tok_embeddings->lookup = [vocab_start](const torch::Tensor& ids, const torch::Tensor& w) {
+    return tp::masked_embedding(ids, w, vocab_start);
+  };
+  model->tok_embeddings->hooks.output = leave;
   for (const auto& layer : *model->layers) {
     auto* block = layer->as<TransformerBlock>();
-    const bool selected = config.ac == ActivationCheckpoint::kFull ||
-                          (config.ac == ActivationCheckpoint::kSelective && (layer_id + 1) % 2 == 0);
-    block->recompute = selected || reshard;
-    ++layer_id;
+    block->attention->hooks.input = enter;
+    block->attention->wo->hooks.output = leave;
+    block->feed_forward->hooks.input = enter;
+    block->feed_forward->w2->hooks.output = leave;
   }
+  model->output->hooks.input = enter;
+  const ParamLayout& out = *layout_of.at("output.weight");
+  const auto vocab_sizes = shard_sizes(out.global_shape[0], groups.shape.tp);
+  if (!config.loss_parallel)
+    model->output->hooks.output = [&tp, vocab_sizes](const torch::Tensor& y) {
+      return tp::gather_replicated_from_tp(y, tp, 2, vocab_sizes);
+    };
+  // Under sequence parallel each rank normalises its own tokens: the replicated norm
+  // weights' gradients are partial and must be summed over tp.
+  if (sp)
+    for (const auto& [name, layout] : layout_of)
+      if (tp_split_dim(name) < 0)
+        weight_tp[name] = [&tp](const torch::Tensor& w) { return tp::copy_to_tp(w, tp); };
+}
 
-  // Data parallel: every parameter becomes its dp_shard piece (placement algebra), and
-  // its module computes with ReplicateComputation(piece).
+}  // namespace
+
+std::unique_ptr<ParallelModel> parallelize(Transformer model, MeshGroups& groups, const ParallelConfig& config) {
+  const MeshShape& shape = groups.shape;
+  const DataParallelMode mode = data_parallel_mode(shape);
+  const bool fsdp = mode == DataParallelMode::kFullyShard || mode == DataParallelMode::kHybridShard;
+
+  // Every parameter's layout: the TP split first, then FSDP splits the TP-local piece
+  // (torchtitan's _StridedShard order). The placement algebra turns splits into chunks.
   std::vector<ParamLayout> layouts;
   for (const auto& item : model->named_parameters()) {
     ParamLayout l;
     l.name = item.key();
     l.global_shape = item.value().sizes().vec();
-    if (sharded) l.splits.push_back(Split{0, groups.shape.dp_shard, groups.coord.dp_shard});
+    const int tp_dim = shape.tp > 1 ? tp_split_dim(l.name) : -1;
+    if (tp_dim >= 0) {
+      l.splits.push_back(Split{tp_dim, shape.tp, groups.coord.tp});
+      l.sharded_over.push_back(MeshDim::kTp);
+    }
+    l.tp_local_shape = local_chunk(l.global_shape, l.splits).sizes;
+    if (fsdp) {
+      l.splits.push_back(Split{0, shape.dp_shard, groups.coord.dp_shard});
+      l.sharded_over.push_back(MeshDim::kDpShard);
+    }
     l.chunk = local_chunk(l.global_shape, l.splits);
-    if (sharded) l.sharded_over.push_back(MeshDim::kDpShard);
     // Under replicate, dp_shard has one rank: the gather is the identity.
-    l.shard_rows = shard_sizes(l.global_shape[0], groups.shape.dp_shard);
+    l.shard_rows = shard_sizes(l.tp_local_shape[0], shape.dp_shard);
     l.shard_group = groups.dp_shard.get();
     l.replicate_group = groups.dp_replicate.get();
-    l.grad_divisor = static_cast<double>(groups.shape.dp());
+    l.grad_divisor = static_cast<double>(shape.dp());
     l.param_dtype = config.param_dtype;
     l.reduce_dtype = config.reduce_dtype;
     layouts.push_back(std::move(l));
   }
   auto pm = std::make_unique<ParallelModel>(model, groups, std::move(layouts), mode);
-  std::map<std::string, const ParamLayout*> by_name;
-  for (const auto& l : pm->layouts()) by_name[l.name] = &l;
+  std::map<std::string, const ParamLayout*> layout_of;
+  for (const auto& l : pm->layouts()) layout_of[l.name] = &l;
 
+  // 1. Tensor parallel.
+  std::map<std::string, Transform> weight_tp;
+  if (shape.tp > 1) apply_tp(model, groups, config, layout_of, weight_tp);
+  Comm& tp = *groups.tp;
+  if (shape.tp > 1 && config.loss_parallel) {
+    const ParamLayout& out = *layout_of.at("output.weight");
+    const int64_t vocab_start = local_chunk(out.global_shape, {out.splits.front()}).offsets[0];
+    pm->loss = [&tp, vocab_start](const torch::Tensor& logits, const torch::Tensor& targets) {
+      return tp::vocab_parallel_cross_entropy(logits.flatten(0, 1).to(torch::kFloat32), targets.flatten(), tp,
+                                              vocab_start);
+    };
+  } else {
+    pm->loss = [](const torch::Tensor& logits, const torch::Tensor& targets) {
+      return torch::cross_entropy_loss(logits.flatten(0, 1).to(torch::kFloat32), targets.flatten());
+    };
+  }
+
+  // 2. Activation checkpointing, and reshard-after-forward, which frees a block's
+  // gathered weights by recomputing the block (gathering again) in backward.
+  const bool reshard = fsdp && config.reshard_after_forward != ReshardAfterForward::kNever;
+  int64_t layer_id = 0;
+  for (const auto& layer : *model->layers) {
+    const bool selected = config.ac == ActivationCheckpoint::kFull ||
+                          (config.ac == ActivationCheckpoint::kSelective && (layer_id + 1) % 2 == 0);
+    layer->as<TransformerBlock>()->recompute = selected || reshard;
+    ++layer_id;
+  }
+
+  // 3. Data parallel: every parameter keeps only its piece, and its module computes
+  // with ReplicateComputation(piece), then the TP weight transform if any.
+  const bool needs_dp_function = mode != DataParallelMode::kNone || config.param_dtype != torch::kFloat32;
   torch::NoGradGuard no_grad;
   for (const auto& item : model->named_modules()) {
     auto* wm = dynamic_cast<WeightModule*>(item.value().get());
     if (wm == nullptr) continue;
-    const ParamLayout* layout = by_name.at(item.key() + ".weight");
-    if (mode == DataParallelMode::kNone && config.param_dtype == torch::kFloat32) continue;
-    if (sharded) {
-      // Keep only this rank's rows between steps: the full tensor is dropped here.
-      auto piece = wm->weight.narrow(0, layout->chunk.offsets[0], layout->chunk.sizes[0]).clone();
-      wm->weight.set_data(piece);
-    }
-    wm->parametrization = [layout](const torch::Tensor& piece) {
-      return ReplicateComputation::apply(piece, layout);
-    };
+    const std::string fqn = item.key() + ".weight";
+    const ParamLayout* layout = layout_of.at(fqn);
+    // Keep only this rank's piece between steps: the full tensor is dropped here.
+    if (!layout->splits.empty()) wm->weight.set_data(slice(wm->weight, layout->chunk));
+    Transform dp;
+    if (needs_dp_function)
+      dp = [layout](const torch::Tensor& piece) { return ReplicateComputation::apply(piece, layout); };
+    wm->parametrization = then(dp, weight_tp.count(fqn) ? weight_tp.at(fqn) : Transform());
   }
   return pm;
 }

@@ -26,7 +26,13 @@ struct ParallelConfig {
   ActivationCheckpoint ac = ActivationCheckpoint::kNone;
   torch::ScalarType param_dtype = torch::kFloat32;   // what forward computes with
   torch::ScalarType reduce_dtype = torch::kFloat32;  // what gradients are reduced in
+  bool loss_parallel = false;      // TP: cross-entropy on vocabulary-sharded logits
+  bool sequence_parallel = false;  // TP: norms and residuals sharded along the sequence
+  int64_t seq_len = 0;             // needed to split the sequence under sequence parallel
 };
+
+// Throws std::invalid_argument naming the constraint a tensor-parallel degree breaks.
+void validate_tp(const ModelArgs& args, const MeshShape& shape, const ParallelConfig& config);
 
 ReshardAfterForward parse_reshard(const std::string& s);
 ActivationCheckpoint parse_ac(const std::string& s);
@@ -44,6 +50,7 @@ struct ParamLayout {
   std::vector<Split> splits;           // how the global tensor was cut, in order
   Chunk chunk;                         // this rank's piece of the global tensor
   std::vector<MeshDim> sharded_over;   // mesh dims whose ranks hold different pieces
+  std::vector<int64_t> tp_local_shape; // the piece tensor parallelism leaves before FSDP splits it
   // For the data-parallel parametrization: the row counts of every dp_shard piece.
   std::vector<int64_t> shard_rows;
   Comm* shard_group = nullptr;
@@ -60,6 +67,8 @@ class ParallelModel {
       : model(std::move(model)), groups(groups), layouts_(std::move(layouts)), mode_(mode) {}
   Transformer model;
   MeshGroups& groups;
+  // Mean cross-entropy of the model's output [B, T, V or V/tp] against targets [B, T].
+  std::function<torch::Tensor(const torch::Tensor& logits, const torch::Tensor& targets)> loss;
   const std::vector<ParamLayout>& layouts() const { return layouts_; }
   DataParallelMode mode() const { return mode_; }
 
@@ -68,7 +77,7 @@ class ParallelModel {
   DataParallelMode mode_;
 };
 
-// Applies activation checkpointing and data parallelism (in torchtitan's order) to a
+// Applies tensor parallelism, activation checkpointing and data parallelism (in torchtitan's order) to a
 // model initialised with full tensors on `groups.device`.
 std::unique_ptr<ParallelModel> parallelize(Transformer model, MeshGroups& groups, const ParallelConfig& config);
 

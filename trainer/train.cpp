@@ -41,6 +41,10 @@ int train(const TrainConfig& cfg) {
   parallel.ac = parse_ac(cfg.ac);
   parallel.param_dtype = parse_dtype(cfg.param_dtype);
   parallel.reduce_dtype = parse_dtype(cfg.reduce_dtype);
+  parallel.loss_parallel = cfg.loss_parallel;
+  parallel.sequence_parallel = cfg.sequence_parallel;
+  parallel.seq_len = cfg.seq_len;
+  validate_tp(args, shape, parallel);
   const int64_t dp_degree = shape.dp();
   const int64_t global_batch =
       cfg.global_batch_size > 0 ? cfg.global_batch_size : cfg.local_batch_size * dp_degree;
@@ -115,7 +119,7 @@ int train(const TrainConfig& cfg) {
       auto inputs = to_tensor(batch.inputs, batch.samples, batch.seq_len, device);    // [b, T]
       auto targets = to_tensor(batch.targets, batch.samples, batch.seq_len, device);  // [b, T]
       auto logits = model(inputs);                                                    // [b, T, V]
-      auto loss = torch::cross_entropy_loss(logits.flatten(0, 1).to(torch::kFloat32), targets.flatten());
+      auto loss = pm->loss(logits, targets);
       (loss / accum_steps).backward();
       loss_sum += loss.detach();
     }

@@ -21,6 +21,8 @@ struct TrainConfig {
   std::string ac = "none";
   std::string param_dtype = "float32";
   std::string reduce_dtype = "float32";
+  bool loss_parallel = false;
+  bool sequence_parallel = false;
 #ifdef MESHTEST_CUDA
   std::string backend = "nccl";
 #else
