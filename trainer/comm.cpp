@@ -148,10 +148,12 @@ class C10dComm : public Comm {
   int64_t cuda_device_;
 };
 
+}  // namespace
+
 std::shared_ptr<Comm> make_group(const c10::intrusive_ptr<c10d::Store>& root, const std::string& name,
                                  const std::vector<int64_t>& ranks, int global_rank, Backend backend,
                                  std::chrono::milliseconds timeout, int64_t device_index,
-                                 bool single_rank_talks = false) {
+                                 bool single_rank_talks) {
   if (ranks.size() == 1 && !single_rank_talks) return std::make_shared<SelfComm>();
   int group_rank = -1;
   std::string id;
@@ -187,8 +189,6 @@ std::shared_ptr<Comm> make_group(const c10::intrusive_ptr<c10d::Store>& root, co
                                     group_rank, size, /*wire_float32=*/true);
 #endif
 }
-
-}  // namespace
 
 LaunchEnv LaunchEnv::from_environment() {
   LaunchEnv env;

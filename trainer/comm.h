@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
 #include "mesh.h"
 
 namespace meshtrain {
@@ -65,6 +67,15 @@ struct MeshGroups {
     return d == MeshDim::kDpReplicate ? *dp_replicate : d == MeshDim::kDpShard ? *dp_shard : *tp;
   }
 };
+
+// One group over `store` whose members are the global `ranks` (this process is
+// `global_rank`); members meet under the prefix name/<ranks>. A one-rank group is a
+// local no-op unless `single_rank_talks`. join_mesh makes every mesh group with it;
+// tests use it to run ranks as threads of one process.
+std::shared_ptr<Comm> make_group(const c10::intrusive_ptr<c10d::Store>& store, const std::string& name,
+                                 const std::vector<int64_t>& ranks, int global_rank, Backend backend,
+                                 std::chrono::milliseconds timeout, int64_t cuda_device = -1,
+                                 bool single_rank_talks = false);
 
 // Joins the job described by `env` (one TCPStore; each group under its own PrefixStore
 // prefix; single-rank jobs need no rendezvous) and builds the mesh's groups.
