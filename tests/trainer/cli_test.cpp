@@ -141,6 +141,15 @@ TEST(MeshtrainCli, BadInputGetsOneLineErrors) {
   expect_one_line_error(meshtrain({"train", "--mesh", "dp=2", "--dump-folder", dump.string()}),
                         "unknown dimension 'dp' (known: dp_replicate, dp_shard, tp)");
   expect_one_line_error(meshtrain({"train", "--ac", "some", "--dump-folder", dump.string()}), "unknown --ac 'some'");
+  // An impossible TP degree is rejected before any rendezvous (no peer ever starts here).
+  const std::map<std::string, std::string> rank0_of_4{{"RANK", "0"}, {"WORLD_SIZE", "4"}, {"MASTER_PORT", "1"}};
+  expect_one_line_error(
+      meshtrain({"train", "--model", "tiny_uneven", "--mesh", "tp=4", "--dump-folder", dump.string()}, rank0_of_4),
+      "tp=4: n_kv_heads 2 of model 'tiny_uneven' is not divisible by tp 4");
+  expect_one_line_error(meshtrain({"train", "--mesh", "tp=4", "--sequence-parallel", "--seq-len", "30",
+                                   "--dump-folder", dump.string()},
+                                  rank0_of_4),
+                        "tp=4: --sequence-parallel needs seq_len divisible by tp, got seq_len 30");
   expect_one_line_error(meshtrain({"train", "--reshard-after-forward", "maybe", "--dump-folder", dump.string()}),
                         "unknown --reshard-after-forward 'maybe'");
 }

@@ -1,5 +1,6 @@
-// FSDP, DDP and HSDP in separate processes over Gloo, against the single-rank run with
-// the same global batch: losses, gradient norms and final weights must agree.
+// FSDP, DDP, HSDP and tensor parallel (alone and in 2-D/3-D meshes) in separate
+// processes over Gloo, against the single-rank run with the same global batch: losses,
+// gradient norms and final weights must agree.
 #include <gtest/gtest.h>
 
 #include <csignal>
@@ -30,10 +31,11 @@ fs::path single_rank_run(const std::string& flavor) {
 
 struct Layout {
   std::string flavor;
-  int ranks;
+  int ranks;  // world size; the data-parallel degree is ranks / tp
   std::string mesh;
   std::vector<std::string> extra;  // --ac / --reshard-after-forward
   std::string name;
+  int tp = 1;
 };
 
 // gtest prints a parameter in test listings and failures; the name says it all.
@@ -41,7 +43,7 @@ void PrintTo(const Layout& l, std::ostream* os) { *os << l.name << " (" << l.mes
 
 fs::path run_layout(const Layout& l) {
   auto dump = fresh_dir(l.name);
-  const int dp = l.ranks;  // these meshes are all data-parallel
+  const int dp = l.ranks / l.tp;
   auto args = train_args(l.flavor, dump, kGlobalBatch / dp);
   args.insert(args.end(), {"--mesh", l.mesh});
   args.insert(args.end(), l.extra.begin(), l.extra.end());
@@ -97,6 +99,23 @@ std::vector<Layout> layouts() {
       out.push_back({flavor, 4, "dp_shard=4", {"--reshard-after-forward", reshard}, flavor + "_fsdp4_reshard_" + reshard});
   }
   out.push_back({"tiny", 4, "dp_shard=-1", {"--ac", "selective"}, "tiny_fsdp_inferred_ac_selective"});
+
+  // Tensor parallel, with and without loss parallel and sequence parallel.
+  const std::vector<std::pair<std::string, std::vector<std::string>>> tp_options{
+      {"plain", {}},
+      {"lp", {"--loss-parallel"}},
+      {"sp", {"--sequence-parallel"}},
+      {"lp_sp", {"--loss-parallel", "--sequence-parallel"}}};
+  struct Mesh { int ranks; std::string spec; std::string name; int tp; };
+  for (const auto& m : {Mesh{2, "tp=2", "tp2", 2}, Mesh{4, "tp=4", "tp4", 4}, Mesh{4, "dp_shard=2,tp=2", "fsdp2_tp2", 2},
+                        Mesh{4, "dp_replicate=2,tp=2", "ddp2_tp2", 2},
+                        Mesh{8, "dp_replicate=2,dp_shard=2,tp=2", "hsdp2x2_tp2", 2}})
+    for (const auto& [opt, flags] : tp_options)
+      out.push_back({"tiny", m.ranks, m.spec, flags, "tiny_" + m.name + "_" + opt, m.tp});
+  // tiny_uneven has 2 kv heads: tp=2 only; its vocabulary (259) and ffn (137) split unevenly.
+  for (const auto& [opt, flags] : tp_options)
+    out.push_back({"tiny_uneven", 2, "tp=2", flags, "tiny_uneven_tp2_" + opt, 2});
+  out.push_back({"tiny_uneven", 4, "dp_shard=2,tp=2", {"--sequence-parallel"}, "tiny_uneven_fsdp2_tp2_sp", 2});
   return out;
 }
 
