@@ -117,7 +117,7 @@ TEST(ModelArgs, ConstraintsAreCheckedWithClearErrors) {
     validate(a, 64);
     FAIL() << "expected an error";
   } catch (const std::invalid_argument& e) {
-    EXPECT_STREQ(e.what(), "model 'tiny': n_heads 4 is not divisible by n_kv_heads 3");
+    EXPECT_STREQ(e.what(), "model 'tiny': n_heads 8 is not divisible by n_kv_heads 3");
   }
   a = model_flavor("tiny");
   a.n_heads = 5;
