@@ -4,6 +4,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "hash.h"
+
 namespace meshtrain {
 
 std::vector<int32_t> ByteTokenizer::encode(std::string_view text, bool bos, bool eos) {
@@ -51,15 +53,6 @@ std::vector<int32_t> load_corpus(const std::string& path) {
   if (tokens.empty()) throw std::runtime_error("corpus '" + path + "' is empty");
   return tokens;
 }
-
-namespace {
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-}  // namespace
 
 DataLoader::DataLoader(std::vector<int32_t> tokens, int64_t seq_len, uint64_t seed)
     : tokens_(std::move(tokens)), seq_len_(seq_len), seed_(seed) {

@@ -1,6 +1,7 @@
 #include "model.h"
 
 #include "compat.h"
+#include "hash.h"
 
 #include <cmath>
 #include <stdexcept>
@@ -236,18 +237,9 @@ torch::Tensor TransformerImpl::forward(const torch::Tensor& tokens) {
 
 namespace {
 
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
 // One generator per parameter, so a tensor's values depend on (seed, name) only.
 torch::Generator generator_for(uint64_t seed, const std::string& name) {
-  uint64_t h = 1469598103934665603ULL;  // FNV-1a
-  for (unsigned char c : name) h = (h ^ c) * 1099511628211ULL;
-  return at::detail::createCPUGenerator(splitmix64(seed ^ splitmix64(h)));
+  return at::detail::createCPUGenerator(splitmix64(seed ^ splitmix64(fnv1a64(name))));
 }
 
 // torch.nn.init.trunc_normal_: inverse-CDF sampling, then clamp to [a, b].

@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <stdexcept>
 
+#include "hash.h"
+
 namespace meshtrain {
 
 namespace fs = std::filesystem;
@@ -60,9 +62,7 @@ Digest digest_of(const std::string& key, const torch::Tensor& global) {
 nlohmann::json local_digest(const torch::Tensor& piece, const std::vector<int64_t>& offsets,
                             const std::vector<int64_t>& sizes) {
   auto t = piece.detach().to(torch::kCPU).contiguous();
-  const auto* bytes = static_cast<const unsigned char*>(t.data_ptr());
-  uint64_t h = 1469598103934665603ULL;
-  for (size_t i = 0; i < t.nbytes(); ++i) h = (h ^ bytes[i]) * 1099511628211ULL;
+  const uint64_t h = fnv1a64(t.data_ptr(), t.nbytes());
   char hex[17];
   std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
   auto d = t.to(torch::kFloat64);
