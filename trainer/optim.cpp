@@ -50,17 +50,6 @@ double lr_at(int64_t step, int64_t total, int64_t warmup, double lr, double min_
   return lr * (min_ratio + (1.0 - min_ratio) * (1.0 - progress));
 }
 
-double grad_norm(const std::vector<torch::Tensor>& params) {
-  // Accumulate on the parameters' device in float64; one host sync at the end.
-  torch::Tensor sum_sq;
-  for (const auto& p : params) {
-    if (!p.grad().defined()) continue;
-    auto sq = p.grad().to(torch::kFloat64).pow(2).sum();
-    sum_sq = sum_sq.defined() ? sum_sq + sq : sq;
-  }
-  return sum_sq.defined() ? std::sqrt(sum_sq.item<double>()) : 0.0;
-}
-
 void clip_grads(const std::vector<torch::Tensor>& params, double norm, double max_norm) {
   const double coef = max_norm / (norm + 1e-6);
   if (coef >= 1.0) return;

@@ -18,8 +18,6 @@ namespace meshtrain {
 
 namespace {
 
-std::vector<int64_t> shape_of(const torch::Tensor& t) { return t.sizes().vec(); }
-
 torch::Tensor to_tensor(const std::vector<int64_t>& ids, int64_t rows, int64_t cols,
                         const torch::Device& device) {
   return torch::tensor(ids, torch::kInt64).view({rows, cols}).to(device);
