@@ -10,10 +10,15 @@
 namespace {
 
 void add_train_options(CLI::App& cmd, meshtrain::TrainConfig& c) {
+  // A later flag overrides an earlier one, so a phase can append to a base command line.
+  cmd.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   std::string flavors;
   for (const auto& n : meshtrain::model_flavor_names()) flavors += (flavors.empty() ? "" : "|") + n;
   cmd.add_option("--model", c.model, "Model flavor: " + flavors)->capture_default_str();
-  cmd.add_option("--steps", c.steps, "Optimizer steps")->capture_default_str();
+  cmd.add_option("--steps", c.steps, "Optimizer steps (the learning-rate schedule spans them)")->capture_default_str();
+  cmd.add_option("--stop-at", c.stop_at,
+                 "End this run after step N (saving a checkpoint there if enabled), e.g. to resume it later")
+      ->capture_default_str();
   cmd.add_option("--seed", c.seed, "Seed for weights and data order")->capture_default_str();
   cmd.add_option("--local-batch-size", c.local_batch_size, "Samples per rank per micro-batch")
       ->capture_default_str();
@@ -39,6 +44,23 @@ void add_train_options(CLI::App& cmd, meshtrain::TrainConfig& c) {
                "TP: compute the loss on vocabulary-sharded logits without gathering them");
   cmd.add_flag("--sequence-parallel", c.sequence_parallel,
                "TP: shard norms and residual activations along the sequence (seq_len divisible by tp)");
+  cmd.add_flag("--checkpoint.enable", c.checkpoint_enable,
+               "Save checkpoints, and resume from the latest complete one in the folder at start");
+  cmd.add_option("--checkpoint.folder", c.checkpoint_folder, "Checkpoint folder (default <dump-folder>/checkpoint)");
+  cmd.add_option("--checkpoint.interval", c.checkpoint_interval, "Save every N steps (0: only after the last step)")
+      ->capture_default_str();
+  cmd.add_option("--checkpoint.keep-latest-k", c.checkpoint_keep_latest_k, "Keep only the newest K steps (0: all)")
+      ->capture_default_str();
+  cmd.add_option("--checkpoint.load-step", c.checkpoint_load_step, "Resume from this step (-1: the latest)")
+      ->capture_default_str();
+  cmd.add_option("--checkpoint.exclude-from-loading", c.checkpoint_exclude,
+                 "Comma-separated parts not to load: optimizer, lr_scheduler, dataloader");
+  cmd.add_option("--checkpoint.key-style", c.checkpoint_key_style,
+                 "canonical | parametrize (data-parallel-wrapped weights named <m>.parametrizations.weight.original)")
+      ->capture_default_str();
+  cmd.add_option("--checkpoint.key-map", c.checkpoint_key_map,
+                 "none | parametrize-to-canonical (load parametrize-style keys into any model)")
+      ->capture_default_str();
   cmd.add_option("--param-dtype", c.param_dtype, "Mixed precision: dtype the forward computes with (float32|bfloat16)")
       ->capture_default_str();
   cmd.add_option("--reduce-dtype", c.reduce_dtype, "Mixed precision: dtype gradients are reduced in (float32|bfloat16)")

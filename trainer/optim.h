@@ -34,6 +34,7 @@ class AdamW {
   void zero_grad();
 
   int64_t steps_taken() const { return step_; }
+  void set_steps_taken(int64_t steps) { step_ = steps; }  // when resuming from a checkpoint
   const std::vector<std::pair<std::string, torch::Tensor>>& params() const { return params_; }
   const std::map<std::string, State>& state() const { return state_; }
   // Bytes held by exp_avg and exp_avg_sq on this rank.

@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <optional>
 #include <cstdio>
 #include <stdexcept>
 
+#include "checkpoint.h"
 #include "comm.h"
 #include "compat.h"
 #include "data.h"
@@ -81,13 +83,73 @@ int train(const TrainConfig& cfg) {
   adamw.lr = cfg.lr;
   AdamW optimizer(named_params, adamw);
 
+  // ---- checkpoint: what this rank saves and loads, in canonical keys
+  CheckpointConfig ckpt_config;
+  ckpt_config.enable = cfg.checkpoint_enable;
+  ckpt_config.folder = cfg.checkpoint_folder.empty() ? cfg.dump_folder + "/checkpoint" : cfg.checkpoint_folder;
+  ckpt_config.interval = cfg.checkpoint_interval;
+  ckpt_config.keep_latest_k = cfg.checkpoint_keep_latest_k;
+  ckpt_config.load_step = cfg.checkpoint_load_step;
+  ckpt_config.exclude_from_loading = parse_exclusions(cfg.checkpoint_exclude);
+  ckpt_config.key_style = cfg.checkpoint_key_style;
+  ckpt_config.key_map = cfg.checkpoint_key_map;
+  Checkpointer checkpointer(ckpt_config, groups, env.rank);
+  std::vector<CheckpointTensor> model_state, optimizer_state;
+  for (const auto& l : pm->layouts()) {
+    model_state.push_back({"model." + l.name, &l, model->named_parameters()[l.name]});
+    const auto& s = optimizer.state().at(l.name);
+    optimizer_state.push_back({"optimizer.state." + l.name + ".exp_avg", &l, s.exp_avg});
+    optimizer_state.push_back({"optimizer.state." + l.name + ".exp_avg_sq", &l, s.exp_avg_sq});
+  }
+
+  int64_t start_step = 0, lr_step_offset = 0;
+  const auto resume_step = ckpt_config.load_step >= 0 ? std::optional<int64_t>(ckpt_config.load_step)
+                                                      : checkpointer.latest_step();
+  if (ckpt_config.enable && resume_step) {
+    const auto& excluded = ckpt_config.exclude_from_loading;
+    auto wanted = model_state;
+    if (!excluded.count("optimizer")) wanted.insert(wanted.end(), optimizer_state.begin(), optimizer_state.end());
+    const auto objects = checkpointer.load(*resume_step, wanted);
+    const auto& train_state = objects.at("train_state");
+    start_step = train_state.at("step").get<int64_t>();
+    if (!excluded.count("optimizer")) optimizer.set_steps_taken(train_state.at("optimizer_steps").get<int64_t>());
+    if (excluded.count("lr_scheduler")) lr_step_offset = start_step;  // a fresh schedule
+    if (excluded.count("dataloader")) {
+      // meshtrain's data order is a function of the step: the position follows from it.
+      auto state = loader.state();
+      state["samples_consumed"] = start_step * global_batch;
+      loader.load_state(state);
+    } else {
+      const int64_t saved_dp = train_state.at("dp_degree").get<int64_t>();
+      if (saved_dp != dp_degree)
+        throw std::runtime_error("checkpoint step-" + std::to_string(*resume_step) +
+                                 ": dataloader state was saved for data-parallel degree " + std::to_string(saved_dp) +
+                                 ", this run has " + std::to_string(dp_degree) +
+                                 "; pass --checkpoint.exclude-from-loading dataloader (meshtrain's data order "
+                                 "follows from the step)");
+      loader.load_state(objects.at("dataloader.dp_rank_" + std::to_string(dp_rank)));
+    }
+    if (is_logger && !cfg.quiet)
+      std::printf("meshtrain: resumed from %s (written under %s)\n", checkpointer.step_dir(*resume_step).c_str(),
+                  train_state.value("mesh", std::string("?")).c_str());
+  }
+  auto save_checkpoint = [&](int64_t step) {
+    nlohmann::json objects = nlohmann::json::object();
+    if (env.rank == 0) {
+      objects["train_state"] = {{"step", step}, {"optimizer_steps", optimizer.steps_taken()},
+                                {"dp_degree", dp_degree}, {"mesh", shape.to_string()}};
+      objects["lr_scheduler"] = {{"step", step - lr_step_offset}, {"warmup_steps", cfg.warmup_steps}, {"lr", cfg.lr}};
+    }
+    if (groups.coord.tp == 0) objects["dataloader.dp_rank_" + std::to_string(dp_rank)] = loader.state();
+    auto tensors = model_state;
+    tensors.insert(tensors.end(), optimizer_state.begin(), optimizer_state.end());
+    checkpointer.save(step, tensors, objects);
+  };
+
   // ---- what the harness reads besides the metrics
   std::vector<KeyInfo> keys;
-  for (const auto& l : pm->layouts()) {
-    keys.push_back({"model." + l.name, l.global_shape, "float32"});
-    keys.push_back({"optimizer.state." + l.name + ".exp_avg", l.global_shape, "float32"});
-    keys.push_back({"optimizer.state." + l.name + ".exp_avg_sq", l.global_shape, "float32"});
-  }
+  for (const auto& t : model_state) keys.push_back({checkpointer.saved_key(t.key), t.layout->global_shape, "float32"});
+  for (const auto& t : optimizer_state) keys.push_back({checkpointer.saved_key(t.key), t.layout->global_shape, "float32"});
   std::vector<std::string> objects{"lr_scheduler", "train_state"};
   for (int64_t r = 0; r < dp_degree; ++r) objects.push_back("dataloader.dp_rank_" + std::to_string(r));
   if (is_logger) write_state_dict_keys(cfg.dump_folder + "/state_dict_keys.json", keys, objects);
@@ -106,9 +168,10 @@ int train(const TrainConfig& cfg) {
   // ---- the training loop
   int64_t grad_bytes = 0;
   std::vector<double> tokens_per_s;
-  for (int64_t step = 1; step <= cfg.steps; ++step) {
+  const int64_t last_step = cfg.stop_at >= 0 ? std::min(cfg.stop_at, cfg.steps) : cfg.steps;
+  for (int64_t step = start_step + 1; step <= last_step; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
-    const double lr = lr_at(step, cfg.steps, cfg.warmup_steps, cfg.lr);
+    const double lr = lr_at(step - lr_step_offset, cfg.steps - lr_step_offset, cfg.warmup_steps, cfg.lr);
 
     optimizer.zero_grad();
     auto loss_sum = torch::zeros({}, torch::dtype(torch::kFloat32).device(device));
@@ -152,14 +215,16 @@ int train(const TrainConfig& cfg) {
                     norm, lr, tokens / step_time);
       std::fflush(stdout);
     }
+    if (ckpt_config.enable && ((ckpt_config.interval > 0 && step % ckpt_config.interval == 0) || step == last_step))
+      save_checkpoint(step);
   }
 
   if (is_logger && !cfg.quiet && tokens_per_s.size() > 1) {
     // The first step pays for allocation and kernel selection: leave it out.
     std::vector<double> steady(tokens_per_s.begin() + 1, tokens_per_s.end());
     std::nth_element(steady.begin(), steady.begin() + steady.size() / 2, steady.end());
-    std::printf("meshtrain: median tokens/s over steps 2..%lld: %.0f\n",
-                static_cast<long long>(cfg.steps), steady[steady.size() / 2]);
+    std::printf("meshtrain: median tokens/s over steps %lld..%lld: %.0f\n", static_cast<long long>(start_step + 2),
+                static_cast<long long>(last_step), steady[steady.size() / 2]);
   }
 
   // ---- final facts: parameter digests and this rank's memory
@@ -171,7 +236,7 @@ int train(const TrainConfig& cfg) {
     for (auto d : l.global_shape) numel *= d;
     digests.push_back(Digest{"model." + l.name, sum, std::sqrt(sum_sq), numel});
   }
-  if (is_logger) write_param_digest(cfg.dump_folder + "/param_digest.json", cfg.steps, digests);
+  if (is_logger) write_param_digest(cfg.dump_folder + "/param_digest.json", last_step, digests);
 
   nlohmann::json local = nlohmann::json::object();
   for (const auto& l : pm->layouts())
@@ -192,6 +257,9 @@ int train(const TrainConfig& cfg) {
               {"optimizer_bytes", optimizer.state_bytes()},
               {"host_peak_rss_bytes", host_peak_rss_bytes()},
               {"device_peak_bytes", compat::device_peak_bytes(device)},
+              {"checkpoint_bytes_written", checkpointer.io().bytes_written},
+              {"checkpoint_bytes_read", checkpointer.io().bytes_read},
+              {"local_state_bytes", param_bytes + optimizer.state_bytes()},
               {"local_params", local}});
   groups.world->barrier();
   return 0;

@@ -9,6 +9,7 @@ namespace meshtrain {
 struct TrainConfig {
   std::string model = "tiny";
   int64_t steps = 10;
+  int64_t stop_at = -1;  // end the run after this step (the schedule still spans `steps`); -1: at `steps`
   uint64_t seed = 42;
   int64_t local_batch_size = 8;
   int64_t global_batch_size = -1;  // -1: local batch x data-parallel degree (no accumulation)
@@ -23,6 +24,14 @@ struct TrainConfig {
   std::string reduce_dtype = "float32";
   bool loss_parallel = false;
   bool sequence_parallel = false;
+  bool checkpoint_enable = false;
+  std::string checkpoint_folder;  // empty: <dump-folder>/checkpoint
+  int64_t checkpoint_interval = 0;
+  int64_t checkpoint_keep_latest_k = 0;
+  int64_t checkpoint_load_step = -1;
+  std::string checkpoint_exclude;
+  std::string checkpoint_key_style = "canonical";
+  std::string checkpoint_key_map = "none";
 #ifdef MESHTEST_CUDA
   std::string backend = "nccl";
 #else

@@ -1,0 +1,400 @@
+#include "checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <stdexcept>
+
+#include "hash.h"
+#include "placement.h"
+
+namespace meshtrain {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+// Checksums cover fixed blocks of a chunk's bytes, so a partial read can be verified
+// without reading the whole chunk.
+constexpr int64_t kBlockBytes = 4096;
+const std::string kMetadata = ".metadata";
+
+std::string hex(uint64_t h) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+std::string shape_str(const std::vector<int64_t>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s + "]";
+}
+
+[[noreturn]] void fail(const std::string& what) { throw std::runtime_error(what); }
+
+void write_all(int fd, const void* data, size_t size, const std::string& path) {
+  const auto* p = static_cast<const char*>(data);
+  while (size > 0) {
+    ssize_t n = ::write(fd, p, size);
+    if (n < 0) fail("checkpoint: writing '" + path + "' failed: " + std::strerror(errno));
+    p += n;
+    size -= static_cast<size_t>(n);
+  }
+}
+
+// Writes a file completely and durably, or throws: the caller's folder is temporary.
+void write_file(const std::string& path, const std::string& bytes) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) fail("checkpoint: cannot create '" + path + "': " + std::strerror(errno));
+  write_all(fd, bytes.data(), bytes.size(), path);
+  if (::fsync(fd) != 0 || ::close(fd) != 0) fail("checkpoint: cannot sync '" + path + "': " + std::strerror(errno));
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("checkpoint: cannot read '" + path + "': " + std::strerror(errno));
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// A chunk of the global tensor as two corners; empty if any extent is empty.
+struct Box {
+  std::vector<int64_t> lo, hi;
+  bool empty() const {
+    for (size_t d = 0; d < lo.size(); ++d)
+      if (hi[d] <= lo[d]) return true;
+    return false;
+  }
+};
+
+Box box_of(const std::vector<int64_t>& offsets, const std::vector<int64_t>& sizes) {
+  Box b{offsets, offsets};
+  for (size_t d = 0; d < sizes.size(); ++d) b.hi[d] += sizes[d];
+  return b;
+}
+
+Box intersect(const Box& a, const Box& b) {
+  Box o = a;
+  for (size_t d = 0; d < a.lo.size(); ++d) o.lo[d] = std::max(a.lo[d], b.lo[d]), o.hi[d] = std::min(a.hi[d], b.hi[d]);
+  return o;
+}
+
+std::vector<int64_t> strides_of(const std::vector<int64_t>& sizes) {
+  std::vector<int64_t> s(sizes.size(), 1);
+  for (int d = static_cast<int>(sizes.size()) - 2; d >= 0; --d) s[d] = s[d + 1] * sizes[d + 1];
+  return s;
+}
+
+// Calls fn(global index of the run's first element, run length) for each contiguous
+// run along the last dimension of box `o`.
+template <typename Fn>
+void for_each_run(const Box& o, Fn fn) {
+  const size_t n = o.lo.size();
+  if (n == 0) return fn(std::vector<int64_t>{}, int64_t{1});
+  std::vector<int64_t> idx = o.lo;
+  const int64_t run = o.hi[n - 1] - o.lo[n - 1];
+  while (true) {
+    fn(idx, run);
+    int d = static_cast<int>(n) - 2;
+    for (; d >= 0; --d) {
+      if (++idx[d] < o.hi[d]) break;
+      idx[d] = o.lo[d];
+    }
+    if (d < 0) return;
+  }
+}
+
+int64_t flat_index(const std::vector<int64_t>& idx, const std::vector<int64_t>& origin,
+                   const std::vector<int64_t>& strides) {
+  int64_t f = 0;
+  for (size_t d = 0; d < idx.size(); ++d) f += (idx[d] - origin[d]) * strides[d];
+  return f;
+}
+
+// Reads, verifies and caches the blocks of one saved chunk.
+class ChunkReader {
+ public:
+  ChunkReader(const std::string& dir, const std::string& key, const json& chunk, CheckpointIo& io)
+      : key_(key), io_(io) {
+    path_ = dir + "/" + chunk.at("file").get<std::string>();
+    base_ = chunk.at("byte_offset").get<int64_t>();
+    length_ = chunk.at("byte_length").get<int64_t>();
+    hashes_ = chunk.at("block_fnv1a64").get<std::vector<std::string>>();
+    if (base_ < 0 || length_ < 0 || static_cast<int64_t>(hashes_.size()) != (length_ + kBlockBytes - 1) / kBlockBytes)
+      fail("checkpoint: '" + path_ + "': chunk of key '" + key_ + "' has an inconsistent byte range");
+  }
+  ~ChunkReader() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  // Copies `bytes` bytes starting at `offset` within the chunk into `out`.
+  void copy(int64_t offset, int64_t bytes, char* out) {
+    if (offset < 0 || offset + bytes > length_)
+      fail("checkpoint: '" + path_ + "': key '" + key_ + "' needs bytes past its chunk");
+    while (bytes > 0) {
+      const int64_t block = offset / kBlockBytes, within = offset % kBlockBytes;
+      const std::string& data = load_block(block);
+      const int64_t n = std::min<int64_t>(bytes, static_cast<int64_t>(data.size()) - within);
+      std::memcpy(out, data.data() + within, static_cast<size_t>(n));
+      out += n, offset += n, bytes -= n;
+    }
+  }
+
+ private:
+  const std::string& load_block(int64_t block) {
+    auto it = blocks_.find(block);
+    if (it != blocks_.end()) return it->second;
+    if (fd_ < 0) {
+      fd_ = ::open(path_.c_str(), O_RDONLY);
+      if (fd_ < 0) fail("checkpoint: cannot open '" + path_ + "' for key '" + key_ + "': " + std::strerror(errno));
+    }
+    const int64_t size = std::min(kBlockBytes, length_ - block * kBlockBytes);
+    std::string data(static_cast<size_t>(size), '\0');
+    const ssize_t n = ::pread(fd_, data.data(), data.size(), base_ + block * kBlockBytes);
+    if (n != size)
+      fail("checkpoint: '" + path_ + "' is truncated: key '" + key_ + "' needs bytes " +
+           std::to_string(base_ + block * kBlockBytes) + ".." + std::to_string(base_ + block * kBlockBytes + size));
+    io_.bytes_read += size;
+    if (hex(fnv1a64(data.data(), data.size())) != hashes_[block])
+      fail("checkpoint: '" + path_ + "': checksum mismatch in key '" + key_ + "' (block " + std::to_string(block) +
+           "): the file is corrupt");
+    return blocks_.emplace(block, std::move(data)).first->second;
+  }
+
+  std::string key_, path_;
+  CheckpointIo& io_;
+  int64_t base_ = 0, length_ = 0;
+  std::vector<std::string> hashes_;
+  int fd_ = -1;
+  std::map<int64_t, std::string> blocks_;
+};
+
+}  // namespace
+
+std::set<std::string> parse_exclusions(const std::string& list) {
+  std::set<std::string> out;
+  std::stringstream in(list);
+  for (std::string item; std::getline(in, item, ',');) {
+    if (item.empty()) continue;
+    if (item != "optimizer" && item != "lr_scheduler" && item != "dataloader")
+      throw std::invalid_argument("--checkpoint.exclude-from-loading: unknown part '" + item +
+                                  "' (known: optimizer, lr_scheduler, dataloader)");
+    out.insert(item);
+  }
+  return out;
+}
+
+Checkpointer::Checkpointer(CheckpointConfig config, MeshGroups& groups, int rank)
+    : config_(std::move(config)), groups_(groups), rank_(rank) {
+  if (config_.key_style != "canonical" && config_.key_style != "parametrize")
+    throw std::invalid_argument("--checkpoint.key-style '" + config_.key_style + "' (known: canonical, parametrize)");
+  if (config_.key_map != "none" && config_.key_map != "parametrize-to-canonical")
+    throw std::invalid_argument("--checkpoint.key-map '" + config_.key_map +
+                                "' (known: none, parametrize-to-canonical)");
+}
+
+std::string Checkpointer::step_dir(int64_t step) const { return config_.folder + "/step-" + std::to_string(step); }
+
+std::string Checkpointer::saved_key(const std::string& canonical) const {
+  // torch.nn.utils.parametrize renames a wrapped parameter `w` of module m to
+  // m.parametrizations.w.original. SimpleFSDP wraps every parameter in data parallel.
+  if (config_.key_style != "parametrize" || groups_.shape.dp() == 1 || config_.key_map != "none") return canonical;
+  if (canonical.find(".weight") == std::string::npos) return canonical;
+  const std::string leaf = ".weight";
+  const auto at = canonical.find(leaf + ".");
+  const auto pos = at != std::string::npos ? at : canonical.size() - leaf.size();
+  return canonical.substr(0, pos) + ".parametrizations.weight.original" + canonical.substr(pos + leaf.size());
+}
+
+void Checkpointer::save(int64_t step, const std::vector<CheckpointTensor>& tensors, const json& objects) {
+  const std::string tmp = config_.folder + "/.tmp-step-" + std::to_string(step);
+  if (rank_ == 0) {
+    std::error_code ec;
+    fs::remove_all(tmp, ec);  // a save that died earlier
+    fs::create_directories(tmp, ec);
+    if (ec) fail("checkpoint: cannot create '" + tmp + "': " + ec.message());
+  }
+  groups_.world->barrier();
+
+  // This rank's data file: the chunks it owns, back to back, raw little-endian float32.
+  const std::string file = "__" + std::to_string(rank_) + "_0.distcp";
+  std::string bytes;
+  json entries = json::object();
+  for (const auto& t : tensors) {
+    const Chunk& c = t.layout->chunk;
+    // One copy of replicated chunks: the rank at coordinate 0 of every unsharded mesh dim.
+    bool owner = true;
+    for (MeshDim d : {MeshDim::kDpReplicate, MeshDim::kDpShard, MeshDim::kTp}) {
+      const auto& over = t.layout->sharded_over;
+      if (std::find(over.begin(), over.end(), d) == over.end() && groups_.coord.at(d) != 0) owner = false;
+    }
+    if (!owner || c.numel() == 0) continue;
+    auto data = t.local.detach().to(torch::kCPU, torch::kFloat32).contiguous();
+    const auto* p = static_cast<const char*>(data.data_ptr());
+    const int64_t length = static_cast<int64_t>(data.nbytes());
+    std::vector<std::string> hashes;
+    for (int64_t b = 0; b < length; b += kBlockBytes)
+      hashes.push_back(hex(fnv1a64(p + b, static_cast<size_t>(std::min(kBlockBytes, length - b)))));
+    entries[saved_key(t.key)] = {{"shape", t.layout->global_shape},
+                             {"offsets", c.offsets},
+                             {"sizes", c.sizes},
+                             {"file", file},
+                             {"byte_offset", bytes.size()},
+                             {"byte_length", length},
+                             {"block_fnv1a64", hashes}};
+    bytes.append(p, static_cast<size_t>(length));
+  }
+  write_file(tmp + "/" + file, bytes);
+  io_.bytes_written += static_cast<int64_t>(bytes.size());
+  write_file(tmp + "/rank" + std::to_string(rank_) + ".plan.json", json{{"tensors", entries}, {"objects", objects}}.dump());
+  groups_.world->barrier();
+
+  if (rank_ == 0) {
+    // Merge the plans, check every tensor is covered exactly once, write metadata last.
+    json keys = json::object();
+    for (int r = 0; r < groups_.world->size(); ++r) {
+      const std::string plan_path = tmp + "/rank" + std::to_string(r) + ".plan.json";
+      json plan = json::parse(read_text(plan_path));
+      for (auto& [key, e] : plan["tensors"].items()) {
+        auto& k = keys[key];
+        k["kind"] = "tensor", k["dtype"] = "float32", k["shape"] = e["shape"];
+        e.erase("shape");
+        k["chunks"].push_back(e);
+      }
+      for (auto& [key, value] : plan["objects"].items()) keys[key] = {{"kind", "object"}, {"value", value}};
+      fs::remove(plan_path);
+    }
+    for (auto& [key, k] : keys.items()) {
+      if (k["kind"] != "tensor") continue;
+      int64_t numel = 1, covered = 0;
+      for (auto d : k["shape"].get<std::vector<int64_t>>()) numel *= d;
+      std::vector<Box> boxes;
+      for (const auto& c : k["chunks"]) {
+        Box b = box_of(c["offsets"].get<std::vector<int64_t>>(), c["sizes"].get<std::vector<int64_t>>());
+        for (const auto& other : boxes)
+          if (!intersect(b, other).empty()) fail("checkpoint: save plan writes overlapping chunks of '" + key + "'");
+        boxes.push_back(b);
+        covered += Chunk{c["offsets"], c["sizes"]}.numel();
+      }
+      if (covered != numel)
+        fail("checkpoint: save plan covers " + std::to_string(covered) + " of " + std::to_string(numel) +
+             " elements of '" + key + "'");
+    }
+    json metadata = {{"format_version", kCheckpointFormatVersion},
+                     {"step", step},
+                     {"writer_mesh", groups_.shape.to_string()},
+                     {"key_style", config_.key_style},
+                     {"keys", keys}};
+    write_file(tmp + "/" + kMetadata, metadata.dump(1));
+    // Publish: one rename. An older folder of the same step moves aside first.
+    const std::string final_dir = step_dir(step), old = final_dir + ".old";
+    std::error_code ec;
+    if (fs::exists(final_dir)) fs::rename(final_dir, old);
+    fs::rename(tmp, final_dir);
+    fs::remove_all(old, ec);
+    if (config_.keep_latest_k > 0) {
+      std::vector<int64_t> steps;
+      for (const auto& entry : fs::directory_iterator(config_.folder)) {
+        const std::string name = entry.path().filename().string();
+        if (name.rfind("step-", 0) == 0 && fs::exists(entry.path() / kMetadata)) steps.push_back(std::stoll(name.substr(5)));
+      }
+      std::sort(steps.rbegin(), steps.rend());
+      for (size_t i = static_cast<size_t>(config_.keep_latest_k); i < steps.size(); ++i)
+        fs::remove_all(step_dir(steps[i]), ec);
+    }
+  }
+  groups_.world->barrier();
+}
+
+std::optional<int64_t> Checkpointer::latest_step() const {
+  std::optional<int64_t> best;
+  std::error_code ec;
+  if (!fs::is_directory(config_.folder, ec)) return best;
+  for (const auto& entry : fs::directory_iterator(config_.folder)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("step-", 0) != 0 || !fs::exists(entry.path() / kMetadata)) continue;
+    try {
+      const int64_t s = std::stoll(name.substr(5));
+      if (!best || s > *best) best = s;
+    } catch (const std::exception&) {
+    }
+  }
+  return best;
+}
+
+json Checkpointer::load(int64_t step, const std::vector<CheckpointTensor>& tensors) {
+  const std::string dir = step_dir(step), meta_path = dir + "/" + kMetadata;
+  json metadata;
+  try {
+    metadata = json::parse(read_text(meta_path));
+  } catch (const json::exception& e) {
+    fail("checkpoint: '" + meta_path + "' is not valid metadata: " + e.what());
+  }
+  if (metadata.value("format_version", 0) != kCheckpointFormatVersion)
+    fail("checkpoint: '" + meta_path + "' has format_version " + metadata.value("format_version", json()).dump() +
+         ", this meshtrain reads " + std::to_string(kCheckpointFormatVersion));
+  json keys = metadata.at("keys");
+  if (config_.key_map == "parametrize-to-canonical") {
+    json mapped = json::object();
+    const std::string from = ".parametrizations.weight.original", to = ".weight";
+    for (auto& [key, value] : keys.items()) {
+      std::string k = key;
+      if (auto p = k.find(from); p != std::string::npos) k.replace(p, from.size(), to);
+      mapped[k] = value;
+    }
+    keys = mapped;
+  }
+
+  torch::NoGradGuard no_grad;
+  for (const auto& t : tensors) {
+    const std::string key = saved_key(t.key);
+    if (!keys.contains(key)) fail("Missing key in checkpoint state_dict: " + key + ".");
+    const json& k = keys[key];
+    const auto shape = k.at("shape").get<std::vector<int64_t>>();
+    if (shape != t.layout->global_shape)
+      fail("checkpoint: '" + meta_path + "': size mismatch for " + key + ": saved " + shape_str(shape) +
+           ", current " + shape_str(t.layout->global_shape));
+    const Chunk& want = t.layout->chunk;
+    const Box mine = box_of(want.offsets, want.sizes);
+    auto local = torch::zeros(want.sizes, torch::kFloat32);
+    auto* out = static_cast<char*>(local.data_ptr());
+    const auto local_strides = strides_of(want.sizes);
+    int64_t filled = 0;
+    for (const auto& c : k.at("chunks")) {
+      const auto offsets = c.at("offsets").get<std::vector<int64_t>>(), sizes = c.at("sizes").get<std::vector<int64_t>>();
+      if (offsets.size() != shape.size() || sizes.size() != shape.size())
+        fail("checkpoint: '" + meta_path + "': a chunk of '" + key + "' has the wrong rank");
+      for (size_t d = 0; d < shape.size(); ++d)
+        if (offsets[d] < 0 || sizes[d] < 0 || offsets[d] + sizes[d] > shape[d])
+          fail("checkpoint: '" + meta_path + "': a chunk of '" + key + "' lies outside " + shape_str(shape));
+      const Box saved = box_of(offsets, sizes);
+      const Box overlap = intersect(mine, saved);
+      if (overlap.empty()) continue;
+      ChunkReader reader(dir, key, c, io_);
+      const auto saved_strides = strides_of(sizes);
+      for_each_run(overlap, [&](const std::vector<int64_t>& idx, int64_t run) {
+        reader.copy(flat_index(idx, offsets, saved_strides) * 4, run * 4,
+                    out + flat_index(idx, want.offsets, local_strides) * 4);
+        filled += run;
+      });
+    }
+    if (filled != want.numel())
+      fail("checkpoint: '" + meta_path + "': chunks of '" + key + "' cover " + std::to_string(filled) + " of the " +
+           std::to_string(want.numel()) + " elements this rank needs");
+    t.local.copy_(local.view(t.local.sizes()));
+  }
+  json objects = json::object();
+  for (auto& [key, value] : keys.items())
+    if (value.value("kind", "") == "object") objects[key] = value.at("value");
+  return objects;
+}
+
+}  // namespace meshtrain

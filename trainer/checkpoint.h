@@ -1,0 +1,79 @@
+// A sharded, resharding checkpoint (docs/checkpoint.md). Every rank writes only the
+// chunks it owns (one copy of replicated chunks), and reads back only the byte blocks
+// that overlap the chunks it needs under the current mesh, whatever mesh wrote them.
+// Chunk offsets come from the placement algebra through each parameter's layout.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "comm.h"
+#include "parallelize.h"
+
+namespace meshtrain {
+
+constexpr int kCheckpointFormatVersion = 1;
+
+struct CheckpointConfig {
+  bool enable = false;
+  std::string folder;             // holds step-<N>/ folders
+  int64_t interval = 0;           // save every N steps (and at the last step); 0: only the last
+  int64_t keep_latest_k = 0;      // 0: keep all
+  std::string key_style = "canonical";  // canonical | parametrize
+  std::string key_map = "none";         // none | parametrize-to-canonical
+  std::set<std::string> exclude_from_loading;  // optimizer, lr_scheduler, dataloader
+  int64_t load_step = -1;         // -1: the latest complete step, if any
+};
+
+// Parses "a,b" into {"a","b"}, accepting optimizer, lr_scheduler, dataloader only.
+std::set<std::string> parse_exclusions(const std::string& list);
+
+// One tensor this rank saves and loads: its checkpoint key, its layout (global shape and
+// this rank's chunk) and the local tensor holding the chunk.
+struct CheckpointTensor {
+  std::string key;  // canonical, e.g. "model.layers.0.attention.wq.weight"
+  const ParamLayout* layout;
+  torch::Tensor local;
+};
+
+struct CheckpointIo {
+  int64_t bytes_written = 0;
+  int64_t bytes_read = 0;
+};
+
+class Checkpointer {
+ public:
+  Checkpointer(CheckpointConfig config, MeshGroups& groups, int rank);
+
+  // Collective: every rank calls it with its tensors and the objects it owns
+  // (rank 0: lr_scheduler and train_state; a tp-rank-0 per dp rank: dataloader.dp_rank_<i>).
+  // Writes step-<N>/ atomically: nothing under that name exists until all of it does.
+  void save(int64_t step, const std::vector<CheckpointTensor>& tensors, const nlohmann::json& objects);
+
+  // The newest complete step-<N>/ in the folder, if any.
+  std::optional<int64_t> latest_step() const;
+  // Fills each tensor's local chunk from step-<N>/ and returns the stored objects.
+  // Throws std::runtime_error naming the file and key on anything missing or corrupt.
+  nlohmann::json load(int64_t step, const std::vector<CheckpointTensor>& tensors);
+
+  const CheckpointIo& io() const { return io_; }
+  const CheckpointConfig& config() const { return config_; }
+  std::string step_dir(int64_t step) const;
+  // The key `canonical` is stored under with this run's key style.
+  std::string saved_key(const std::string& canonical) const;
+
+ private:
+  CheckpointConfig config_;
+  MeshGroups& groups_;
+  int rank_;
+  CheckpointIo io_;
+};
+
+}  // namespace meshtrain
