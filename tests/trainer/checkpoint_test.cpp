@@ -1,0 +1,202 @@
+// Sharded checkpoints in separate processes over Gloo: resume, resharding across meshes,
+// the seed's parametrize-key failure and its fix, and corrupt inputs.
+#include <gtest/gtest.h>
+
+#include "run_meshtrain.h"
+
+using namespace meshtrain_test;
+
+namespace {
+
+constexpr int kGlobalBatch = 8;
+
+std::vector<std::string> args_for(const fs::path& dump, int ranks, int tp, const std::string& mesh,
+                                  std::vector<std::string> extra = {}) {
+  const int dp = ranks / tp;
+  std::vector<std::string> a{"train", "--model", "tiny", "--steps", "20", "--seed", "7", "--global-batch-size",
+                             std::to_string(kGlobalBatch), "--local-batch-size", std::to_string(kGlobalBatch / dp),
+                             "--mesh", mesh, "--dump-folder", dump.string(), "--backend", "gloo", "--quiet"};
+  a.insert(a.end(), extra.begin(), extra.end());
+  return a;
+}
+
+struct Run {
+  std::vector<int> codes;
+  std::string err0;
+};
+
+Run run(const fs::path& dump, int ranks, int tp, const std::string& mesh, std::vector<std::string> extra = {}) {
+  fs::create_directories(dump);
+  Job job(ranks, args_for(dump, ranks, tp, mesh, std::move(extra)), dump);
+  auto codes = job.wait();
+  return {codes, job.err(0)};
+}
+
+void expect_ok(const Run& r) {
+  for (size_t i = 0; i < r.codes.size(); ++i) ASSERT_EQ(r.codes[i], 0) << "rank " << i << ": " << r.err0;
+}
+
+// Steps 11..20 of `resumed` against the uninterrupted run.
+void expect_resumed_matches(const fs::path& uninterrupted, const fs::path& resumed, double rtol) {
+  auto full = metrics(uninterrupted), tail = metrics(resumed);
+  ASSERT_EQ(full.size(), 20u);
+  ASSERT_EQ(tail.size(), 10u);
+  for (int i = 0; i < 10; ++i) {
+    ASSERT_EQ(tail[i]["step"], 11 + i);
+    const double a = full[10 + i]["loss"], b = tail[i]["loss"];
+    if (rtol == 0)
+      EXPECT_EQ(a, b) << "step " << 11 + i;
+    else
+      EXPECT_NEAR(b, a, rtol * a) << "step " << 11 + i;
+  }
+}
+
+// Saves steps 1..10 under [dp:4] into `dump`/checkpoint and returns the uninterrupted run.
+fs::path uninterrupted_and_first_half(const fs::path& dump, std::vector<std::string> extra = {}) {
+  auto full = fresh_dir("uninterrupted");
+  expect_ok(run(full, 4, 1, "dp_shard=4"));
+  extra.insert(extra.end(), {"--stop-at", "10", "--checkpoint.enable"});
+  expect_ok(run(dump, 4, 1, "dp_shard=4", extra));
+  EXPECT_TRUE(fs::exists(dump / "checkpoint" / "step-10" / ".metadata"));
+  return full;
+}
+
+}  // namespace
+
+TEST(Checkpoint, ResumeOnTheSameMeshIsBitwiseEqual) {
+  auto dump = fresh_dir("resume_same");
+  auto full = uninterrupted_and_first_half(dump);
+  auto resumed = dump / "second";
+  expect_ok(run(resumed, 4, 1, "dp_shard=4", {"--checkpoint.enable", "--checkpoint.folder", (dump / "checkpoint").string()}));
+  expect_resumed_matches(full, resumed, 0.0);
+}
+
+TEST(Checkpoint, ReshardsAcrossMeshesAndCarriesOptimizerState) {
+  auto dump = fresh_dir("reshard");
+  auto full = uninterrupted_and_first_half(dump);
+  const std::string folder = (dump / "checkpoint").string();
+  struct Target { int ranks, tp; std::string mesh; };
+  for (const auto& t : {Target{4, 2, "dp_shard=2,tp=2"}, Target{4, 4, "tp=4"}, Target{4, 2, "dp_replicate=2,tp=2"},
+                        Target{2, 1, "dp_shard=2"}, Target{1, 1, "dp_shard=1"}}) {
+    auto out = dump / ("to_" + std::to_string(t.ranks) + "_" + std::to_string(t.tp) + "_" + t.mesh);
+    expect_ok(run(out, t.ranks, t.tp, t.mesh,
+                  {"--checkpoint.enable", "--checkpoint.folder", folder, "--checkpoint.load-step", "10",
+                   "--checkpoint.exclude-from-loading", "dataloader", "--checkpoint.keep-latest-k", "0"}));
+    expect_resumed_matches(full, out, 1e-5);
+    fs::remove_all(dump / "checkpoint" / "step-20");
+  }
+}
+
+TEST(Checkpoint, SeedChainDp4ToDp2Tp2ToTp4) {
+  // [dp:4] steps 1-10 -> [dp:2,tp:2] steps 11-15 -> [tp:4] steps 16-20, optimizer state carried.
+  auto dump = fresh_dir("chain");
+  auto full = uninterrupted_and_first_half(dump);
+  const std::string folder = (dump / "checkpoint").string();
+  const std::vector<std::string> common{"--checkpoint.enable", "--checkpoint.folder", folder,
+                                        "--checkpoint.exclude-from-loading", "dataloader"};
+  auto mid = dump / "dp2_tp2", last = dump / "tp4";
+  auto a = common;
+  a.insert(a.end(), {"--stop-at", "15"});
+  expect_ok(run(mid, 4, 2, "dp_shard=2,tp=2", a));
+  expect_ok(run(last, 4, 4, "tp=4", common));
+  auto f = metrics(full), m = metrics(mid), l = metrics(last);
+  ASSERT_EQ(m.size(), 5u);
+  ASSERT_EQ(l.size(), 5u);
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_NEAR(m[i]["loss"].get<double>(), f[10 + i]["loss"].get<double>(), 1e-5 * f[10 + i]["loss"].get<double>());
+    EXPECT_NEAR(l[i]["loss"].get<double>(), f[15 + i]["loss"].get<double>(), 1e-5 * f[15 + i]["loss"].get<double>());
+  }
+}
+
+TEST(Checkpoint, ParametrizeKeysFailUnderTp4LikeTheSeedAndTheKeyMapFixesIt) {
+  auto dump = fresh_dir("parametrize");
+  auto full = uninterrupted_and_first_half(dump, {"--checkpoint.key-style", "parametrize"});
+  auto keys = json::parse(slurp(dump / "state_dict_keys.json"))["keys"];
+  EXPECT_TRUE(keys.contains("model.tok_embeddings.parametrizations.weight.original"));
+  const std::string folder = (dump / "checkpoint").string();
+  std::vector<std::string> load{"--checkpoint.enable", "--checkpoint.folder", folder,
+                                "--checkpoint.exclude-from-loading", "dataloader", "--checkpoint.key-style", "parametrize"};
+  // [dp:2,tp:2] is wrapped in data parallel too: its keys match, as in the seed.
+  auto dp2tp2 = dump / "dp2_tp2";
+  auto a = load;
+  a.insert(a.end(), {"--stop-at", "11"});
+  expect_ok(run(dp2tp2, 4, 2, "dp_shard=2,tp=2", a));
+  fs::remove_all(dump / "checkpoint" / "step-11");
+  // [tp:4] has no data parallel, so canonical names: the seed's failure, word for word.
+  auto failed = run(dump / "tp4_fails", 4, 4, "tp=4", load);
+  EXPECT_NE(failed.codes[0], 0);
+  EXPECT_NE(failed.err0.find("Missing key in checkpoint state_dict: model.tok_embeddings.weight."), std::string::npos)
+      << failed.err0;
+  load.insert(load.end(), {"--checkpoint.key-map", "parametrize-to-canonical"});
+  auto fixed = dump / "tp4_key_map";
+  expect_ok(run(fixed, 4, 4, "tp=4", load));
+  expect_resumed_matches(full, fixed, 1e-5);
+}
+
+TEST(Checkpoint, DataloaderStateUnderAnotherDpDegreeNeedsExclusion) {
+  auto dump = fresh_dir("loader");
+  uninterrupted_and_first_half(dump);
+  auto r = run(dump / "dp2", 2, 1, "dp_shard=2",
+               {"--checkpoint.enable", "--checkpoint.folder", (dump / "checkpoint").string()});
+  EXPECT_NE(r.codes[0], 0);
+  EXPECT_NE(r.err0.find("dataloader state was saved for data-parallel degree 4, this run has 2; pass "
+                        "--checkpoint.exclude-from-loading dataloader"),
+            std::string::npos)
+      << r.err0;
+}
+
+TEST(Checkpoint, CorruptInputsGiveOneClearErrorNamingFileAndKey) {
+  auto dump = fresh_dir("corrupt");
+  uninterrupted_and_first_half(dump);
+  const fs::path good = dump / "checkpoint" / "step-10";
+  auto try_load = [&](const std::string& name, const std::function<void(const fs::path&)>& damage) {
+    auto folder = dump / ("ck_" + name);
+    fs::remove_all(folder);
+    fs::create_directories(folder);
+    fs::copy(good, folder / "step-10", fs::copy_options::recursive);
+    damage(folder / "step-10");
+    auto r = meshtrain({"train", "--model", "tiny", "--steps", "20", "--seed", "7", "--local-batch-size", "8",
+                        "--dump-folder", (dump / ("out_" + name)).string(), "--checkpoint.enable",
+                        "--checkpoint.folder", folder.string(), "--checkpoint.exclude-from-loading", "dataloader",
+                        "--quiet"});
+    EXPECT_NE(r.exit_code, 0) << name;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << name << ": " << r.err;
+    return r.err;
+  };
+  auto flip = [](const fs::path& p, std::streamoff at) {
+    std::fstream f(p, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(at);
+    char c = 0;
+    f.get(c);
+    f.seekp(at);
+    f.put(static_cast<char>(c ^ 0x40));
+  };
+  auto err = try_load("flipped", [&](const fs::path& d) { flip(d / "__1_0.distcp", 100); });
+  EXPECT_NE(err.find("__1_0.distcp"), std::string::npos) << err;
+  EXPECT_NE(err.find("checksum mismatch in key 'model."), std::string::npos) << err;
+  err = try_load("truncated", [&](const fs::path& d) { fs::resize_file(d / "__2_0.distcp", 10); });
+  EXPECT_NE(err.find("__2_0.distcp' is truncated: key '"), std::string::npos) << err;
+  err = try_load("missing", [&](const fs::path& d) { fs::remove(d / "__3_0.distcp"); });
+  EXPECT_NE(err.find("cannot open"), std::string::npos) << err;
+  EXPECT_NE(err.find("__3_0.distcp' for key '"), std::string::npos) << err;
+  err = try_load("garbage", [&](const fs::path& d) { std::ofstream(d / ".metadata") << "{ not json"; });
+  EXPECT_NE(err.find(".metadata' is not valid metadata"), std::string::npos) << err;
+  err = try_load("out_of_range", [&](const fs::path& d) {
+    auto m = json::parse(slurp(d / ".metadata"));
+    m["keys"]["model.norm.weight"]["chunks"][0]["offsets"] = json::array({1000});
+    std::ofstream(d / ".metadata") << m.dump();
+  });
+  EXPECT_NE(err.find("a chunk of 'model.norm.weight' lies outside [64]"), std::string::npos) << err;
+}
+
+TEST(Checkpoint, AnUnfinishedSaveLeavesThePreviousStepLoadable) {
+  auto dump = fresh_dir("unfinished");
+  auto full = uninterrupted_and_first_half(dump);
+  // What a save killed half-way leaves: a temporary folder with partial data, no metadata.
+  const fs::path partial = dump / "checkpoint" / ".tmp-step-20";
+  fs::create_directories(partial);
+  std::ofstream(partial / "__0_0.distcp") << "partial";
+  auto resumed = dump / "second";
+  expect_ok(run(resumed, 4, 1, "dp_shard=4", {"--checkpoint.enable", "--checkpoint.folder", (dump / "checkpoint").string()}));
+  expect_resumed_matches(full, resumed, 0.0);
+}
