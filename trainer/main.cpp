@@ -88,6 +88,15 @@ int main(int argc, char** argv) {
                                                 "param_digest.json and rank<R>.json to --dump-folder");
   add_train_options(*train_cmd, train_config);
 
+  meshtrain::TrainConfig generate_config;
+  auto* generate_cmd = app.add_subcommand(
+      "generate", "Load a checkpoint under any mesh (--checkpoint.folder, --checkpoint.load-step) and "
+                  "greedy-decode; writes generate.json to --dump-folder");
+  add_train_options(*generate_cmd, generate_config);
+  generate_cmd->add_option("--prompt", generate_config.prompt, "Text to continue")->capture_default_str();
+  generate_cmd->add_option("--max-new-tokens", generate_config.max_new_tokens, "Tokens to generate at most")
+      ->capture_default_str();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -101,6 +110,12 @@ int main(int argc, char** argv) {
 
   try {
     if (train_cmd->parsed()) return meshtrain::train(train_config);
+    if (generate_cmd->parsed()) {
+      generate_config.generate = true;
+      generate_config.checkpoint_enable = true;
+      generate_config.checkpoint_exclude = "optimizer,lr_scheduler,dataloader";  // weights only
+      return meshtrain::train(generate_config);
+    }
   } catch (const c10::Error& e) {
     std::fprintf(stderr, "meshtrain: error: %s\n", e.what_without_backtrace());
     return 1;

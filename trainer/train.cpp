@@ -133,6 +133,35 @@ int train(const TrainConfig& cfg) {
       std::printf("meshtrain: resumed from %s (written under %s)\n", checkpointer.step_dir(*resume_step).c_str(),
                   train_state.value("mesh", std::string("?")).c_str());
   }
+  if (cfg.generate) {
+    if (!resume_step) throw std::runtime_error("generate: no complete checkpoint in '" + ckpt_config.folder + "'");
+    if (parallel.sequence_parallel) throw std::invalid_argument("generate: --sequence-parallel needs a fixed seq_len");
+    // Greedy decoding without a cache: every token re-runs the whole prefix. All ranks
+    // see the same logits (gathered over tp, replicated over dp) and pick the same token.
+    torch::NoGradGuard no_grad;
+    const auto prompt_ids = ByteTokenizer::encode(cfg.prompt, /*bos=*/true, /*eos=*/false);
+    std::vector<int64_t> ids(prompt_ids.begin(), prompt_ids.end());
+    const size_t prompt_len = ids.size();
+    for (int64_t i = 0; i < cfg.max_new_tokens; ++i) {
+      auto tokens = torch::tensor(ids, torch::kInt64).view({1, -1}).to(device);
+      auto logits = model(tokens).select(1, tokens.size(1) - 1).to(torch::kFloat32);  // [1, V]
+      const int64_t next = logits.argmax(-1).item<int64_t>();
+      if (next >= ByteTokenizer::kVocabSize || next == ByteTokenizer::kEos) break;
+      ids.push_back(next);
+    }
+    std::vector<int64_t> generated(ids.begin() + static_cast<int64_t>(prompt_len), ids.end());
+    if (is_logger) {
+      write_json(cfg.dump_folder + "/generate.json",
+                 {{"format_version", kOutputsFormatVersion}, {"checkpoint", checkpointer.step_dir(*resume_step)},
+                  {"mesh", shape.to_string()}, {"prompt", cfg.prompt},
+                  {"prompt_ids", std::vector<int64_t>(ids.begin(), ids.begin() + static_cast<int64_t>(prompt_len))},
+                  {"generated_ids", generated}, {"text", ByteTokenizer::decode(generated)}});
+      if (!cfg.quiet) std::printf("%s%s\n", cfg.prompt.c_str(), ByteTokenizer::decode(generated).c_str());
+    }
+    groups.world->barrier();
+    return 0;
+  }
+
   auto save_checkpoint = [&](int64_t step) {
     nlohmann::json objects = nlohmann::json::object();
     if (env.rank == 0) {

@@ -43,6 +43,10 @@ struct TrainConfig {
   double timeout_s = 300;
   bool deterministic = false;  // deterministic kernels on CUDA (CPU kernels already are)
   bool quiet = false;
+  // `meshtrain generate`: load the checkpoint, greedy-decode, write generate.json, no training.
+  bool generate = false;
+  std::string prompt = "In the beginning";
+  int64_t max_new_tokens = 32;
 };
 
 // Runs training; returns the process exit code. Throws on bad configuration.

@@ -200,3 +200,26 @@ TEST(Checkpoint, AnUnfinishedSaveLeavesThePreviousStepLoadable) {
   expect_ok(run(resumed, 4, 1, "dp_shard=4", {"--checkpoint.enable", "--checkpoint.folder", (dump / "checkpoint").string()}));
   expect_resumed_matches(full, resumed, 0.0);
 }
+
+TEST(Checkpoint, GenerateGivesIdenticalTokensUnderEveryMesh) {
+  auto dump = fresh_dir("generate");
+  uninterrupted_and_first_half(dump);
+  const std::string folder = (dump / "checkpoint").string();
+  struct Target { int ranks; std::string mesh; };
+  std::vector<json> outputs;
+  for (const auto& t : {Target{1, "dp_shard=1"}, Target{4, "dp_shard=4"}, Target{4, "tp=4"}, Target{4, "dp_shard=2,tp=2"}}) {
+    auto out = dump / ("gen_" + std::to_string(t.ranks) + "_" + t.mesh);
+    fs::create_directories(out);
+    Job job(t.ranks,
+            {"generate", "--model", "tiny", "--mesh", t.mesh, "--checkpoint.folder", folder, "--prompt",
+             "And God said", "--max-new-tokens", "16", "--dump-folder", out.string(), "--backend", "gloo", "--quiet"},
+            out);
+    auto codes = job.wait();
+    for (int r = 0; r < t.ranks; ++r) ASSERT_EQ(codes[r], 0) << t.mesh << " rank " << r << ": " << job.err(r);
+    outputs.push_back(json::parse(slurp(out / "generate.json")));
+  }
+  ASSERT_FALSE(outputs[0]["generated_ids"].empty());
+  EXPECT_EQ(outputs[0]["prompt"], "And God said");
+  for (size_t i = 1; i < outputs.size(); ++i)
+    EXPECT_EQ(outputs[i]["generated_ids"], outputs[0]["generated_ids"]) << outputs[i]["mesh"];
+}
