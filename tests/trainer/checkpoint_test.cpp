@@ -2,6 +2,8 @@
 // the seed's parametrize-key failure and its fix, and corrupt inputs.
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include "run_meshtrain.h"
 
 using namespace meshtrain_test;
@@ -222,4 +224,49 @@ TEST(Checkpoint, GenerateGivesIdenticalTokensUnderEveryMesh) {
   EXPECT_EQ(outputs[0]["prompt"], "And God said");
   for (size_t i = 1; i < outputs.size(); ++i)
     EXPECT_EQ(outputs[i]["generated_ids"], outputs[0]["generated_ids"]) << outputs[i]["mesh"];
+}
+
+TEST(Checkpoint, CkptInspectDiffAndConsolidate) {
+  auto canonical = fresh_dir("tools_canonical"), parametrize = fresh_dir("tools_parametrize");
+  uninterrupted_and_first_half(canonical);
+  uninterrupted_and_first_half(parametrize, {"--checkpoint.key-style", "parametrize"});
+  const auto a = (canonical / "checkpoint" / "step-10").string(), b = (parametrize / "checkpoint" / "step-10").string();
+
+  auto inspect = meshtrain({"ckpt", "inspect", a});
+  ASSERT_EQ(inspect.exit_code, 0) << inspect.err;
+  EXPECT_NE(inspect.out.find("written under dp_replicate=1,dp_shard=4,tp=1"), std::string::npos) << inspect.out;
+  EXPECT_NE(inspect.out.find("model.tok_embeddings.weight  float32 [258, 64]  4 chunks  66048 bytes"),
+            std::string::npos) << inspect.out;
+
+  auto same = meshtrain({"ckpt", "diff", a, a});
+  EXPECT_EQ(same.exit_code, 0);
+  auto diff = meshtrain({"ckpt", "diff", a, b});
+  EXPECT_EQ(diff.exit_code, 1);
+  EXPECT_NE(diff.out.find("only in " + a + ": model.tok_embeddings.weight\n"), std::string::npos) << diff.out;
+  EXPECT_NE(diff.out.find("only in " + b + ": model.tok_embeddings.parametrizations.weight.original\n"),
+            std::string::npos) << diff.out;
+
+  // safetensors: u64 header length, JSON header, raw float32 data; sums match the run's digest.
+  const auto out = canonical / "model.safetensors";
+  auto consolidate = meshtrain({"ckpt", "consolidate", a, out.string()});
+  ASSERT_EQ(consolidate.exit_code, 0) << consolidate.err;
+  const std::string bytes = slurp(out);
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(bytes[i]);
+  auto header = json::parse(bytes.substr(8, n));
+  auto digest = json::parse(slurp(canonical / "param_digest.json"))["params"];
+  ASSERT_EQ(digest["model.norm.weight"]["numel"], 64);
+  for (auto& [key, d] : digest.items()) {
+    const auto& h = header.at(key);
+    EXPECT_EQ(h["dtype"], "F32");
+    const auto begin = h["data_offsets"][0].get<size_t>(), end = h["data_offsets"][1].get<size_t>();
+    ASSERT_EQ((end - begin) / 4, d["numel"].get<size_t>()) << key;
+    double sum = 0;
+    for (size_t i = begin; i < end; i += 4) {
+      float v;
+      std::memcpy(&v, bytes.data() + 8 + n + i, 4);
+      sum += v;
+    }
+    EXPECT_NEAR(sum, d["sum"].get<double>(), 1e-6 * d["l2"].get<double>()) << key;
+  }
 }

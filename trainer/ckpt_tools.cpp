@@ -1,0 +1,135 @@
+#include "ckpt_tools.h"
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
+
+#include "checkpoint.h"
+
+namespace meshtrain {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+json read_metadata(const std::string& step_dir) {
+  const std::string path = step_dir + "/.metadata";
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("ckpt: no checkpoint at '" + step_dir + "' (cannot read " + path + ")");
+  try {
+    return json::parse(in);
+  } catch (const json::exception& e) {
+    throw std::runtime_error("ckpt: '" + path + "' is not valid metadata: " + e.what());
+  }
+}
+
+std::string shape_str(const json& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i].get<int64_t>());
+  return s + "]";
+}
+
+}  // namespace
+
+void ckpt_inspect(const std::string& step_dir, std::ostream& out) {
+  const json m = read_metadata(step_dir);
+  out << "checkpoint " << step_dir << ": step " << m.value("step", -1) << ", format " << m.value("format_version", 0)
+      << ", written under " << m.value("writer_mesh", std::string("?")) << ", key style "
+      << m.value("key_style", std::string("canonical")) << "\n";
+  int64_t total = 0, tensors = 0;
+  std::map<std::string, int64_t> files;
+  std::vector<std::string> objects;
+  for (const auto& [key, k] : m.at("keys").items()) {
+    if (k.value("kind", "") != "tensor") {
+      objects.push_back(key);
+      continue;
+    }
+    int64_t bytes = 0;
+    for (const auto& c : k.at("chunks")) {
+      bytes += c.at("byte_length").get<int64_t>();
+      files[c.at("file").get<std::string>()] += c.at("byte_length").get<int64_t>();
+    }
+    out << "  " << key << "  " << k.value("dtype", "?") << " " << shape_str(k.at("shape")) << "  "
+        << k.at("chunks").size() << " chunks  " << bytes << " bytes\n";
+    total += bytes, ++tensors;
+  }
+  out << "objects:";
+  for (const auto& o : objects) out << " " << o;
+  out << "\nfiles:";
+  for (const auto& [f, b] : files) out << " " << f << " (" << b << " bytes)";
+  out << "\ntotal: " << tensors << " tensors, " << total << " bytes\n";
+}
+
+int ckpt_diff(const std::string& a, const std::string& b, std::ostream& out) {
+  const json ka = read_metadata(a).at("keys"), kb = read_metadata(b).at("keys");
+  int differences = 0;
+  for (const auto& [key, v] : ka.items()) {
+    if (!kb.contains(key)) {
+      out << "only in " << a << ": " << key << "\n", ++differences;
+    } else if (v.value("kind", "") == "tensor" && v.at("shape") != kb[key].at("shape")) {
+      out << "shape differs: " << key << " " << shape_str(v.at("shape")) << " vs " << shape_str(kb[key].at("shape")) << "\n";
+      ++differences;
+    }
+  }
+  for (const auto& [key, v] : kb.items())
+    if (!ka.contains(key)) out << "only in " << b << ": " << key << "\n", ++differences;
+  out << (differences ? std::to_string(differences) + " differences\n" : "same keys and shapes\n");
+  return differences ? 1 : 0;
+}
+
+void ckpt_consolidate(const std::string& step_dir, const std::string& out_path) {
+  const json m = read_metadata(step_dir);
+  const fs::path dir = fs::absolute(step_dir);
+  const std::string name = dir.filename().string();
+  if (name.rfind("step-", 0) != 0) throw std::runtime_error("ckpt: '" + step_dir + "' is not a step-<N> folder");
+  const int64_t step = std::stoll(name.substr(5));
+
+  // Load every tensor whole, through the same reader a job uses (checksums included).
+  CheckpointConfig config;
+  config.folder = dir.parent_path().string();
+  MeshGroups single;  // one rank, no groups: load() needs no collective
+  Checkpointer reader(config, single, 0);
+  std::vector<ParamLayout> layouts;
+  std::vector<std::string> keys;
+  for (const auto& [key, k] : m.at("keys").items()) {
+    if (k.value("kind", "") != "tensor") continue;
+    ParamLayout l;
+    l.name = key;
+    l.global_shape = k.at("shape").get<std::vector<int64_t>>();
+    l.chunk = local_chunk(l.global_shape, {});
+    layouts.push_back(l);
+    keys.push_back(key);
+  }
+  std::vector<CheckpointTensor> tensors;
+  for (size_t i = 0; i < layouts.size(); ++i)
+    tensors.push_back({keys[i], &layouts[i], torch::zeros(layouts[i].global_shape, torch::kFloat32)});
+  reader.load(step, tensors);
+
+  // safetensors: u64 little-endian header length, JSON header, then the raw data.
+  json header = json::object();
+  int64_t offset = 0;
+  for (const auto& t : tensors) {
+    const int64_t bytes = static_cast<int64_t>(t.local.nbytes());
+    header[t.key] = {{"dtype", "F32"}, {"shape", t.layout->global_shape}, {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+  }
+  header["__metadata__"] = {{"format", "pt"}, {"source", step_dir}, {"step", std::to_string(step)}};
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  std::ofstream out(out_path, std::ios::binary | std::ios::trunc);
+  if (!out) throw std::runtime_error("ckpt: cannot write '" + out_path + "'");
+  uint64_t n = text.size();
+  unsigned char le[8];
+  for (int i = 0; i < 8; ++i) le[i] = static_cast<unsigned char>(n >> (8 * i));
+  out.write(reinterpret_cast<const char*>(le), 8);
+  out << text;
+  for (const auto& t : tensors) out.write(static_cast<const char*>(t.local.data_ptr()), static_cast<std::streamsize>(t.local.nbytes()));
+  if (!out) throw std::runtime_error("ckpt: writing '" + out_path + "' failed");
+}
+
+}  // namespace meshtrain
