@@ -307,8 +307,11 @@ void Checkpointer::save(int64_t step, const std::vector<CheckpointTensor>& tenso
         if (name.rfind("step-", 0) == 0 && fs::exists(entry.path() / kMetadata)) steps.push_back(std::stoll(name.substr(5)));
       }
       std::sort(steps.rbegin(), steps.rend());
-      for (size_t i = static_cast<size_t>(config_.keep_latest_k); i < steps.size(); ++i)
+      for (size_t i = static_cast<size_t>(config_.keep_latest_k); i < steps.size(); ++i) {
+        // Metadata first: a folder half-deleted by a crash must not look complete.
+        fs::remove(step_dir(steps[i]) + "/" + kMetadata, ec);
         fs::remove_all(step_dir(steps[i]), ec);
+      }
     }
   }
   groups_.world->barrier();

@@ -2,6 +2,7 @@
 // the seed's parametrize-key failure and its fix, and corrupt inputs.
 #include <gtest/gtest.h>
 
+#include <csignal>
 #include <cstring>
 
 #include "run_meshtrain.h"
@@ -269,4 +270,27 @@ TEST(Checkpoint, CkptInspectDiffAndConsolidate) {
     }
     EXPECT_NEAR(sum, d["sum"].get<double>(), 1e-6 * d["l2"].get<double>()) << key;
   }
+}
+
+TEST(Checkpoint, SigkillDuringSavesLeavesTheLatestCompleteStepLoadable) {
+  // Saving every step, the whole job is killed at an arbitrary moment (often mid-save);
+  // whatever step-<N> exists must load.
+  auto dump = fresh_dir("sigkill");
+  auto args = args_for(dump, 2, 1, "dp_shard=2", {"--steps", "1000", "--checkpoint.enable", "--checkpoint.interval", "1",
+                                                  "--checkpoint.keep-latest-k", "2"});
+  Job job(2, args, dump);
+  for (int i = 0; i < 600 && metrics(dump).size() < 6; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_GE(metrics(dump).size(), 6u) << job.err(0);
+  ::kill(job.rank(0).id(), SIGKILL);
+  ::kill(job.rank(1).id(), SIGKILL);
+  job.wait(std::chrono::seconds(30));
+  auto resumed = dump / "resumed";
+  auto r = run(resumed, 1, 1, "dp_shard=1",
+               {"--steps", "1000", "--stop-at", "0", "--checkpoint.enable", "--checkpoint.folder",
+                (dump / "checkpoint").string(), "--checkpoint.exclude-from-loading", "dataloader"});
+  expect_ok(r);
+  int complete = 0;
+  for (const auto& e : fs::directory_iterator(dump / "checkpoint"))
+    complete += e.path().filename().string().rfind("step-", 0) == 0 && fs::exists(e.path() / ".metadata");
+  EXPECT_GE(complete, 1);
 }
