@@ -103,13 +103,16 @@ int train(const TrainConfig& cfg) {
   }
 
   int64_t start_step = 0, lr_step_offset = 0;
+  double checkpoint_load_s = 0, checkpoint_save_s = 0;  // this rank's wall time in load / all saves
   const auto resume_step = ckpt_config.load_step >= 0 ? std::optional<int64_t>(ckpt_config.load_step)
                                                       : checkpointer.latest_step();
   if (ckpt_config.enable && resume_step) {
     const auto& excluded = ckpt_config.exclude_from_loading;
     auto wanted = model_state;
     if (!excluded.count("optimizer")) wanted.insert(wanted.end(), optimizer_state.begin(), optimizer_state.end());
+    const auto load_t0 = std::chrono::steady_clock::now();
     const auto objects = checkpointer.load(*resume_step, wanted);
+    checkpoint_load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - load_t0).count();
     const auto& train_state = objects.at("train_state");
     start_step = train_state.at("step").get<int64_t>();
     if (!excluded.count("optimizer")) optimizer.set_steps_taken(train_state.at("optimizer_steps").get<int64_t>());
@@ -172,7 +175,9 @@ int train(const TrainConfig& cfg) {
     if (groups.coord.tp == 0) objects["dataloader.dp_rank_" + std::to_string(dp_rank)] = loader.state();
     auto tensors = model_state;
     tensors.insert(tensors.end(), optimizer_state.begin(), optimizer_state.end());
+    const auto t0 = std::chrono::steady_clock::now();
     checkpointer.save(step, tensors, objects);
+    checkpoint_save_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   };
 
   // ---- what the harness reads besides the metrics
@@ -288,6 +293,8 @@ int train(const TrainConfig& cfg) {
               {"device_peak_bytes", compat::device_peak_bytes(device)},
               {"checkpoint_bytes_written", checkpointer.io().bytes_written},
               {"checkpoint_bytes_read", checkpointer.io().bytes_read},
+              {"checkpoint_save_s", checkpoint_save_s},
+              {"checkpoint_load_s", checkpoint_load_s},
               {"local_state_bytes", param_bytes + optimizer.state_bytes()},
               {"local_params", local}});
   groups.world->barrier();
