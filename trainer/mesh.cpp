@@ -14,6 +14,17 @@ int64_t MeshShape::size(MeshDim d) const {
   return 1;
 }
 
+std::string MeshShape::to_compact_string() const {
+  std::string out;
+  auto add = [&](const char* name, int64_t size) {
+    if (size != 1) out += (out.empty() ? "" : ",") + std::string(name) + "=" + std::to_string(size);
+  };
+  add("dp_replicate", dp_replicate);
+  add("dp_shard", dp_shard);
+  add("tp", tp);
+  return out.empty() ? "dp_shard=1" : out;
+}
+
 std::string MeshShape::to_string() const {
   return "dp_replicate=" + std::to_string(dp_replicate) + ",dp_shard=" + std::to_string(dp_shard) +
          ",tp=" + std::to_string(tp);
@@ -28,9 +39,11 @@ int64_t MeshCoord::at(MeshDim d) const {
   return 0;
 }
 
-MeshShape parse_mesh(const std::string& spec, int64_t world_size) {
+namespace {
+// The sizes written in `spec`; `infer_shard` is set for dp_shard=-1.
+MeshShape parse_sizes(const std::string& spec, bool& infer_shard) {
   MeshShape shape;
-  bool infer_shard = false;
+  infer_shard = false;
   std::stringstream in(spec);
   std::string item;
   while (std::getline(in, item, ',')) {
@@ -61,6 +74,21 @@ MeshShape parse_mesh(const std::string& spec, int64_t world_size) {
       throw std::invalid_argument("--mesh '" + spec + "': unknown dimension '" + key +
                                   "' (known: dp_replicate, dp_shard, tp)");
   }
+  return shape;
+}
+}  // namespace
+
+MeshShape parse_mesh_sizes(const std::string& spec) {
+  bool infer_shard = false;
+  MeshShape shape = parse_sizes(spec, infer_shard);
+  if (infer_shard)
+    throw std::invalid_argument("mesh '" + spec + "': dp_shard=-1 needs a world size; write the size");
+  return shape;
+}
+
+MeshShape parse_mesh(const std::string& spec, int64_t world_size) {
+  bool infer_shard = false;
+  MeshShape shape = parse_sizes(spec, infer_shard);
   if (infer_shard) {
     const int64_t rest = shape.dp_replicate * shape.tp;
     if (world_size % rest != 0)

@@ -18,13 +18,16 @@ struct MeshShape {
   int64_t world_size() const { return dp_replicate * dp_shard * tp; }
   int64_t dp() const { return dp_replicate * dp_shard; }  // data-parallel degree
   int64_t size(MeshDim d) const;
-  std::string to_string() const;  // "dp_replicate=2,dp_shard=2,tp=1"
+  std::string to_string() const;          // "dp_replicate=2,dp_shard=2,tp=1"
+  std::string to_compact_string() const;  // sizes other than 1: "dp_replicate=2,dp_shard=2"
 };
 
 // Parses "dp_replicate=R,dp_shard=S,tp=T" (any subset, any order; missing dims are 1;
 // dp_shard=-1 takes what the world leaves). Throws std::invalid_argument when a key is
 // unknown, a value malformed, or the product is not world_size.
 MeshShape parse_mesh(const std::string& spec, int64_t world_size);
+// The same syntax with every size written out (no -1); the world size is their product.
+MeshShape parse_mesh_sizes(const std::string& spec);
 
 struct MeshCoord {
   int64_t dp_replicate = 0;

@@ -8,60 +8,6 @@
 
 namespace meshtrain {
 
-int64_t ModelArgs::ffn_hidden_dim() const {
-  int64_t hidden = 4 * dim;
-  hidden = 2 * hidden / 3;
-  if (ffn_dim_multiplier > 0) hidden = static_cast<int64_t>(ffn_dim_multiplier * hidden);
-  return multiple_of * ((hidden + multiple_of - 1) / multiple_of);
-}
-
-int64_t ModelArgs::num_parameters() const {
-  const int64_t kv_dim = n_kv_heads * head_dim();
-  const int64_t per_layer = dim * dim * 2 + dim * kv_dim * 2  // wq, wo, wk, wv
-                            + 3 * dim * ffn_hidden_dim()      // w1, w2, w3
-                            + 2 * dim;                        // two norms
-  return vocab_size * dim * 2 + n_layers * per_layer + dim;
-}
-
-std::vector<std::string> model_flavor_names() { return {"tiny", "tiny_uneven", "debugmodel", "1B"}; }
-
-ModelArgs model_flavor(const std::string& name) {
-  ModelArgs a;
-  a.flavor = name;
-  if (name == "tiny") {  // CPU CI: seconds per hundred steps on one core
-    a.dim = 64, a.n_layers = 2, a.n_heads = 8, a.n_kv_heads = 4, a.multiple_of = 32;
-  } else if (name == "tiny_uneven") {  // vocab 259 and ffn 137 divide by neither 2 nor 4
-    a.dim = 40, a.n_layers = 2, a.n_heads = 4, a.n_kv_heads = 2, a.vocab_size = 259;
-    a.multiple_of = 1, a.ffn_dim_multiplier = 1.3;
-  } else if (name == "debugmodel") {  // torchtitan's debugmodel (byte vocabulary)
-    a.dim = 256, a.n_layers = 6, a.n_heads = 16, a.n_kv_heads = 16, a.multiple_of = 256;
-  } else if (name == "1B") {  // Llama-3.2-1B dimensions, untied 128k vocabulary
-    a.dim = 2048, a.n_layers = 16, a.n_heads = 32, a.n_kv_heads = 8, a.vocab_size = 128256;
-    a.multiple_of = 256, a.ffn_dim_multiplier = 1.5;
-  } else {
-    std::string known;
-    for (const auto& n : model_flavor_names()) known += (known.empty() ? "" : ", ") + n;
-    throw std::invalid_argument("unknown model flavor '" + name + "' (known: " + known + ")");
-  }
-  return a;
-}
-
-void validate(const ModelArgs& a, int64_t seq_len) {
-  auto fail = [&](const std::string& what) {
-    throw std::invalid_argument("model '" + a.flavor + "': " + what);
-  };
-  if (a.dim <= 0 || a.n_layers <= 0 || a.n_heads <= 0 || a.n_kv_heads <= 0 || a.vocab_size <= 0)
-    fail("dim, n_layers, n_heads, n_kv_heads and vocab_size must be positive");
-  if (a.dim % a.n_heads != 0)
-    fail("dim " + std::to_string(a.dim) + " is not divisible by n_heads " + std::to_string(a.n_heads));
-  if (a.head_dim() % 2 != 0)
-    fail("head_dim " + std::to_string(a.head_dim()) + " must be even for RoPE");
-  if (a.n_heads % a.n_kv_heads != 0)
-    fail("n_heads " + std::to_string(a.n_heads) + " is not divisible by n_kv_heads " +
-         std::to_string(a.n_kv_heads));
-  if (seq_len <= 0) fail("seq_len must be positive, got " + std::to_string(seq_len));
-}
-
 // ---- building blocks --------------------------------------------------------
 
 namespace {

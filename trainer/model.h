@@ -12,31 +12,11 @@
 #include <string>
 #include <vector>
 
+#include "flavors.h"
+
 namespace meshtrain {
 
-struct ModelArgs {
-  std::string flavor;
-  int64_t dim = 64;
-  int64_t n_layers = 2;
-  int64_t n_heads = 4;
-  int64_t n_kv_heads = 2;
-  int64_t vocab_size = 258;
-  int64_t multiple_of = 32;
-  double ffn_dim_multiplier = 0.0;  // 0: Llama's rule without a multiplier
-  double norm_eps = 1e-5;
-  double rope_theta = 500000.0;
 
-  int64_t head_dim() const { return dim / n_heads; }
-  // Llama's rule: 2/3 of 4*dim, scaled, rounded up to a multiple of `multiple_of`.
-  int64_t ffn_hidden_dim() const;
-  int64_t num_parameters() const;
-};
-
-// The named flavors: tiny, debugmodel, 1B. Throws std::invalid_argument for others.
-ModelArgs model_flavor(const std::string& name);
-std::vector<std::string> model_flavor_names();
-// Throws std::invalid_argument naming the violated constraint.
-void validate(const ModelArgs& args, int64_t seq_len);
 
 // ---- the building blocks, as plain functions (unit-tested against reference formulas)
 // x: [..., D], weight: [D]. Normalised in float32 (or wider) whatever x's dtype.

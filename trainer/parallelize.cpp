@@ -73,20 +73,6 @@ std::string to_string(DataParallelMode mode) {
   return "?";
 }
 
-void validate_tp(const ModelArgs& a, const MeshShape& shape, const ParallelConfig& config) {
-  const int64_t t = shape.tp;
-  auto fail = [&](const std::string& what) {
-    throw std::invalid_argument("tp=" + std::to_string(t) + ": " + what);
-  };
-  if (a.n_heads % t != 0)
-    fail("n_heads " + std::to_string(a.n_heads) + " of model '" + a.flavor + "' is not divisible by tp " +
-         std::to_string(t));
-  if (a.n_kv_heads % t != 0)
-    fail("n_kv_heads " + std::to_string(a.n_kv_heads) + " of model '" + a.flavor + "' is not divisible by tp " +
-         std::to_string(t));
-  if (config.sequence_parallel && config.seq_len % t != 0)
-    fail("--sequence-parallel needs seq_len divisible by tp, got seq_len " + std::to_string(config.seq_len));
-}
 
 namespace {
 

@@ -31,9 +31,6 @@ struct ParallelConfig {
   int64_t seq_len = 0;             // needed to split the sequence under sequence parallel
 };
 
-// Throws std::invalid_argument naming the constraint a tensor-parallel degree breaks.
-void validate_tp(const ModelArgs& args, const MeshShape& shape, const ParallelConfig& config);
-
 ReshardAfterForward parse_reshard(const std::string& s);
 ActivationCheckpoint parse_ac(const std::string& s);
 torch::ScalarType parse_dtype(const std::string& s);

@@ -44,7 +44,7 @@ int train(const TrainConfig& cfg) {
   parallel.loss_parallel = cfg.loss_parallel;
   parallel.sequence_parallel = cfg.sequence_parallel;
   parallel.seq_len = cfg.seq_len;
-  validate_tp(args, shape, parallel);
+  validate_tp(args, shape, parallel.sequence_parallel, parallel.seq_len);
   const int64_t dp_degree = shape.dp();
   const int64_t global_batch =
       cfg.global_batch_size > 0 ? cfg.global_batch_size : cfg.local_batch_size * dp_degree;

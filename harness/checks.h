@@ -1,0 +1,22 @@
+// The checks behind a case's verdict, and the verdict itself. Each check reads the
+// files a phase left (docs/contracts.md) and says what differed, where, expected vs
+// got, and the tolerance. Documented with example failures in docs/checks.md.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "outcome.h"
+
+namespace meshtest {
+
+using FindCase = std::function<const CaseOutcome*(const std::string& id)>;
+
+// `exit` first (always), then every declared check, in order.
+std::vector<CheckResult> run_checks(const CaseOutcome& outcome, const FindCase& find);
+
+// Sets status, reason and details from the checks and the case's expectation.
+void judge(CaseOutcome& outcome);
+
+}  // namespace meshtest

@@ -1,0 +1,281 @@
+#include "launch.h"
+
+#include <boost/process.hpp>
+#include <boost/process/extend.hpp>
+
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace bp = boost::process;
+namespace fs = std::filesystem;
+
+namespace meshtest {
+
+std::string RankExit::describe() const {
+  if (signal != 0) {
+    const char* name = sigabbrev_np(signal);
+    return "signal " + std::to_string(signal) + (name ? " (SIG" + std::string(name) + ")" : "");
+  }
+  return "exit code " + std::to_string(exit_code);
+}
+
+struct RankGroup::Impl {
+  bp::group group;
+  std::vector<bp::child> children;
+  std::vector<bool> reaped;
+};
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+std::string find_program(const std::string& name) {
+  if (name.find('/') != std::string::npos) {
+    if (::access(name.c_str(), X_OK) != 0) throw LaunchError("cannot run '" + name + "': " + std::strerror(errno));
+    return name;
+  }
+  const auto found = bp::search_path(name);
+  if (found.empty()) throw LaunchError("cannot run '" + name + "': not found on PATH");
+  return found.string();
+}
+
+// Runs in the forked child before exec: die with meshtest rather than outlive it.
+struct DieWithParent {
+  template <class Executor>
+  void operator()(Executor&) const {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  }
+};
+
+}  // namespace
+
+RankGroup::RankGroup(LaunchSpec spec) : spec_(std::move(spec)), impl_(std::make_unique<Impl>()) {
+  if (spec_.argv.empty()) throw LaunchError("empty command");
+  if (spec_.nproc < 1) throw LaunchError("nproc must be at least 1");
+  const std::string program = find_program(spec_.argv.front());
+  const std::vector<std::string> args(spec_.argv.begin() + 1, spec_.argv.end());
+  if (spec_.master_port == 0) spec_.master_port = free_port();
+  if (!spec_.log_dir.empty()) fs::create_directories(spec_.log_dir);
+  const std::string work_dir = spec_.work_dir.empty() ? fs::current_path().string() : spec_.work_dir;
+
+  started_ = std::chrono::steady_clock::now();
+  result_.exits.resize(static_cast<size_t>(spec_.nproc));
+  for (int rank = 0; rank < spec_.nproc; ++rank) {
+    bp::environment env = boost::this_process::environment();
+    env.erase("TORCHELASTIC_USE_AGENT_STORE");  // rank 0 must host the store itself
+    if (env.find("OMP_NUM_THREADS") == env.end()) env["OMP_NUM_THREADS"] = "1";
+    if (env.find("TORCH_NCCL_ASYNC_ERROR_HANDLING") == env.end()) env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = "1";
+    for (const auto& [k, v] : spec_.env) env[k] = v;
+    const std::string r = std::to_string(rank), n = std::to_string(spec_.nproc);
+    env["RANK"] = r;
+    env["LOCAL_RANK"] = r;
+    env["ROLE_RANK"] = r;
+    env["GROUP_RANK"] = "0";
+    env["ROLE_NAME"] = "default";
+    env["WORLD_SIZE"] = n;
+    env["LOCAL_WORLD_SIZE"] = n;
+    env["ROLE_WORLD_SIZE"] = n;
+    env["GROUP_WORLD_SIZE"] = "1";
+    env["MASTER_ADDR"] = "127.0.0.1";
+    env["MASTER_PORT"] = std::to_string(spec_.master_port);
+    env["TORCHELASTIC_RESTART_COUNT"] = "0";
+    env["TORCHELASTIC_MAX_RESTARTS"] = "0";
+    if (!spec_.gpus.empty()) {
+      std::string ids;
+      for (int g : spec_.gpus) ids += (ids.empty() ? "" : ",") + std::to_string(g);
+      env["CUDA_VISIBLE_DEVICES"] = ids;
+    }
+    std::error_code ec;
+    if (spec_.log_dir.empty()) {
+      impl_->children.emplace_back(bp::exe = program, bp::args = args, env, bp::start_dir = work_dir,
+                                   bp::std_in < bp::null, impl_->group, bp::limit_handles,
+                                   bp::extend::on_exec_setup = DieWithParent{}, ec);
+    } else {
+      const std::string log = log_path(rank);
+      std::ofstream(log, std::ios::trunc).close();  // Boost opens without O_TRUNC
+      impl_->children.emplace_back(bp::exe = program, bp::args = args, env, bp::start_dir = work_dir,
+                                   (bp::std_out & bp::std_err) > log, bp::std_in < bp::null, impl_->group,
+                                   bp::limit_handles, bp::extend::on_exec_setup = DieWithParent{}, ec);
+    }
+    impl_->reaped.push_back(false);
+    if (ec) {
+      impl_->children.pop_back();
+      impl_->reaped.pop_back();
+      stop("rank " + r + " could not be started: " + ec.message());
+      while (!poll()) ::usleep(1000);
+      throw LaunchError("cannot start '" + program + "' (rank " + r + "): " + ec.message());
+    }
+  }
+}
+
+RankGroup::~RankGroup() {
+  if (!impl_) return;
+  bool alive = false;
+  for (size_t i = 0; i < impl_->children.size(); ++i) alive |= !impl_->reaped[i];
+  if (alive) {
+    ::killpg(impl_->group.native_handle(), SIGKILL);
+    for (size_t i = 0; i < impl_->children.size(); ++i) {
+      if (impl_->reaped[i]) continue;
+      std::error_code ec;
+      impl_->children[i].wait(ec);
+    }
+  }
+  impl_->group.detach();
+  for (auto& c : impl_->children) c.detach();
+}
+
+std::string RankGroup::log_path(int rank) const {
+  if (spec_.log_dir.empty()) return "";
+  return (fs::path(spec_.log_dir) / ("rank" + std::to_string(rank) + ".log")).string();
+}
+
+std::vector<pid_t> RankGroup::pids() const {
+  std::vector<pid_t> out;
+  for (const auto& c : impl_->children) out.push_back(c.id());
+  return out;
+}
+
+void RankGroup::stop(const std::string& reason) {
+  if (stopping_ || done_) return;
+  stopping_ = true;
+  result_.stopped_because = reason;
+  ::killpg(impl_->group.native_handle(), SIGTERM);
+  kill_at_ = std::chrono::steady_clock::now() +
+             std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(spec_.grace_s));
+}
+
+bool RankGroup::poll() {
+  if (done_) return true;
+  bool all_reaped = true;
+  for (size_t i = 0; i < impl_->children.size(); ++i) {
+    if (impl_->reaped[i]) continue;
+    std::error_code ec;
+    if (impl_->children[i].running(ec) && !ec) {
+      all_reaped = false;
+      continue;
+    }
+    impl_->reaped[i] = true;
+    const int status = impl_->children[i].native_exit_code();
+    RankExit& e = result_.exits[i];
+    e.rank = static_cast<int>(i);
+    if (WIFSIGNALED(status)) e.signal = WTERMSIG(status);
+    else if (WIFEXITED(status)) e.exit_code = WEXITSTATUS(status);
+    if (!e.ok() && result_.first_failure.rank < 0 && !stopping_) {
+      result_.first_failure = e;
+      stop("rank " + std::to_string(i) + " failed first (" + e.describe() + ")");
+    }
+  }
+  if (!all_reaped && !stopping_ && spec_.timeout_s > 0 && seconds_since(started_) > spec_.timeout_s) {
+    result_.timed_out = true;
+    std::ostringstream why;
+    why << "timed out after " << spec_.timeout_s << " s";
+    stop(why.str());
+  }
+  if (!all_reaped && stopping_ && !result_.killed && std::chrono::steady_clock::now() >= kill_at_) {
+    ::killpg(impl_->group.native_handle(), SIGKILL);
+    result_.killed = true;
+  }
+  if (all_reaped) {
+    done_ = true;
+    result_.duration_s = seconds_since(started_);
+  }
+  return all_reaped;
+}
+
+int free_port() {
+  static std::deque<int> recent;  // handed out by this process; not reused for a while
+  for (int attempt = 0; attempt < 64; ++attempt) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) throw LaunchError(std::string("socket: ") + std::strerror(errno));
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = 0;
+    socklen_t len = sizeof(addr);
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+      ::close(fd);
+      throw LaunchError(std::string("cannot find a free port: ") + std::strerror(errno));
+    }
+    ::close(fd);
+    const int port = ntohs(addr.sin_port);
+    if (std::find(recent.begin(), recent.end(), port) != recent.end()) continue;
+    recent.push_back(port);
+    if (recent.size() > 256) recent.pop_front();
+    return port;
+  }
+  throw LaunchError("cannot find a free port not recently used");
+}
+
+bool lost_port_race(const RankGroup& group) {
+  if (group.result().ok() || group.spec().log_dir.empty()) return false;
+  for (int rank = 0; rank < group.spec().nproc; ++rank) {
+    const std::string tail = tail_of_file(group.log_path(rank), 40);
+    if (tail.find("Address already in use") != std::string::npos ||
+        tail.find("EADDRINUSE") != std::string::npos)
+      return true;
+  }
+  return false;
+}
+
+void become_subreaper() { ::prctl(PR_SET_CHILD_SUBREAPER, 1); }
+
+int sweep_orphans(const std::set<pid_t>& tracked) {
+  const pid_t self = ::getpid();
+  int killed = 0;
+  DIR* proc = ::opendir("/proc");
+  if (!proc) return 0;
+  std::vector<pid_t> victims;
+  while (dirent* entry = ::readdir(proc)) {
+    const pid_t pid = static_cast<pid_t>(std::atoi(entry->d_name));
+    if (pid <= 0 || tracked.count(pid)) continue;
+    std::ifstream stat("/proc/" + std::string(entry->d_name) + "/stat");
+    std::string line;
+    if (!std::getline(stat, line)) continue;
+    const size_t paren = line.rfind(')');  // the command name may hold spaces and ')'
+    if (paren == std::string::npos) continue;
+    std::istringstream rest(line.substr(paren + 1));
+    std::string state;
+    pid_t ppid = 0;
+    rest >> state >> ppid;
+    if (ppid == self) victims.push_back(pid);
+  }
+  ::closedir(proc);
+  for (pid_t pid : victims) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+    ++killed;
+  }
+  return killed;
+}
+
+std::string tail_of_file(const std::string& path, int lines, size_t max_bytes) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) return "";
+  const std::streamoff size = in.tellg();
+  const std::streamoff start = std::max<std::streamoff>(0, size - static_cast<std::streamoff>(max_bytes));
+  in.seekg(start);
+  std::string text(static_cast<size_t>(size - start), '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  size_t pos = text.size();
+  if (pos > 0 && text[pos - 1] == '\n') --pos;
+  for (int n = 0; n < lines && pos != std::string::npos && pos > 0; ++n) pos = text.rfind('\n', pos - 1);
+  return pos == std::string::npos || pos == 0 ? text : text.substr(pos + 1);
+}
+
+}  // namespace meshtest

@@ -1,0 +1,103 @@
+// Launching one multi-rank command the way torchrun does, without its 10 s of
+// Python start-up: one process per rank with torchrun's environment, all ranks in
+// one process group, one truncated log file per rank. The first rank to fail, or the
+// timeout, stops the group: SIGTERM, a grace period, then SIGKILL. A RankGroup never
+// leaves a process behind: its destructor kills and reaps whatever still runs, and
+// each rank dies with meshtest (PR_SET_PDEATHSIG) if meshtest itself is killed.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <sys/types.h>
+
+namespace meshtest {
+
+// How a rank ended: an exit code, or the signal that killed it.
+struct RankExit {
+  int rank = -1;
+  int exit_code = 0;
+  int signal = 0;
+  bool ok() const { return exit_code == 0 && signal == 0; }
+  std::string describe() const;  // "exit code 3", "signal 11 (SIGSEGV)"
+};
+
+struct LaunchSpec {
+  std::vector<std::string> argv;  // argv[0]: a path, or a program on PATH
+  int nproc = 1;
+  std::vector<std::pair<std::string, std::string>> env;  // on top of meshtest's environment
+  std::string work_dir;  // "" = meshtest's
+  std::string log_dir;   // rank<R>.log per rank; "" = ranks write to meshtest's stdout/stderr
+  std::vector<int> gpus;  // CUDA_VISIBLE_DEVICES; empty = leave it as inherited
+  int master_port = 0;    // 0 = pick a free one
+  double timeout_s = 0;   // 0 = none
+  double grace_s = 30;    // SIGTERM to SIGKILL
+};
+
+class LaunchError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class RankGroup {
+ public:
+  // Spawns every rank. Throws LaunchError when the program cannot be started.
+  explicit RankGroup(LaunchSpec spec);
+  ~RankGroup();
+  RankGroup(const RankGroup&) = delete;
+  RankGroup& operator=(const RankGroup&) = delete;
+
+  // Reaps ranks that exited, stops the group on the first failure or the timeout,
+  // escalates to SIGKILL after the grace period. Returns true once every rank is reaped.
+  bool poll();
+  // Stops the group (SIGTERM now, SIGKILL after the grace period), e.g. on Ctrl-C.
+  void stop(const std::string& reason);
+
+  struct Result {
+    std::vector<RankExit> exits;  // by rank
+    RankExit first_failure;       // rank -1 when every rank exited 0
+    bool timed_out = false;
+    std::string stopped_because;  // "" unless stop() or a failure/timeout ended the group
+    bool killed = false;          // the grace period ran out and SIGKILL was sent
+    double duration_s = 0;
+    bool ok() const { return first_failure.rank < 0 && !timed_out && stopped_because.empty(); }
+  };
+  const Result& result() const { return result_; }
+  const LaunchSpec& spec() const { return spec_; }
+  std::vector<pid_t> pids() const;
+  int master_port() const { return spec_.master_port; }
+  std::string log_path(int rank) const;
+
+ private:
+  struct Impl;
+  LaunchSpec spec_;
+  std::unique_ptr<Impl> impl_;
+  Result result_;
+  std::chrono::steady_clock::time_point started_;
+  std::chrono::steady_clock::time_point kill_at_;
+  bool stopping_ = false;
+  bool done_ = false;
+};
+
+// A TCP port on 127.0.0.1 that was free a moment ago and has not been handed out
+// by this process recently (two cases starting together must not share one).
+int free_port();
+
+// True when a failed launch looks like it lost the race for MASTER_PORT.
+bool lost_port_race(const RankGroup& group);
+
+// Makes meshtest the reaper of orphaned descendants (a rank's child whose parent
+// died is re-parented to meshtest instead of init), so sweep_orphans can kill them.
+void become_subreaper();
+// Kills and reaps every child of meshtest not in `tracked`. Returns how many.
+int sweep_orphans(const std::set<pid_t>& tracked);
+
+// The last `lines` lines of a file (for failure reports), at most `max_bytes` read.
+std::string tail_of_file(const std::string& path, int lines, size_t max_bytes = 1 << 20);
+
+}  // namespace meshtest

@@ -1,0 +1,325 @@
+// meshtest: runs a YAML matrix of distributed-training cases and judges them.
+#include <CLI/CLI.hpp>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <set>
+#include <thread>
+
+#include "launch.h"
+#include "matrix.h"
+#include "runner.h"
+#include "schedule.h"
+
+namespace fs = std::filesystem;
+using namespace meshtest;
+
+namespace {
+
+struct Selection {
+  std::vector<std::string> matrices;
+  std::vector<std::string> ids;       // exact
+  std::vector<std::string> keywords;  // -k: substring of the id
+  std::vector<std::string> tags;
+  std::vector<std::string> excludes;  // substring of the id
+  std::string shard;                  // "I/N", 1-based
+};
+
+void add_selection_options(CLI::App& cmd, Selection& s) {
+  cmd.add_option("-k", s.keywords, "Only cases whose id contains this text (repeatable: any)");
+  cmd.add_option("--id", s.ids, "Only the case with exactly this id (repeatable)");
+  cmd.add_option("--tag", s.tags, "Only cases with this tag (repeatable: any)");
+  cmd.add_option("--exclude", s.excludes, "Leave out cases whose id contains this text (repeatable)");
+  cmd.add_option("--shard", s.shard, "I/N: run the I-th of N parts, balanced by expected duration (1-based)");
+}
+
+std::vector<Suite> load_all(const std::vector<std::string>& files) {
+  std::vector<Suite> suites;
+  std::vector<std::string> errors;
+  for (const auto& f : files) {
+    try {
+      suites.push_back(load_suite_file(f));
+    } catch (const MatrixError& e) {
+      errors.insert(errors.end(), e.errors().begin(), e.errors().end());
+    }
+  }
+  if (!errors.empty()) throw MatrixError(errors);
+  validate_suites(suites);
+  return suites;
+}
+
+bool contains(const std::string& hay, const std::string& needle) { return hay.find(needle) != std::string::npos; }
+
+// Filters, then adds back the baselines the chosen cases compare against, then shards.
+std::vector<const Case*> select(const std::vector<Suite>& suites, const Selection& s,
+                                const std::map<std::string, double>& history) {
+  std::map<std::string, const Case*> by_id;
+  std::vector<const Case*> all;
+  for (const auto& suite : suites)
+    for (const auto& c : suite.cases) all.push_back(&c), by_id[c.id] = &c;
+  std::set<std::string> chosen;
+  for (const Case* c : all) {
+    bool keep = true;
+    if (!s.ids.empty()) keep &= std::find(s.ids.begin(), s.ids.end(), c->id) != s.ids.end();
+    if (!s.keywords.empty())
+      keep &= std::any_of(s.keywords.begin(), s.keywords.end(), [&](const auto& k) { return contains(c->id, k); });
+    if (!s.tags.empty())
+      keep &= std::any_of(s.tags.begin(), s.tags.end(),
+                          [&](const auto& t) { return std::find(c->tags.begin(), c->tags.end(), t) != c->tags.end(); });
+    keep &= std::none_of(s.excludes.begin(), s.excludes.end(), [&](const auto& x) { return contains(c->id, x); });
+    if (keep) chosen.insert(c->id);
+  }
+  for (const auto& id : s.ids)
+    if (!by_id.count(id)) throw std::invalid_argument("--id '" + id + "' names no case (meshtest list shows them)");
+  // Baselines, transitively.
+  for (bool grew = true; grew;) {
+    grew = false;
+    for (const auto& id : std::vector<std::string>(chosen.begin(), chosen.end()))
+      for (const auto& b : by_id[id]->baselines())
+        if (chosen.insert(b).second) grew = true;
+  }
+  std::vector<const Case*> out;
+  for (const Case* c : all)
+    if (chosen.count(c->id)) out.push_back(c);
+  if (s.shard.empty()) return out;
+
+  int index = 0, count = 0;
+  char slash = 0;
+  std::istringstream in(s.shard);
+  if (!(in >> index >> slash >> count) || slash != '/' || count < 1 || index < 1 || index > count || !in.eof())
+    throw std::invalid_argument("--shard '" + s.shard + "' must be I/N with 1 <= I <= N");
+  // A case and its baselines share a shard: union them into groups.
+  std::map<std::string, int> group;
+  for (size_t i = 0; i < out.size(); ++i) group[out[i]->id] = static_cast<int>(i);
+  std::function<int(int)> root = [&](int g) {
+    while (group[out[g]->id] != g) g = group[out[g]->id];
+    return g;
+  };
+  for (size_t i = 0; i < out.size(); ++i)
+    for (const auto& b : out[i]->baselines())
+      if (group.count(b)) group[out[root(group[b])]->id] = root(static_cast<int>(i));
+  std::vector<Task> tasks;
+  std::vector<int> groups;
+  for (size_t i = 0; i < out.size(); ++i) {
+    auto h = history.find(out[i]->id);
+    tasks.push_back({out[i]->ngpu, h != history.end() ? h->second : estimate_seconds(*out[i]), out[i]->id});
+    groups.push_back(root(static_cast<int>(i)));
+  }
+  const auto shard_of = assign_shards(tasks, groups, count);
+  std::vector<const Case*> mine;
+  for (size_t i = 0; i < out.size(); ++i)
+    if (shard_of[i] == index - 1) mine.push_back(out[i]);
+  return mine;
+}
+
+std::string self_dir() {
+  std::error_code ec;
+  const auto exe = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string(".") : exe.parent_path().string();
+}
+
+std::string shell_quote(const std::string& s) {
+  if (!s.empty() && s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./=:,+") ==
+                        std::string::npos)
+    return s;
+  std::string out = "'";
+  for (char ch : s) out += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+  return out + "'";
+}
+
+std::string join_argv(const std::vector<std::string>& argv) {
+  std::string out;
+  for (const auto& a : argv) out += (out.empty() ? "" : " ") + shell_quote(a);
+  return out;
+}
+
+int default_devices(const std::string& backend) {
+  if (backend == "nccl") {
+    if (const char* cvd = std::getenv("CUDA_VISIBLE_DEVICES"); cvd && *cvd)
+      return static_cast<int>(std::count(cvd, cvd + std::strlen(cvd), ',')) + 1;
+    int n = 0;
+    for (int i = 0; fs::exists("/dev/nvidia" + std::to_string(i)); ++i) ++n;
+    return n;
+  }
+  // CPU slots: ranks mostly wait on each other, so a small machine still takes an 8-rank case.
+  return std::max(8, static_cast<int>(std::thread::hardware_concurrency()));
+}
+
+int run_launch(int nproc, const std::string& log_dir, double timeout_s, double grace_s,
+               const std::vector<std::string>& command) {
+  LaunchSpec spec;
+  spec.argv = command;
+  spec.nproc = nproc;
+  spec.log_dir = log_dir;
+  spec.timeout_s = timeout_s;
+  spec.grace_s = grace_s;
+  become_subreaper();
+  install_stop_handlers();
+  RankGroup group(spec);
+  while (!group.poll()) {
+    if (g_stop_signal != 0) group.stop("meshtest received signal " + std::to_string(g_stop_signal));
+    ::usleep(2000);
+  }
+  sweep_orphans({});
+  const auto& r = group.result();
+  if (r.ok()) return 0;
+  std::fprintf(stderr, "meshtest launch: %s\n", r.stopped_because.c_str());
+  for (const auto& e : r.exits) std::fprintf(stderr, "  rank %d: %s\n", e.rank, e.describe().c_str());
+  if (g_stop_signal != 0) return 128 + g_stop_signal;
+  if (r.timed_out) return 124;
+  if (r.first_failure.signal != 0) return 128 + r.first_failure.signal;
+  return r.first_failure.exit_code != 0 ? r.first_failure.exit_code : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"meshtest: a matrix runner for distributed-training CI (docs/matrix.md)", "meshtest"};
+  app.require_subcommand(1);
+
+  Selection sel;
+  RunOptions opt;
+  bool dry_run = false;
+  int ngpu = -1;
+  auto* run_cmd = app.add_subcommand("run", "Run the selected cases and write <out>/summary.json");
+  run_cmd->add_option("MATRIX", sel.matrices, "Matrix YAML files")->required()->check(CLI::ExistingFile);
+  add_selection_options(*run_cmd, sel);
+  run_cmd->add_option("--out", opt.out_dir, "Output folder")->capture_default_str();
+  run_cmd->add_option("--ngpu", ngpu, "Devices in the pool: GPUs (nccl) or CPU rank slots (gloo; default max(8, cores))");
+  run_cmd->add_option("--backend", opt.backend, "gloo (CPU) | nccl (GPU)")->check(CLI::IsMember({"gloo", "nccl"}))->capture_default_str();
+  run_cmd->add_option("--jobs", opt.jobs, "Cases at once (0: as many as the pool fits)")->capture_default_str();
+  run_cmd->add_option("--grace", opt.grace_s, "Seconds between SIGTERM and SIGKILL when a case is stopped")->capture_default_str();
+  run_cmd->add_option("--meshtrain", opt.meshtrain, "The meshtrain binary (default: next to meshtest)");
+  run_cmd->add_option("--history", opt.history, "summary.json whose durations order the cases (default: <out>/summary.json)");
+  run_cmd->add_flag("--dry-run", dry_run, "Print the plan and the commands; run nothing");
+
+  Selection list_sel;
+  auto* list_cmd = app.add_subcommand("list", "List the cases a selection expands to");
+  list_cmd->add_option("MATRIX", list_sel.matrices, "Matrix YAML files")->required()->check(CLI::ExistingFile);
+  add_selection_options(*list_cmd, list_sel);
+
+  std::string show_id;
+  std::vector<std::string> show_files;
+  auto* show_cmd = app.add_subcommand("show", "A case fully resolved, with the exact commands of its phases");
+  show_cmd->add_option("ID", show_id, "Case id, e.g. resharding/save[dp_shard=4]-load[tp=4]")->required();
+  show_cmd->add_option("MATRIX", show_files, "Matrix YAML files")->required()->check(CLI::ExistingFile);
+
+  int nproc = 1;
+  std::string log_dir;
+  double timeout_s = 0, grace_s = 30;
+  std::vector<std::string> command;
+  auto* launch_cmd = app.add_subcommand("launch", "Run one command on N ranks with torchrun's environment and teardown");
+  launch_cmd->add_option("--nproc", nproc, "Ranks")->required()->check(CLI::PositiveNumber);
+  launch_cmd->add_option("--log-dir", log_dir, "rank<R>.log per rank here (default: ranks share this terminal)");
+  launch_cmd->add_option("--timeout", timeout_s, "Stop all ranks after this many seconds (0: never)");
+  launch_cmd->add_option("--grace", grace_s, "Seconds between SIGTERM and SIGKILL")->capture_default_str();
+  launch_cmd->add_option("COMMAND", command, "Program and arguments (after --)")->required();
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+
+  try {
+    if (*launch_cmd) return run_launch(nproc, log_dir, timeout_s, grace_s, command);
+
+    if (*show_cmd) {
+      const auto suites = load_all(show_files);
+      for (const auto& s : suites)
+        for (const auto& c : s.cases) {
+          if (c.id != show_id) continue;
+          auto j = c.to_json();
+          const std::string case_dir = (fs::path("meshtest-out") / c.suite / c.name).string();
+          for (size_t i = 0; i < c.phases.size(); ++i)
+            j["phases"][i]["command"] = join_argv(resolve_argv(
+                c.phases[i].argv, {(fs::path(self_dir()) / "meshtrain").string(), "gloo", case_dir,
+                                   case_dir + "/" + c.phases[i].name}));
+          std::cout << j.dump(2) << "\n";
+          return 0;
+        }
+      std::fprintf(stderr, "meshtest show: no case '%s' (meshtest list shows the ids)\n", show_id.c_str());
+      return 2;
+    }
+
+    if (*list_cmd) {
+      const auto suites = load_all(list_sel.matrices);
+      for (const Case* c : select(suites, list_sel, {}))
+        std::printf("%-50s ngpu=%d phases=%zu expect=%s%s\n", c->id.c_str(), c->ngpu, c->phases.size(),
+                    c->expect.str().c_str(), c->tags.empty() ? "" : ("  tags=" + [&] {
+                      std::string t;
+                      for (const auto& x : c->tags) t += (t.empty() ? "" : ",") + x;
+                      return t;
+                    }()).c_str());
+      return 0;
+    }
+
+    // run
+    const auto suites = load_all(sel.matrices);
+    if (ngpu < 0) ngpu = default_devices(opt.backend);
+    opt.devices = ngpu;
+    if (opt.meshtrain.empty()) opt.meshtrain = (fs::path(self_dir()) / "meshtrain").string();
+    if (opt.history.empty()) opt.history = (fs::path(opt.out_dir) / "summary.json").string();
+    const auto history = load_durations(opt.history);
+    const auto cases = select(suites, sel, history);
+    std::string files;
+    for (const auto& m : sel.matrices) files += " " + shell_quote(m);
+    opt.repro_prefix = shell_quote(argv[0]) + " run" + files + " --backend " + opt.backend + " --ngpu " +
+                       std::to_string(opt.devices);
+    opt.progress = ::isatty(2) && !std::getenv("CI");
+
+    if (dry_run) {
+      std::vector<Task> tasks;
+      for (const Case* c : cases) {
+        auto h = history.find(c->id);
+        const bool skip = c->expect.kind == Expectation::kSkip;
+        tasks.push_back({skip ? 0 : c->ngpu, skip ? 0 : (h != history.end() ? h->second : estimate_seconds(*c)), c->id});
+      }
+      const auto sim = simulate(tasks, opt.devices, opt.jobs);
+      for (size_t i = 0; i < cases.size(); ++i) {
+        const Case* c = cases[i];
+        std::printf("%s  (%d %s, expected %.1f s, %s)\n", c->id.c_str(), c->ngpu,
+                    opt.backend == "nccl" ? "GPUs" : "slots", tasks[i].expected_s, c->expect.str().c_str());
+        if (sim.start[i] < 0) {
+          std::printf("  skipped: needs %d devices, the pool has %d\n", c->ngpu, opt.devices);
+          continue;
+        }
+        std::printf("  planned start %.1f s on devices", sim.start[i]);
+        for (int d : sim.devices[i]) std::printf(" %d", d);
+        std::printf("\n");
+        const std::string case_dir = (fs::path(opt.out_dir) / c->suite / c->name).string();
+        for (const auto& p : c->phases)
+          std::printf("  [%s] %s\n", p.name.c_str(),
+                      join_argv(resolve_argv(p.argv, {opt.meshtrain, opt.backend, case_dir, case_dir + "/" + p.name})).c_str());
+      }
+      std::printf("\n%zu cases; planned makespan %.1f s; lower bound %.1f s\n", cases.size(), sim.makespan,
+                  makespan_lower_bound(tasks, opt.devices));
+      return 0;
+    }
+
+    become_subreaper();
+    install_stop_handlers();
+    fs::create_directories(opt.out_dir);
+    std::fprintf(stderr, "meshtest: %zu cases on %d %s (%s), output in %s\n", cases.size(), opt.devices,
+                 opt.backend == "nccl" ? "GPUs" : "CPU slots", opt.backend.c_str(), opt.out_dir.c_str());
+    const RunResult result = run_cases(cases, opt);
+    write_summary(result, opt, (fs::path(opt.out_dir) / "summary.json").string());
+    print_report(result, stdout);
+    std::fflush(stdout);
+    if (result.interrupted_by != 0) return 128 + result.interrupted_by;
+    return result.all_met() ? 0 : 1;
+  } catch (const MatrixError& e) {
+    for (const auto& line : e.errors()) std::fprintf(stderr, "%s\n", line.c_str());
+    std::fprintf(stderr, "meshtest: %zu error%s in the matrix; nothing was run\n", e.errors().size(),
+                 e.errors().size() == 1 ? "" : "s");
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "meshtest: %s\n", e.what());
+    return 2;
+  }
+}

@@ -1,0 +1,97 @@
+// A test matrix: YAML in, validated cases out. Loading either returns every case
+// with its phases resolved to argv arrays, or throws a MatrixError listing every
+// problem with file:line:col. The schema is documented in docs/matrix.md.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "mesh.h"
+#include "yaml_reader.h"
+
+namespace meshtest {
+
+// What a case must do for the run to stay green.
+struct Expectation {
+  enum Kind { kPass, kXfail, kSkip, kFail };
+  Kind kind = kPass;
+  std::string reason;  // xfail / skip
+  std::string check;   // fail: the check a canary must trip
+  std::string str() const;  // "pass", "xfail: reason", "skip: reason", "fail: loss_matches"
+};
+
+struct CheckSpec {
+  std::string kind;
+  nlohmann::json params = nlohmann::json::object();
+  Where where;
+};
+
+// One launch of `nproc` ranks. argv may still hold the run-time placeholders
+// {meshtrain}, {backend}, {case_dir}, {phase_dir} (see resolve_argv).
+struct Phase {
+  std::string name;
+  int nproc = 1;
+  std::optional<meshtrain::MeshShape> mesh;
+  std::vector<std::string> argv;
+  std::vector<std::pair<std::string, std::string>> env;
+  double timeout_s = 0;
+  Where where;
+};
+
+struct Case {
+  std::string id;     // "<suite>/<name>", stable across runs
+  std::string suite;
+  std::string name;
+  std::string file;
+  Where where;
+  std::string model;  // meshtrain flavor, "" for foreign commands
+  std::string seed;   // options.seed as written, for reports
+  int ngpu = 1;       // GPUs (or CPU slots) held for the whole case: the widest phase
+  std::vector<Phase> phases;
+  std::vector<std::string> tags;
+  Expectation expect;
+  std::vector<CheckSpec> checks;
+  double duration_hint_s = 0;  // `duration:` in the YAML, 0 when absent
+  std::vector<std::pair<std::string, std::string>> matrix_values;  // the axes that made it
+
+  // The other cases this one's checks compare against (resolved ids).
+  std::vector<std::string> baselines() const;
+  nlohmann::json to_json() const;
+};
+
+struct Suite {
+  std::string name;
+  std::string file;
+  std::string description;
+  std::vector<Case> cases;
+};
+
+// Loads and validates one matrix file (or YAML text, for tests and the embedded default).
+Suite load_suite_file(const std::string& path);
+Suite load_suite_text(const std::string& yaml, const std::string& file_name);
+
+// Validation across files: duplicate ids and baselines that name no case.
+void validate_suites(const std::vector<Suite>& suites);
+
+// GitHub Actions strategy.matrix semantics: the cartesian product of `axes` in order,
+// minus every combination that `exclude` entries partially match, then `include`
+// entries extend matching combinations or become new ones. Exposed for tests.
+using Combination = std::vector<std::pair<std::string, std::string>>;
+std::vector<Combination> expand_axes(const std::vector<std::pair<std::string, std::vector<std::string>>>& axes,
+                                     const std::vector<Combination>& include,
+                                     const std::vector<Combination>& exclude);
+
+// Values for the run-time placeholders of Phase::argv.
+struct RunPaths {
+  std::string meshtrain;
+  std::string backend;
+  std::string case_dir;
+  std::string phase_dir;
+};
+std::vector<std::string> resolve_argv(const std::vector<std::string>& argv, const RunPaths& paths);
+
+}  // namespace meshtest

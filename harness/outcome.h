@@ -1,0 +1,60 @@
+// What running a case produced: per phase, how every rank ended; per check, its
+// verdict; and the case's status against its expectation. Shared by the runner,
+// the checks and the reports.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "launch.h"
+#include "matrix.h"
+
+namespace meshtest {
+
+struct PhaseOutcome {
+  std::string name;
+  std::vector<std::string> argv;  // exactly what ran
+  int nproc = 1;
+  std::string dir;                // the phase's folder: rank<R>.log and the trainer's outputs
+  bool ran = false;               // false: an earlier phase failed, or the run was interrupted
+  int attempts = 0;               // > 1 when MASTER_PORT was lost to another process
+  std::string launch_error;       // the program could not be started
+  RankGroup::Result result;
+  bool ok() const { return ran && launch_error.empty() && result.ok(); }
+  std::string log_path(int rank) const;
+};
+
+struct CheckResult {
+  std::string kind;
+  bool passed = false;
+  std::string message;  // one line: what, where, expected vs got, tolerance
+  std::string details;  // more lines for the report body
+};
+
+enum class Status { kPassed, kFailed, kSkipped, kXfailed, kCancelled };
+const char* status_name(Status s);
+
+struct CaseOutcome {
+  const Case* spec = nullptr;
+  Status status = Status::kSkipped;
+  std::string reason;   // one line
+  std::string details;  // the failure body
+  std::string dir;
+  std::vector<int> devices;
+  double expected_s = 0;
+  double start_s = 0;     // seconds since the run began
+  double duration_s = 0;
+  std::string timestamp;  // ISO 8601 start time
+  std::vector<PhaseOutcome> phases;
+  std::vector<CheckResult> checks;
+  std::string repro;  // a command that reruns just this case
+  bool finished = false;
+
+  bool met_expectation() const {
+    return status == Status::kPassed || status == Status::kSkipped || status == Status::kXfailed;
+  }
+  // The rank log a person should read first: the failing rank of the failing phase.
+  std::string failing_log() const;
+};
+
+}  // namespace meshtest

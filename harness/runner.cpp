@@ -1,0 +1,444 @@
+#include "runner.h"
+
+#include <nlohmann/json.hpp>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <set>
+
+#include "checks.h"
+#include "schedule.h"
+
+namespace fs = std::filesystem;
+
+namespace meshtest {
+
+volatile std::sig_atomic_t g_stop_signal = 0;
+
+namespace {
+void on_stop_signal(int sig) { g_stop_signal = sig; }
+
+std::string iso_now() {
+  const std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%S", std::localtime(&t));
+  return buf;
+}
+
+std::string format_seconds(double s) {
+  char buf[32];
+  if (s < 60) std::snprintf(buf, sizeof(buf), "%.1f s", s);
+  else std::snprintf(buf, sizeof(buf), "%dm%02ds", static_cast<int>(s) / 60, static_cast<int>(s) % 60);
+  return buf;
+}
+
+// A folder name for a case: its name with anything unusual replaced.
+std::string folder_name(const std::string& name) {
+  std::string out;
+  for (char ch : name) out += (std::isalnum(static_cast<unsigned char>(ch)) || std::string("_.,=+-[]").find(ch) != std::string::npos) ? ch : '_';
+  return out;
+}
+
+// A case in flight: which phase runs now, on which devices.
+struct Active {
+  size_t index = 0;  // into the outcomes
+  size_t phase = 0;
+  std::unique_ptr<RankGroup> group;
+  std::chrono::steady_clock::time_point started;
+};
+}  // namespace
+
+void install_stop_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = 0;
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &sa, nullptr);
+}
+
+const char* status_name(Status s) {
+  switch (s) {
+    case Status::kPassed: return "passed";
+    case Status::kFailed: return "failed";
+    case Status::kSkipped: return "skipped";
+    case Status::kXfailed: return "xfailed";
+    case Status::kCancelled: return "cancelled";
+  }
+  return "?";
+}
+
+std::string PhaseOutcome::log_path(int rank) const {
+  return (fs::path(dir) / ("rank" + std::to_string(rank) + ".log")).string();
+}
+
+std::string CaseOutcome::failing_log() const {
+  for (const auto& p : phases) {
+    if (!p.ran || p.ok()) continue;
+    const int rank = p.result.first_failure.rank >= 0 ? p.result.first_failure.rank : 0;
+    return p.log_path(rank);
+  }
+  for (auto it = phases.rbegin(); it != phases.rend(); ++it)
+    if (it->ran) return it->log_path(0);
+  return "";
+}
+
+bool RunResult::all_met() const {
+  if (interrupted_by != 0) return false;
+  for (const auto& c : cases)
+    if (!c.met_expectation()) return false;
+  return true;
+}
+
+std::map<std::string, double> load_durations(const std::string& summary_path) {
+  std::map<std::string, double> out;
+  std::ifstream in(summary_path);
+  if (!in) return out;
+  try {
+    const auto j = nlohmann::json::parse(in);
+    for (const auto& c : j.at("cases"))
+      if (c.value("status", "") != "skipped" && c.value("status", "") != "cancelled" && c.contains("duration_s"))
+        out[c.at("id").get<std::string>()] = c.at("duration_s").get<double>();
+  } catch (const std::exception&) {
+    // A damaged history only costs the ordering; estimates take over.
+  }
+  return out;
+}
+
+double estimate_seconds(const Case& c) {
+  if (c.duration_hint_s > 0) return c.duration_hint_s;
+  double total = 0;
+  for (const auto& p : c.phases) {
+    double steps = 10;
+    for (size_t i = 0; i + 1 < p.argv.size(); ++i)
+      if (p.argv[i] == "--steps") steps = std::atof(p.argv[i + 1].c_str());
+    total += 2.0 + 0.05 * steps * p.nproc;  // start-up, then steps slow down with ranks on shared cores
+  }
+  return total;
+}
+
+RunResult run_cases(const std::vector<const Case*>& cases, const RunOptions& opt) {
+  RunResult run;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto now_s = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+  const auto history = load_durations(opt.history);
+
+  run.cases.resize(cases.size());
+  std::vector<Task> tasks;
+  std::map<std::string, size_t> index_of;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    CaseOutcome& o = run.cases[i];
+    o.spec = cases[i];
+    o.dir = (fs::path(opt.out_dir) / o.spec->suite / folder_name(o.spec->name)).string();
+    auto h = history.find(o.spec->id);
+    o.expected_s = h != history.end() ? h->second : estimate_seconds(*o.spec);
+    o.repro = opt.repro_prefix + " --id '" + o.spec->id + "'";
+    for (const auto& p : o.spec->phases) {
+      PhaseOutcome po;
+      po.name = p.name;
+      po.nproc = p.nproc;
+      po.dir = (fs::path(o.dir) / p.name).string();
+      po.argv = resolve_argv(p.argv, {opt.meshtrain, opt.backend, o.dir, po.dir});
+      o.phases.push_back(po);
+    }
+    index_of[o.spec->id] = i;
+    // Skipped cases hold no devices; they are judged at once.
+    const bool skip = o.spec->expect.kind == Expectation::kSkip;
+    tasks.push_back({skip ? 0 : o.spec->ngpu, skip ? 0.0 : o.expected_s, o.spec->id});
+  }
+  const std::string unit = opt.backend == "nccl" ? "GPUs" : "CPU slots";
+  Scheduler scheduler(tasks, opt.devices, opt.jobs);
+  for (int t : scheduler.oversized()) {
+    CaseOutcome& o = run.cases[t];
+    o.status = Status::kSkipped;
+    o.reason = "needs " + std::to_string(o.spec->ngpu) + " " + unit + "; --ngpu is " + std::to_string(opt.devices);
+    o.finished = true;
+  }
+
+  DevicePool pool(opt.devices);
+  std::vector<Active> active;
+  std::vector<size_t> awaiting_baselines;
+  size_t done = 0;
+  for (const auto& o : run.cases) done += o.finished;
+  auto find = [&](const std::string& id) -> const CaseOutcome* {
+    auto it = index_of.find(id);
+    return it == index_of.end() ? nullptr : &run.cases[it->second];
+  };
+  auto report_line = [&](const CaseOutcome& o) {
+    if (opt.progress) std::fprintf(stderr, "\r\033[K");
+    std::fprintf(stderr, "[%zu/%zu] %-9s %s (%d %s, %s)%s%s\n", done, run.cases.size(), status_name(o.status),
+                 o.spec->id.c_str(), o.spec->ngpu, unit.c_str(), format_seconds(o.duration_s).c_str(),
+                 o.reason.empty() ? "" : ": ", o.reason.c_str());
+  };
+  // Judges a case whose baselines have all finished; otherwise parks it.
+  std::function<void(size_t)> conclude = [&](size_t i) {
+    CaseOutcome& o = run.cases[i];
+    for (const auto& b : o.spec->baselines()) {
+      const CaseOutcome* base = find(b);
+      if (base && !base->finished) {
+        awaiting_baselines.push_back(i);
+        return;
+      }
+    }
+    o.checks = run_checks(o, find);
+    judge(o);
+    o.finished = true;
+    ++done;
+    report_line(o);
+    // Cases waiting on this one may be ready now.
+    std::vector<size_t> waiting;
+    waiting.swap(awaiting_baselines);
+    for (size_t w : waiting) conclude(w);
+  };
+  auto start_phase = [&](Active& a) -> bool {
+    CaseOutcome& o = run.cases[a.index];
+    PhaseOutcome& po = o.phases[a.phase];
+    const Phase& spec = o.spec->phases[a.phase];
+    po.ran = true;
+    ++po.attempts;
+    LaunchSpec ls;
+    ls.argv = po.argv;
+    ls.nproc = spec.nproc;
+    ls.env = spec.env;
+    ls.env.emplace_back("MESHTEST_CASE_ID", o.spec->id);
+    ls.env.emplace_back("MESHTEST_PHASE", spec.name);
+    ls.env.emplace_back("MESHTEST_CASE_DIR", fs::absolute(o.dir).string());
+    ls.log_dir = po.dir;
+    if (opt.backend == "nccl") ls.gpus = o.devices;
+    ls.timeout_s = spec.timeout_s;
+    ls.grace_s = opt.grace_s;
+    try {
+      a.group = std::make_unique<RankGroup>(ls);
+      return true;
+    } catch (const LaunchError& e) {
+      po.launch_error = e.what();
+      return false;
+    }
+  };
+  auto finish_case = [&](Active& a) {
+    CaseOutcome& o = run.cases[a.index];
+    o.duration_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - a.started).count();
+    pool.release(o.devices);
+    conclude(a.index);
+  };
+  auto running_tasks = [&] {
+    std::vector<Scheduler::Running> r;
+    for (const auto& a : active) {
+      const CaseOutcome& o = run.cases[a.index];
+      r.push_back({static_cast<int>(a.index), o.start_s + o.expected_s});
+    }
+    return r;
+  };
+
+  while (true) {
+    if (g_stop_signal != 0 && run.interrupted_by == 0) {
+      run.interrupted_by = g_stop_signal;
+      for (auto& a : active)
+        if (a.group) a.group->stop("meshtest received signal " + std::to_string(run.interrupted_by));
+    }
+    if (run.interrupted_by == 0) {
+      for (int t : scheduler.pick(now_s(), pool.free(), running_tasks())) {
+        CaseOutcome& o = run.cases[t];
+        if (o.spec->expect.kind == Expectation::kSkip) {
+          o.status = Status::kSkipped;
+          o.reason = o.spec->expect.reason;
+          o.finished = true;
+          ++done;
+          report_line(o);
+          continue;
+        }
+        o.devices = pool.acquire(o.spec->ngpu);
+        o.start_s = now_s();
+        o.timestamp = iso_now();
+        std::error_code ec;
+        fs::remove_all(o.dir, ec);  // a stale checkpoint would be resumed
+        fs::create_directories(o.dir);
+        Active a;
+        a.index = static_cast<size_t>(t);
+        a.started = std::chrono::steady_clock::now();
+        if (start_phase(a)) {
+          active.push_back(std::move(a));
+        } else {
+          finish_case(a);
+        }
+      }
+    }
+    // Advance every case in flight.
+    for (size_t k = 0; k < active.size();) {
+      Active& a = active[k];
+      if (!a.group->poll()) {
+        ++k;
+        continue;
+      }
+      CaseOutcome& o = run.cases[a.index];
+      PhaseOutcome& po = o.phases[a.phase];
+      po.result = a.group->result();
+      const bool retry_port = lost_port_race(*a.group) && po.attempts < 3 && run.interrupted_by == 0;
+      a.group.reset();
+      std::set<pid_t> tracked;
+      for (const auto& other : active)
+        if (other.group)
+          for (pid_t p : other.group->pids()) tracked.insert(p);
+      sweep_orphans(tracked);
+      bool next = false;
+      if (retry_port) {
+        next = start_phase(a);
+      } else if (po.ok() && a.phase + 1 < o.phases.size() && run.interrupted_by == 0) {
+        ++a.phase;
+        next = start_phase(a);
+      }
+      if (next) {
+        ++k;
+        continue;
+      }
+      finish_case(a);
+      active.erase(active.begin() + static_cast<long>(k));
+    }
+    if (active.empty() && (scheduler.queue_empty() || run.interrupted_by != 0)) break;
+    if (opt.progress) {
+      double eta = 0;
+      for (const auto& a : active) {
+        const auto& o = run.cases[a.index];
+        eta = std::max(eta, o.start_s + o.expected_s - now_s());
+      }
+      std::fprintf(stderr, "\r\033[K%zu/%zu done, %zu running, elapsed %s, ETA >= %s", done, run.cases.size(),
+                   active.size(), format_seconds(now_s()).c_str(), format_seconds(std::max(0.0, eta)).c_str());
+      std::fflush(stderr);
+    }
+    ::usleep(2000);
+  }
+  if (opt.progress) std::fprintf(stderr, "\r\033[K");
+  // Whatever never started (interrupted) is reported, not dropped.
+  for (size_t w : awaiting_baselines) {
+    CaseOutcome& o = run.cases[w];
+    o.checks = run_checks(o, find);
+    judge(o);
+    o.finished = true;
+  }
+  for (auto& o : run.cases) {
+    if (o.finished) continue;
+    o.status = Status::kCancelled;
+    o.reason = "not run: meshtest received signal " + std::to_string(run.interrupted_by);
+    o.finished = true;
+  }
+  if (run.interrupted_by != 0)
+    for (auto& o : run.cases)
+      if (o.status == Status::kFailed && !o.phases.empty()) {
+        for (const auto& p : o.phases)
+          if (p.ran && p.result.stopped_because.find("meshtest received signal") == 0) {
+            o.status = Status::kCancelled;
+            o.reason = p.result.stopped_because;
+          }
+      }
+  sweep_orphans({});
+  run.wall_s = now_s();
+  return run;
+}
+
+void write_summary(const RunResult& run, const RunOptions& opt, const std::string& path) {
+  nlohmann::json j;
+  j["version"] = 1;
+  j["backend"] = opt.backend;
+  j["devices"] = opt.devices;
+  j["wall_s"] = run.wall_s;
+  j["interrupted_by_signal"] = run.interrupted_by;
+  j["all_met"] = run.all_met();
+  char host[256] = {0};
+  ::gethostname(host, sizeof(host) - 1);
+  j["hostname"] = host;
+  std::map<std::string, int> counts;
+  j["cases"] = nlohmann::json::array();
+  for (const auto& o : run.cases) {
+    ++counts[status_name(o.status)];
+    nlohmann::json c;
+    c["id"] = o.spec->id;
+    c["suite"] = o.spec->suite;
+    c["name"] = o.spec->name;
+    c["file"] = o.spec->where.str();
+    c["status"] = status_name(o.status);
+    c["met_expectation"] = o.met_expectation();
+    c["expect"] = o.spec->expect.str();
+    c["reason"] = o.reason;
+    c["details"] = o.details;
+    c["ngpu"] = o.spec->ngpu;
+    c["devices"] = o.devices;
+    c["model"] = o.spec->model;
+    c["seed"] = o.spec->seed;
+    c["tags"] = o.spec->tags;
+    c["expected_s"] = o.expected_s;
+    c["start_s"] = o.start_s;
+    c["duration_s"] = o.duration_s;
+    c["timestamp"] = o.timestamp;
+    c["dir"] = o.dir;
+    c["repro"] = o.repro;
+    c["failing_log"] = o.failing_log();
+    c["phases"] = nlohmann::json::array();
+    for (const auto& p : o.phases) {
+      nlohmann::json jp = {{"name", p.name}, {"argv", p.argv}, {"nproc", p.nproc}, {"dir", p.dir},
+                           {"ran", p.ran}, {"attempts", p.attempts}, {"ok", p.ok()}};
+      if (!p.launch_error.empty()) jp["launch_error"] = p.launch_error;
+      if (p.ran) {
+        const auto& r = p.result;
+        jp["duration_s"] = r.duration_s;
+        jp["timed_out"] = r.timed_out;
+        jp["killed"] = r.killed;
+        jp["stopped_because"] = r.stopped_because;
+        jp["exits"] = nlohmann::json::array();
+        for (const auto& e : r.exits) jp["exits"].push_back({{"rank", e.rank}, {"exit_code", e.exit_code}, {"signal", e.signal}});
+        if (r.first_failure.rank >= 0)
+          jp["first_failure"] = {{"rank", r.first_failure.rank}, {"exit_code", r.first_failure.exit_code},
+                                 {"signal", r.first_failure.signal}, {"what", r.first_failure.describe()}};
+      }
+      c["phases"].push_back(jp);
+    }
+    c["checks"] = nlohmann::json::array();
+    for (const auto& k : o.checks)
+      c["checks"].push_back({{"kind", k.kind}, {"passed", k.passed}, {"message", k.message}, {"details", k.details}});
+    j["cases"].push_back(c);
+  }
+  j["counts"] = counts;
+  fs::create_directories(fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path());
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp);
+    out << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+  }
+  fs::rename(tmp, path);
+}
+
+void print_report(const RunResult& run, FILE* out) {
+  size_t width = 20;
+  for (const auto& o : run.cases) width = std::max(width, o.spec->id.size());
+  std::fprintf(out, "\n%-*s  %-9s  %5s  %9s  %s\n", static_cast<int>(width), "case", "status", "ngpu", "time", "note");
+  std::map<std::string, int> counts;
+  for (const auto& o : run.cases) {
+    ++counts[status_name(o.status)];
+    std::string note = o.reason;
+    if (note.size() > 100) note = note.substr(0, 97) + "...";
+    std::fprintf(out, "%-*s  %-9s  %5d  %9s  %s\n", static_cast<int>(width), o.spec->id.c_str(), status_name(o.status),
+                 o.spec->ngpu, format_seconds(o.duration_s).c_str(), note.c_str());
+  }
+  bool any_failed = false;
+  for (const auto& o : run.cases) any_failed |= !o.met_expectation();
+  if (any_failed) {
+    std::fprintf(out, "\nFAILURE SUMMARY\n");
+    for (const auto& o : run.cases) {
+      if (o.met_expectation()) continue;
+      std::fprintf(out, "\n%s %s: %s\n", status_name(o.status), o.spec->id.c_str(), o.reason.c_str());
+      if (!o.failing_log().empty()) std::fprintf(out, "  log:   %s\n", o.failing_log().c_str());
+      std::fprintf(out, "  repro: %s\n", o.repro.c_str());
+    }
+  }
+  std::string totals;
+  for (const auto& [k, v] : counts) totals += (totals.empty() ? "" : ", ") + std::to_string(v) + " " + k;
+  std::fprintf(out, "\n%s in %s%s\n", totals.c_str(), format_seconds(run.wall_s).c_str(),
+               run.interrupted_by ? " (interrupted)" : "");
+}
+
+}  // namespace meshtest

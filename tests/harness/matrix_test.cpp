@@ -1,0 +1,286 @@
+// The matrix loader: expansion (Actions include/exclude, ids) and every
+// validation error with its file:line:col.
+#include <gtest/gtest.h>
+
+#include "matrix.h"
+
+using namespace meshtest;
+
+namespace {
+
+Suite load(const std::string& yaml) { return load_suite_text(yaml, "m.yaml"); }
+
+// The errors a matrix produces, joined, or "" when it loads.
+std::string errors_of(const std::string& yaml) {
+  try {
+    load(yaml);
+  } catch (const MatrixError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+std::string str(const Combination& c) {
+  std::string out;
+  for (const auto& [k, v] : c) out += (out.empty() ? "" : " ") + k + "=" + v;
+  return out;
+}
+
+}  // namespace
+
+TEST(MatrixExpand, ActionsIncludeWorkedExample) {
+  // docs.github.com "Expanding or adding matrix configurations": six jobs.
+  const auto combos = expand_axes({{"fruit", {"apple", "pear"}}, {"animal", {"cat", "dog"}}},
+                                  {{{"color", "green"}},
+                                   {{"color", "pink"}, {"animal", "cat"}},
+                                   {{"fruit", "apple"}, {"shape", "circle"}},
+                                   {{"fruit", "banana"}},
+                                   {{"fruit", "banana"}, {"animal", "cat"}}},
+                                  {});
+  ASSERT_EQ(combos.size(), 6u);
+  EXPECT_EQ(str(combos[0]), "fruit=apple animal=cat color=pink shape=circle");
+  EXPECT_EQ(str(combos[1]), "fruit=apple animal=dog color=green shape=circle");
+  EXPECT_EQ(str(combos[2]), "fruit=pear animal=cat color=pink");
+  EXPECT_EQ(str(combos[3]), "fruit=pear animal=dog color=green");
+  EXPECT_EQ(str(combos[4]), "fruit=banana");
+  EXPECT_EQ(str(combos[5]), "fruit=banana animal=cat");
+}
+
+TEST(MatrixExpand, ExcludeMatchesPartiallyAndIncludeCanAddBack) {
+  const auto combos = expand_axes({{"os", {"linux", "mac"}}, {"ver", {"1", "2", "3"}}},
+                                  {{{"os", "mac"}, {"ver", "2"}}},  // re-added as a new combination
+                                  {{{"os", "mac"}}, {{"ver", "3"}}});
+  ASSERT_EQ(combos.size(), 3u);
+  EXPECT_EQ(str(combos[0]), "os=linux ver=1");
+  EXPECT_EQ(str(combos[1]), "os=linux ver=2");
+  EXPECT_EQ(str(combos[2]), "os=mac ver=2");
+}
+
+TEST(MatrixLoad, DefaultsPhasesAndTheMeshtrainCommand) {
+  const Suite s = load(R"(
+suite: simplefsdp
+defaults:
+  model: tiny
+  options: {steps: 10, seed: 3, checkpoint.enable: false}
+  timeout: 120
+cases:
+  - name: 1d
+    mesh: {dp_shard: 4}
+    tags: [fsdp]
+  - name: optional_checkpoint
+    mesh: dp_shard=4
+    options: {checkpoint.enable: true}
+    phases:
+      - {name: save}
+      - {name: load, mesh: {dp_shard: 2, tp: 2}, options: {steps: 20}}
+      - {name: generate, action: generate, mesh: {tp: 4}}
+    checks:
+      - keys_match: {phase: load, against: save}
+      - loss_matches: {baseline: 1d, rtol: 1.0e-5}
+)");
+  EXPECT_EQ(s.name, "simplefsdp");
+  ASSERT_EQ(s.cases.size(), 2u);
+  const Case& a = s.cases[0];
+  EXPECT_EQ(a.id, "simplefsdp/1d");
+  EXPECT_EQ(a.ngpu, 4);
+  ASSERT_EQ(a.phases.size(), 1u);
+  EXPECT_EQ(a.phases[0].name, "train");
+  EXPECT_EQ(a.phases[0].timeout_s, 120);
+  const std::vector<std::string> want = {"{meshtrain}", "train", "--model", "tiny", "--mesh", "dp_shard=4",
+                                         "--backend", "{backend}", "--dump-folder", "{phase_dir}",
+                                         "--checkpoint.folder", "{case_dir}/checkpoint", "--steps", "10", "--seed", "3"};
+  EXPECT_EQ(a.phases[0].argv, want);  // false flags are left out
+  EXPECT_EQ(a.seed, "3");
+
+  const Case& b = s.cases[1];
+  ASSERT_EQ(b.phases.size(), 3u);
+  EXPECT_EQ(b.ngpu, 4);
+  EXPECT_EQ(b.phases[1].argv[5], "dp_shard=2,tp=2");
+  EXPECT_EQ(b.phases[2].argv[1], "generate");
+  EXPECT_EQ(b.phases[2].argv[5], "tp=4");
+  const auto& load_argv = b.phases[1].argv;
+  EXPECT_NE(std::find(load_argv.begin(), load_argv.end(), "--checkpoint.enable"), load_argv.end());
+  EXPECT_EQ(load_argv[std::find(load_argv.begin(), load_argv.end(), "--steps") - load_argv.begin() + 1], "20");
+  ASSERT_EQ(b.checks.size(), 2u);
+  EXPECT_EQ(b.checks[1].params["baseline"], "simplefsdp/1d");  // resolved to an id
+  EXPECT_EQ(b.baselines(), std::vector<std::string>{"simplefsdp/1d"});
+}
+
+TEST(MatrixLoad, MatrixCasesGetTemplatedOrSuffixedIds) {
+  const Suite s = load(R"(
+suite: resharding
+defaults: {model: tiny}
+cases:
+  - name: save[${{ matrix.save }}]-load[${{ matrix.load }}]
+    matrix:
+      save: [dp_shard=4, dp_replicate=4]
+      load: [tp=4, "dp_shard=2,tp=2"]
+      exclude: [{save: dp_replicate=4, load: tp=4}]
+    phases:
+      - {name: save, mesh: "${{ matrix.save }}"}
+      - {name: load, mesh: "${{ matrix.load }}"}
+  - name: ddp
+    matrix: {ranks: ["2", "4"]}
+    mesh: dp_replicate=${{ matrix.ranks }}
+)");
+  std::vector<std::string> ids;
+  for (const auto& c : s.cases) ids.push_back(c.id);
+  const std::vector<std::string> want = {
+      "resharding/save[dp_shard=4]-load[tp=4]", "resharding/save[dp_shard=4]-load[dp_shard=2,tp=2]",
+      "resharding/save[dp_replicate=4]-load[dp_shard=2,tp=2]", "resharding/ddp[2]", "resharding/ddp[4]"};
+  EXPECT_EQ(ids, want);
+  EXPECT_EQ(s.cases[0].phases[1].argv[5], "tp=4");
+  EXPECT_EQ(s.cases[4].ngpu, 4);
+  EXPECT_EQ(s.cases[0].matrix_values.size(), 2u);
+}
+
+TEST(MatrixLoad, ForeignCommandsTakeArgvAndNgpu) {
+  const Suite s = load(R"(
+suite: titan
+cases:
+  - name: llama3_debug
+    command: [./run_train.sh, --nproc, "{nproc}", --out, "{phase_dir}"]
+    ngpu: 8
+    env: {NGPU: "8", CONFIG_FILE: "./llama3_debug.toml"}
+    options: {training.steps: 10, compile: true}
+    expect: {skip: no 8 GPUs here}
+)");
+  const Case& c = s.cases[0];
+  EXPECT_EQ(c.ngpu, 8);
+  const std::vector<std::string> want = {"./run_train.sh", "--nproc", "8", "--out", "{phase_dir}",
+                                         "--training.steps", "10", "--compile"};
+  EXPECT_EQ(c.phases[0].argv, want);
+  EXPECT_EQ(c.expect.kind, Expectation::kSkip);
+  EXPECT_EQ(c.expect.reason, "no 8 GPUs here");
+  ASSERT_EQ(c.phases[0].env.size(), 2u);
+  EXPECT_EQ(c.phases[0].env[1].second, "./llama3_debug.toml");
+  EXPECT_EQ(resolve_argv(c.phases[0].argv, {"/bin/mt", "gloo", "/o/c", "/o/c/train"})[4], "/o/c/train");
+}
+
+TEST(MatrixValidate, UnknownKeyWithDidYouMeanAndPosition) {
+  const std::string e = errors_of("suite: s\ncases:\n  - name: a\n    model: tiny\n    mesch: {tp: 2}\n");
+  EXPECT_NE(e.find("m.yaml:5:5: unknown key 'mesch' in case; did you mean 'mesh'?"), std::string::npos) << e;
+}
+
+TEST(MatrixValidate, WrongTypes) {
+  const std::string e = errors_of(R"(suite: s
+cases:
+  - name: a
+    model: tiny
+    ngpu: four
+    tags: {x: 1}
+    timeout: soon
+)");
+  EXPECT_NE(e.find("m.yaml:5:11: ngpu must be a decimal integer, got 'four'"), std::string::npos) << e;
+  EXPECT_NE(e.find("m.yaml:6:11: tags must be a list of strings, got a mapping"), std::string::npos) << e;
+  EXPECT_NE(e.find("m.yaml:7:14: timeout must be a number, got 'soon'"), std::string::npos) << e;
+}
+
+TEST(MatrixValidate, OctalLookingIntegersAndAmbiguousBooleansAreRefused) {
+  const std::string e = errors_of(R"(suite: s
+cases:
+  - name: a
+    model: tiny
+    mesh: {dp_shard: 010}
+    options: {loss-parallel: on}
+)");
+  EXPECT_NE(e.find("m.yaml:5:22: mesh size dp_shard must be a decimal integer, got '010'"), std::string::npos) << e;
+  EXPECT_NE(e.find("m.yaml:6:30: option loss-parallel: 'on' is ambiguous in YAML"), std::string::npos) << e;
+}
+
+TEST(MatrixValidate, DuplicateKeysThatYamlCppAccepts) {
+  const std::string e = errors_of("suite: s\ncases:\n  - name: a\n    model: tiny\n    model: debugmodel\n");
+  EXPECT_NE(e.find("m.yaml:5:5: duplicate key 'model' in case (first at m.yaml:4:5)"), std::string::npos) << e;
+}
+
+TEST(MatrixValidate, DuplicateIds) {
+  const std::string e = errors_of("suite: s\ndefaults: {model: tiny}\ncases:\n  - name: a\n  - name: b\n  - name: a\n");
+  EXPECT_NE(e.find("m.yaml:6:5: duplicate case id 's/a' (first at m.yaml:4:5)"), std::string::npos) << e;
+}
+
+TEST(MatrixValidate, MeshThatDoesNotFitTheModel) {
+  const std::string e = errors_of("suite: s\ncases:\n  - name: a\n    model: tiny\n    mesh: {tp: 8}\n");
+  EXPECT_NE(e.find("m.yaml:5:11: mesh tp=8 does not fit the model: tp=8: n_kv_heads 4 of model 'tiny' is not "
+                   "divisible by tp 8"),
+            std::string::npos)
+      << e;
+  const std::string unknown_dim = errors_of("suite: s\ncases:\n  - name: a\n    model: tiny\n    mesh: {cp: 2}\n");
+  EXPECT_NE(unknown_dim.find("m.yaml:5:12: unknown key 'cp' in mesh"), std::string::npos) << unknown_dim;
+}
+
+TEST(MatrixValidate, UnknownBaselineCheckAndPhase) {
+  const std::string e = errors_of(R"(suite: s
+defaults: {model: tiny}
+cases:
+  - name: fsdp
+  - name: tp
+    checks:
+      - loss_matches: {baseline: fsdp}
+      - keys_mtach
+      - tokens_match: {phase: lod}
+      - loss_matches: {rtol: big}
+)");
+  const std::string b = errors_of("suite: s\ndefaults: {model: tiny}\ncases:\n  - name: fsdp\n  - name: tp\n"
+                                  "    checks: [{loss_matches: {baseline: fdsp}}]\n");
+  EXPECT_NE(b.find("m.yaml:6:14: check loss_matches: unknown baseline 'fdsp' (no case of that name in suite s); "
+                   "did you mean 'fsdp'?"),
+            std::string::npos)
+      << b;
+  EXPECT_NE(e.find("m.yaml:8:9: unknown check 'keys_mtach'; did you mean 'keys_match'?"), std::string::npos) << e;
+  EXPECT_NE(e.find("m.yaml:9:9: check tokens_match: phase 'lod' is not a phase of s/tp"), std::string::npos) << e;
+  EXPECT_NE(e.find("m.yaml:10:30: loss_matches.rtol must be a number, got 'big'"), std::string::npos) << e;
+}
+
+TEST(MatrixValidate, ExpectationsAndPlaceholders) {
+  const std::string e = errors_of(R"(suite: s
+defaults: {model: tiny}
+cases:
+  - name: a
+    expect: {fial: oops}
+  - name: b
+    expect: {fail: loss_matches}
+  - name: c
+    command: [prog, "{phase_dri}"]
+  - name: d
+    mesh: "tp=${{ matrix.tp }}"
+  - name: e
+    model: tinny
+)");
+  EXPECT_NE(e.find("m.yaml:5:14: unknown key 'fial' in expect; did you mean 'fail'?"), std::string::npos) << e;
+  EXPECT_NE(e.find("m.yaml:7:13: canary expects check 'loss_matches' to fail, but the case does not declare it"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("m.yaml:9:14: unknown placeholder {phase_dri} in command; did you mean {phase_dir}?"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("m.yaml:11:11: '${{ matrix.tp }}' names no matrix axis (this case has no matrix)"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("m.yaml:13:12: unknown model 'tinny'; did you mean 'tiny'?"), std::string::npos) << e;
+}
+
+TEST(MatrixValidate, SyntaxErrorsCarryTheirPosition) {
+  try {
+    load("suite: s\ncases:\n  - name: a\n   model: tiny\n");
+    FAIL() << "loaded a malformed file";
+  } catch (const MatrixError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("m.yaml:4:", 0), 0u) << e.what();
+    EXPECT_NE(std::string(e.what()).find("YAML syntax"), std::string::npos) << e.what();
+  }
+}
+
+TEST(MatrixValidate, DuplicateIdsAndBaselinesAcrossFiles) {
+  std::vector<Suite> suites = {load_suite_text("suite: s\ndefaults: {model: tiny}\ncases: [{name: a}]\n", "a.yaml"),
+                               load_suite_text("suite: s\ndefaults: {model: tiny}\ncases: [{name: a}]\n", "b.yaml"),
+                               load_suite_text("suite: t\ndefaults: {model: tiny}\ncases:\n  - name: x\n    checks: "
+                                               "[{loss_matches: {baseline: u/x}}]\n",
+                                               "c.yaml")};
+  try {
+    validate_suites(suites);
+    FAIL() << "accepted a duplicate id";
+  } catch (const MatrixError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("b.yaml:3:9: duplicate case id 's/a' (first at a.yaml:3:9)"), std::string::npos) << what;
+    EXPECT_NE(what.find("c.yaml:5:14: check loss_matches: unknown baseline 'u/x'"), std::string::npos) << what;
+  }
+}

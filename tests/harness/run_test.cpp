@@ -1,0 +1,344 @@
+// meshtest end to end: real processes from the fake trainer (tests/fixtures),
+// real teardown, real reports.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+const std::string kMeshtest = MESHTEST_BIN;
+const std::string kFake = FAKE_TRAINER_BIN;
+
+struct Output {
+  int rc = -1;
+  std::string text;
+};
+
+Output sh(const std::string& command) {
+  Output out;
+  FILE* p = ::popen((command + " 2>&1").c_str(), "r");
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) out.text.append(buf, n);
+  const int status = ::pclose(p);
+  out.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return out;
+}
+
+class Run : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/meshtest-run-XXXXXX";
+    dir_ = ::mkdtemp(tmpl);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string matrix(const std::string& body) {
+    const std::string path = dir_ + "/m.yaml";
+    std::string text = body;
+    for (size_t at = text.find("FAKE"); at != std::string::npos; at = text.find("FAKE", at + kFake.size()))
+      text.replace(at, 4, kFake);
+    std::ofstream(path) << text;
+    return path;
+  }
+  Output meshtest(const std::string& args) {
+    return sh("CI=1 " + kMeshtest + " run " + dir_ + "/m.yaml --out " + dir_ + "/out --grace 5 " + args);
+  }
+  json summary() {
+    std::ifstream in(dir_ + "/out/summary.json");
+    return json::parse(in);
+  }
+  json case_of(const json& s, const std::string& id) {
+    for (const auto& c : s["cases"])
+      if (c["id"] == id) return c;
+    ADD_FAILURE() << "no case " << id;
+    return json();
+  }
+  std::string dir_;
+};
+
+}  // namespace
+
+TEST_F(Run, EveryRankGetsTorchrunsEnvironmentAndItsOwnLog) {
+  matrix("suite: s\ncases:\n  - name: env\n    command: [FAKE, --print-env]\n    ngpu: 3\n");
+  const Output o = meshtest("--ngpu 4");
+  ASSERT_EQ(o.rc, 0) << o.text;
+  for (int r = 0; r < 3; ++r) {
+    std::ifstream log(dir_ + "/out/s/env/train/rank" + std::to_string(r) + ".log");
+    std::stringstream text;
+    text << log.rdbuf();
+    const std::string t = text.str();
+    EXPECT_NE(t.find("RANK=" + std::to_string(r) + "\n"), std::string::npos) << t;
+    EXPECT_NE(t.find("LOCAL_RANK=" + std::to_string(r) + "\n"), std::string::npos) << t;
+    EXPECT_NE(t.find("WORLD_SIZE=3\n"), std::string::npos) << t;
+    EXPECT_NE(t.find("LOCAL_WORLD_SIZE=3\n"), std::string::npos) << t;
+    EXPECT_NE(t.find("GROUP_RANK=0\n"), std::string::npos) << t;
+    EXPECT_NE(t.find("MASTER_ADDR=127.0.0.1\n"), std::string::npos) << t;
+    EXPECT_NE(t.find("OMP_NUM_THREADS=1\n"), std::string::npos) << t;
+    EXPECT_NE(t.find("MESHTEST_CASE_ID=s/env\n"), std::string::npos) << t;
+  }
+}
+
+TEST_F(Run, ACrashInOneRankStopsTheOthersWithSigterm) {
+  matrix("suite: s\ncases:\n  - name: crash\n    command: [FAKE, --crash-rank, '2', --crash-after, '0.3', --sleep, '60']\n"
+         "    ngpu: 4\n");
+  const Output o = meshtest("--ngpu 4");
+  EXPECT_EQ(o.rc, 1) << o.text;
+  const json c = case_of(summary(), "s/crash");
+  EXPECT_EQ(c["status"], "failed");
+  const json& phase = c["phases"][0];
+  EXPECT_EQ(phase["first_failure"]["rank"], 2);
+  EXPECT_EQ(phase["first_failure"]["signal"], SIGSEGV);
+  EXPECT_FALSE(phase["killed"].get<bool>()) << "the others needed SIGKILL";
+  for (int r : {0, 1, 3}) EXPECT_EQ(phase["exits"][r]["signal"], SIGTERM) << phase.dump();
+  EXPECT_NE(c["reason"].get<std::string>().find("exit: phase train: rank 2 failed first with signal 11 (SIGSEGV)"),
+            std::string::npos)
+      << c["reason"];
+  // The failure summary names the log to read and a command that reruns only this case.
+  EXPECT_NE(o.text.find("FAILURE SUMMARY"), std::string::npos) << o.text;
+  EXPECT_NE(o.text.find("log:   " + dir_ + "/out/s/crash/train/rank2.log"), std::string::npos) << o.text;
+  EXPECT_NE(o.text.find("--id 's/crash'"), std::string::npos) << o.text;
+}
+
+TEST_F(Run, RanksThatIgnoreSigtermGetSigkillAfterTheGracePeriod) {
+  matrix("suite: s\ncases:\n  - name: stubborn\n    command: [FAKE, --exit-rank, '0', --exit-code, '3', --crash-after, '0.3', --ignore-sigterm, "
+         "--hang-rank, '1']\n    ngpu: 2\n");
+  const Output o = sh("CI=1 " + kMeshtest + " run " + dir_ + "/m.yaml --out " + dir_ + "/out --grace 0.5 --ngpu 2");
+  EXPECT_EQ(o.rc, 1) << o.text;
+  const json phase = case_of(summary(), "s/stubborn")["phases"][0];
+  EXPECT_EQ(phase["first_failure"]["exit_code"], 3);
+  EXPECT_TRUE(phase["killed"].get<bool>());
+  EXPECT_EQ(phase["exits"][1]["signal"], SIGKILL);
+}
+
+TEST_F(Run, AHangHitsTheTimeout) {
+  matrix("suite: s\ncases:\n  - name: hang\n    command: [FAKE, --hang-rank, '1']\n    ngpu: 2\n    timeout: 1\n");
+  const Output o = meshtest("--ngpu 2");
+  EXPECT_EQ(o.rc, 1) << o.text;
+  const json c = case_of(summary(), "s/hang");
+  EXPECT_EQ(c["status"], "failed");
+  EXPECT_TRUE(c["phases"][0]["timed_out"].get<bool>());
+  EXPECT_NE(c["reason"].get<std::string>().find("timed out after 1 s (ranks still running: 1)"), std::string::npos)
+      << c["reason"];
+}
+
+TEST_F(Run, ExpectationsXfailSkipCanaryAndOversizedCases) {
+  matrix(R"(suite: s
+cases:
+  - name: ok
+    command: [FAKE]
+  - name: known_bug
+    command: [FAKE, --exit-rank, '0']
+    expect: {xfail: crashes on purpose}
+  - name: fixed_bug
+    command: [FAKE]
+    expect: {xfail: was broken}
+  - name: unsupported
+    command: [FAKE]
+    expect: {skip: pipeline parallel is not implemented}
+  - name: wide
+    command: [FAKE]
+    ngpu: 8
+  - name: canary
+    command: [FAKE, --exit-rank, '1']
+    ngpu: 2
+    expect: {fail: exit}
+  - name: dud_canary
+    command: [FAKE]
+    expect: {fail: exit}
+)");
+  const Output o = meshtest("--ngpu 4");
+  EXPECT_EQ(o.rc, 1) << o.text;
+  const json s = summary();
+  EXPECT_EQ(case_of(s, "s/ok")["status"], "passed");
+  EXPECT_EQ(case_of(s, "s/known_bug")["status"], "xfailed");
+  EXPECT_EQ(case_of(s, "s/fixed_bug")["status"], "failed");
+  EXPECT_EQ(case_of(s, "s/fixed_bug")["reason"], "XPASS: expected to fail (was broken) but every check passed");
+  EXPECT_EQ(case_of(s, "s/unsupported")["status"], "skipped");
+  EXPECT_EQ(case_of(s, "s/unsupported")["reason"], "pipeline parallel is not implemented");
+  EXPECT_EQ(case_of(s, "s/wide")["status"], "skipped");
+  EXPECT_EQ(case_of(s, "s/wide")["reason"], "needs 8 CPU slots; --ngpu is 4");
+  EXPECT_EQ(case_of(s, "s/canary")["status"], "passed");
+  EXPECT_NE(case_of(s, "s/canary")["reason"].get<std::string>().find("canary caught by exit"), std::string::npos);
+  EXPECT_EQ(case_of(s, "s/dud_canary")["status"], "failed");
+  EXPECT_EQ(case_of(s, "s/dud_canary")["reason"], "canary not caught: check exit passed on a known-bad run");
+}
+
+TEST_F(Run, CasesRunInParallelWithoutOversubscribingThePool) {
+  // Three 2-slot cases of 1 s on 4 slots: two run together, the third after one ends.
+  matrix("suite: s\ndefaults: {command: [FAKE, --sleep, '1'], ngpu: 2, duration: 1}\n"
+         "cases: [{name: a}, {name: b}, {name: c}]\n");
+  const Output o = meshtest("--ngpu 4");
+  ASSERT_EQ(o.rc, 0) << o.text;
+  const json s = summary();
+  std::vector<std::pair<double, double>> spans;
+  std::vector<std::vector<int>> devices;
+  for (const auto& c : s["cases"]) {
+    spans.emplace_back(c["start_s"].get<double>(), c["start_s"].get<double>() + c["duration_s"].get<double>());
+    devices.push_back(c["devices"].get<std::vector<int>>());
+  }
+  int overlapping_pairs = 0;
+  for (size_t i = 0; i < spans.size(); ++i)
+    for (size_t j = i + 1; j < spans.size(); ++j) {
+      const bool overlap = spans[i].first < spans[j].second && spans[j].first < spans[i].second;
+      if (!overlap) continue;
+      ++overlapping_pairs;
+      for (int d : devices[i])
+        EXPECT_EQ(std::count(devices[j].begin(), devices[j].end(), d), 0) << "slot " << d << " shared";
+    }
+  EXPECT_GE(overlapping_pairs, 1) << "nothing ran in parallel: " << s.dump();
+  EXPECT_LE(overlapping_pairs, 2);
+}
+
+TEST_F(Run, PhasesRunInOrderAndStopAtTheFirstFailure) {
+  matrix(R"(suite: s
+cases:
+  - name: chain
+    ngpu: 2
+    phases:
+      - {name: save, command: [FAKE, --write, "{case_dir}/saved", "step 1"]}
+      - {name: load, command: [FAKE, --exit-rank, '1', --exit-code, '7']}
+      - {name: generate, command: [FAKE]}
+)");
+  const Output o = meshtest("--ngpu 2");
+  EXPECT_EQ(o.rc, 1);
+  const json c = case_of(summary(), "s/chain");
+  EXPECT_TRUE(fs::exists(dir_ + "/out/s/chain/saved"));
+  EXPECT_TRUE(c["phases"][0]["ok"].get<bool>());
+  EXPECT_EQ(c["phases"][1]["first_failure"]["exit_code"], 7);
+  EXPECT_FALSE(c["phases"][2]["ran"].get<bool>());
+  EXPECT_EQ(c["reason"], "exit: phase load: rank 1 failed first with exit code 7");
+}
+
+TEST_F(Run, ALostPortRaceIsRetriedWithANewPort) {
+  matrix("suite: s\ncases:\n  - name: race\n    command: [FAKE, --lose-port-once, '{case_dir}/lost']\n    ngpu: 2\n");
+  const Output o = meshtest("--ngpu 2");
+  ASSERT_EQ(o.rc, 0) << o.text;
+  EXPECT_EQ(case_of(summary(), "s/race")["phases"][0]["attempts"], 2);
+}
+
+TEST_F(Run, SigintStopsEverythingLeavesNoProcessAndStillWritesTheSummary) {
+  const std::string pids = dir_ + "/pids";
+  matrix("suite: s\ncases:\n  - name: hang\n    command: [FAKE, --hang-rank, '-1', --spawn-orphan, --pid-dir, '" + pids +
+         "']\n    ngpu: 3\n    duration: 100\n  - name: queued\n    command: [FAKE]\n    ngpu: 4\n");
+  const pid_t child = ::fork();
+  if (child == 0) {
+    ::setenv("CI", "1", 1);
+    const std::string m = dir_ + "/m.yaml", out = dir_ + "/out";
+    ::execl(kMeshtest.c_str(), kMeshtest.c_str(), "run", m.c_str(), "--out", out.c_str(), "--ngpu", "4", "--grace",
+            "2", static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  // Wait until every rank and its orphan have written their pid.
+  for (int i = 0; i < 1000 && !fs::exists(pids + "/orphan2.pid"); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_TRUE(fs::exists(pids + "/orphan2.pid"));
+  ::kill(child, SIGINT);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 128 + SIGINT);
+  for (const auto& entry : fs::directory_iterator(pids)) {
+    std::ifstream in(entry.path());
+    pid_t pid = 0;
+    in >> pid;
+    ASSERT_GT(pid, 0);
+    EXPECT_FALSE(fs::exists("/proc/" + std::to_string(pid))) << entry.path() << " (pid " << pid << ") is still alive";
+  }
+  const json s = summary();
+  EXPECT_EQ(case_of(s, "s/hang")["status"], "cancelled");
+  EXPECT_EQ(case_of(s, "s/queued")["status"], "cancelled");
+  EXPECT_EQ(s["interrupted_by_signal"], SIGINT);
+}
+
+TEST_F(Run, InvalidMatricesRunNothingAndSayWhere) {
+  matrix("suite: s\ncases:\n  - name: a\n    command: [FAKE]\n    ngpu: 2\n    timout: 5\n");
+  const Output o = meshtest("--ngpu 2");
+  EXPECT_EQ(o.rc, 2);
+  EXPECT_NE(o.text.find(dir_ + "/m.yaml:6:5: unknown key 'timout' in case; did you mean 'timeout'?"), std::string::npos)
+      << o.text;
+  EXPECT_FALSE(fs::exists(dir_ + "/out/summary.json"));
+}
+
+TEST_F(Run, SelectionDryRunListAndShow) {
+  matrix(R"(suite: s
+defaults: {model: tiny, options: {steps: 5}}
+cases:
+  - name: fsdp
+    mesh: {dp_shard: 2}
+    tags: [fsdp]
+  - name: tp
+    mesh: {tp: 2}
+    checks: [{loss_matches: {baseline: fsdp}}]
+  - name: ddp
+    mesh: {dp_replicate: 2}
+)");
+  // -k picks tp; its baseline comes along.
+  const Output list = sh(kMeshtest + " list " + dir_ + "/m.yaml -k tp");
+  ASSERT_EQ(list.rc, 0) << list.text;
+  EXPECT_NE(list.text.find("s/fsdp"), std::string::npos);
+  EXPECT_NE(list.text.find("s/tp"), std::string::npos);
+  EXPECT_EQ(list.text.find("s/ddp"), std::string::npos);
+  const Output tags = sh(kMeshtest + " list " + dir_ + "/m.yaml --tag fsdp --exclude tp");
+  EXPECT_EQ(tags.text.find("s/tp"), std::string::npos);
+  EXPECT_NE(tags.text.find("s/fsdp"), std::string::npos);
+  // Shards partition the cases; tp and its baseline share one.
+  std::string all;
+  for (int i = 1; i <= 2; ++i) all += sh(kMeshtest + " list " + dir_ + "/m.yaml --shard " + std::to_string(i) + "/2").text;
+  for (const std::string id : {"s/fsdp ", "s/tp ", "s/ddp "}) {
+    const size_t first = all.find(id);
+    EXPECT_NE(first, std::string::npos) << id << " in no shard";
+    EXPECT_EQ(all.find(id, first + 1), std::string::npos) << id << " in two shards";
+  }
+  EXPECT_EQ(sh(kMeshtest + " list " + dir_ + "/m.yaml --shard 1/2").text.find("s/tp ") == std::string::npos,
+            sh(kMeshtest + " list " + dir_ + "/m.yaml --shard 1/2").text.find("s/fsdp ") == std::string::npos);
+  const Output dry = meshtest("--ngpu 4 --dry-run --id s/ddp");
+  ASSERT_EQ(dry.rc, 0) << dry.text;
+  EXPECT_NE(dry.text.find("--mesh dp_replicate=2"), std::string::npos) << dry.text;
+  EXPECT_FALSE(fs::exists(dir_ + "/out/summary.json"));
+  const Output show = sh(kMeshtest + " show s/tp " + dir_ + "/m.yaml");
+  ASSERT_EQ(show.rc, 0) << show.text;
+  EXPECT_NE(show.text.find("\"baseline\": \"s/fsdp\""), std::string::npos) << show.text;
+  EXPECT_NE(show.text.find("--mesh tp=2"), std::string::npos) << show.text;
+}
+
+TEST_F(Run, MeshtrainCasesRunOnGloo) {
+  matrix(R"(suite: s
+defaults: {model: tiny, options: {steps: 3, local-batch-size: 2}}
+cases:
+  - name: fsdp
+    mesh: {dp_shard: 2}
+  - name: tp
+    mesh: {tp: 2}
+)");
+  const Output o = meshtest("--ngpu 4");
+  ASSERT_EQ(o.rc, 0) << o.text;
+  for (const char* c : {"fsdp", "tp"})
+    EXPECT_TRUE(fs::exists(dir_ + "/out/s/" + std::string(c) + "/train/metrics.jsonl")) << c;
+}
+
+TEST(Launch, ExitStatusFollowsTheFirstFailingRank) {
+  EXPECT_EQ(sh(kMeshtest + " launch --nproc 3 -- " + kFake).rc, 0);
+  const Output code = sh(kMeshtest + " launch --nproc 3 --grace 2 -- " + kFake + " --exit-rank 1 --exit-code 5 --sleep 30");
+  EXPECT_EQ(code.rc, 5);
+  EXPECT_NE(code.text.find("rank 1 failed first (exit code 5)"), std::string::npos) << code.text;
+  EXPECT_EQ(sh(kMeshtest + " launch --nproc 2 --grace 2 -- " + kFake + " --crash-rank 0 --signal 6 --sleep 30").rc, 128 + 6);
+  EXPECT_EQ(sh(kMeshtest + " launch --nproc 2 --timeout 0.5 --grace 1 -- " + kFake + " --hang-rank -1").rc, 124);
+  const Output missing = sh(kMeshtest + " launch --nproc 2 -- /nonexistent/trainer");
+  EXPECT_EQ(missing.rc, 2);
+  EXPECT_NE(missing.text.find("cannot run '/nonexistent/trainer'"), std::string::npos) << missing.text;
+}
