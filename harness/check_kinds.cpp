@@ -28,14 +28,15 @@ const std::vector<CheckKind>& check_kinds() {
       {"loss_decreases", {kPhase, {"factor", ParamType::kNumber}}},
       {"loss_matches",
        {kPhase, kAgainst, kBaseline, kBaselinePhase, {"golden", ParamType::kString}, kRtol, kAtol, kExact,
-        {"metric", ParamType::kString}}},
-      {"keys_match", {kPhase, kAgainst, kBaseline, kBaselinePhase, {"shapes", ParamType::kBool}}},
-      {"tokens_match", {kPhase, kAgainst, kBaseline, kBaselinePhase}},
-      {"resume_matches", {kPhase, kAgainst, kBaseline, kBaselinePhase, kRtol, kAtol, kExact}},
+        {"metric", ParamType::kString}},
+       {"baseline", "against", "golden"}},
+      {"keys_match", {kPhase, kAgainst, kBaseline, kBaselinePhase, {"shapes", ParamType::kBool}}, {"against", "baseline"}},
+      {"tokens_match", {kPhase, kAgainst, kBaseline, kBaselinePhase}, {"against", "baseline"}},
+      {"resume_matches", {kPhase, kAgainst, kBaseline, kBaselinePhase, kRtol, kAtol, kExact}, {"against", "baseline"}},
       {"replicas_equal", {kPhase}},
-      {"params_match", {kPhase, kAgainst, kBaseline, kBaselinePhase, kRtol, kAtol}},
-      {"log_contains", {kPhase, {"text", ParamType::kString}, {"rank", ParamType::kInt}}},
-      {"error_matches", {kPhase, {"text", ParamType::kString}}},
+      {"params_match", {kPhase, kAgainst, kBaseline, kBaselinePhase, kRtol, kAtol}, {"against", "baseline"}},
+      {"log_contains", {kPhase, {"text", ParamType::kString}, {"rank", ParamType::kInt}}, {"text"}},
+      {"error_matches", {kPhase, {"text", ParamType::kString}}, {"text"}},
   };
   return kinds;
 }

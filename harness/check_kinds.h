@@ -18,6 +18,7 @@ struct CheckParam {
 struct CheckKind {
   std::string name;
   std::vector<CheckParam> params;
+  std::vector<std::string> needs_one_of;  // e.g. a reference: baseline, against or golden
   // Parameters naming another case: validated against the loaded cases.
   bool takes_baseline() const;
 };

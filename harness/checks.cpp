@@ -1,11 +1,388 @@
 #include "checks.h"
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
+#include <cmath>
 #include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <sstream>
+
+namespace fs = std::filesystem;
+using nlohmann::json;
 
 namespace meshtest {
 
 namespace {
+
+// ---- reading what a phase left ------------------------------------------------
+
+struct Failure {
+  std::string message;
+  std::string details;
+};
+
+std::string num(double v) {
+  std::ostringstream s;
+  s.precision(7);
+  s << v;
+  return s.str();
+}
+
+std::string sci(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.2e", v);
+  return buf;
+}
+
+json read_json(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw Failure{"cannot read " + path, ""};
+  try {
+    return json::parse(in);
+  } catch (const std::exception& e) {
+    throw Failure{path + " is not valid JSON: " + e.what(), ""};
+  }
+}
+
+struct StepMetrics {
+  double loss = 0;
+  double grad_norm = 0;
+};
+using Curve = std::map<long long, StepMetrics>;
+
+Curve read_metrics(const std::string& dir) {
+  const std::string path = dir + "/metrics.jsonl";
+  std::ifstream in(path);
+  if (!in) throw Failure{"cannot read " + path, ""};
+  Curve curve;
+  std::string line;
+  int number = 0;
+  while (std::getline(in, line)) {
+    ++number;
+    if (line.empty()) continue;
+    try {
+      const json j = json::parse(line);
+      StepMetrics m;
+      // NaN and inf are written as null by JSON encoders; keep them as NaN.
+      m.loss = j.at("loss").is_null() ? NAN : j.at("loss").get<double>();
+      m.grad_norm = j.contains("grad_norm") && !j.at("grad_norm").is_null() ? j.at("grad_norm").get<double>() : NAN;
+      curve[j.at("step").get<long long>()] = m;
+    } catch (const std::exception& e) {
+      throw Failure{path + ":" + std::to_string(number) + ": not a metrics line: " + e.what(), ""};
+    }
+  }
+  if (curve.empty()) throw Failure{path + " has no steps", ""};
+  return curve;
+}
+
+// "<step> <value>" per line, torchtitan's tests/assets/losses/*.txt format.
+Curve read_golden(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw Failure{"cannot read golden file " + path, ""};
+  Curve curve;
+  std::string line;
+  int number = 0;
+  while (std::getline(in, line)) {
+    ++number;
+    if (line.find_first_not_of(" \t\r") == std::string::npos || line[0] == '#') continue;
+    std::istringstream s(line);
+    long long step = 0;
+    double value = 0;
+    if (!(s >> step >> value)) throw Failure{path + ":" + std::to_string(number) + ": expected '<step> <loss>'", ""};
+    curve[step].loss = value;
+    curve[step].grad_norm = value;
+  }
+  if (curve.empty()) throw Failure{"golden file " + path + " has no steps", ""};
+  return curve;
+}
+
+// The phase a check looks at, and another phase or case to compare with.
+struct Target {
+  std::string dir;
+  std::string label;  // "phase load" or "baseline s/fsdp (phase train)"
+  const PhaseOutcome* phase = nullptr;
+};
+
+const PhaseOutcome& phase_named(const CaseOutcome& o, const std::string& name) {
+  for (const auto& p : o.phases)
+    if (p.name == name) return p;
+  throw Failure{o.spec->id + " has no phase '" + name + "'", ""};
+}
+
+const PhaseOutcome& phase_of(const CaseOutcome& o, const json& params, const char* key) {
+  if (params.contains(key)) return phase_named(o, params[key].get<std::string>());
+  return o.phases.back();
+}
+
+Target subject(const CaseOutcome& o, const CheckSpec& spec) {
+  const PhaseOutcome& p = phase_of(o, spec.params, "phase");
+  if (!p.ran) throw Failure{"phase " + p.name + " did not run (an earlier phase failed)", ""};
+  return {p.dir, "phase " + p.name, &p};
+}
+
+// The reference: `against` (a phase of this case) or `baseline` (another case).
+std::optional<Target> reference(const CaseOutcome& o, const CheckSpec& spec, const FindCase& find) {
+  if (spec.params.contains("against")) {
+    const PhaseOutcome& p = phase_named(o, spec.params["against"].get<std::string>());
+    if (!p.ran) throw Failure{"phase " + p.name + " (the reference) did not run", ""};
+    return Target{p.dir, "phase " + p.name, &p};
+  }
+  if (spec.params.contains("baseline")) {
+    const std::string id = spec.params["baseline"];
+    const CaseOutcome* base = find(id);
+    if (!base) throw Failure{"baseline " + id + " was not part of this run", ""};
+    if (base->status == Status::kSkipped || base->status == Status::kCancelled)
+      throw Failure{"baseline " + id + " did not run (" + status_name(base->status) + ": " + base->reason + ")", ""};
+    const PhaseOutcome& p = phase_of(*base, spec.params, "baseline_phase");
+    if (!p.ran) throw Failure{"baseline " + id + " did not reach phase " + p.name, ""};
+    return Target{p.dir, "baseline " + id + " (phase " + p.name + ")", &p};
+  }
+  return std::nullopt;
+}
+
+double param_or(const CheckSpec& spec, const char* key, double fallback) {
+  return spec.params.contains(key) ? spec.params[key].get<double>() : fallback;
+}
+
+std::string tolerance_text(double atol, double rtol, double ref) {
+  return "atol " + num(atol) + " + rtol " + num(rtol) + " x |" + num(ref) + "| = " + sci(atol + rtol * std::fabs(ref));
+}
+
+// Compares two curves step by step over the subject's steps.
+void compare_curves(const Curve& got, const Curve& want, const std::string& metric, const std::string& got_label,
+                    const std::string& want_label, double rtol, double atol, bool exact) {
+  std::string table;
+  std::optional<Failure> first;
+  int mismatches = 0;
+  for (const auto& [step, m] : got) {
+    auto it = want.find(step);
+    if (it == want.end()) {
+      throw Failure{got_label + " has step " + std::to_string(step) + " but " + want_label + " has steps " +
+                        std::to_string(want.begin()->first) + "-" + std::to_string(want.rbegin()->first),
+                    ""};
+    }
+    const double a = metric == "grad_norm" ? m.grad_norm : m.loss;
+    const double b = metric == "grad_norm" ? it->second.grad_norm : it->second.loss;
+    const double diff = std::fabs(a - b);
+    const bool ok = exact ? a == b : std::isfinite(a) && diff <= atol + rtol * std::fabs(b);
+    char row[160];
+    std::snprintf(row, sizeof(row), "%6lld  %14.8g  %14.8g  %10.3e%s\n", step, a, b, diff, ok ? "" : "  <-");
+    table += row;
+    if (ok) continue;
+    ++mismatches;
+    if (!first)
+      first = Failure{"step " + std::to_string(step) + ": " + metric + " " + num(a) + " in " + got_label + " vs " +
+                          num(b) + " in " + want_label + ": |diff| " + sci(diff) +
+                          (exact ? " (exact match required)" : " > " + tolerance_text(atol, rtol, b)),
+                      ""};
+  }
+  if (first) {
+    first->message += " (" + std::to_string(mismatches) + " of " + std::to_string(got.size()) + " steps differ)";
+    first->details = "  step  " + got_label + "  |  " + want_label + "  |  |diff|\n" + table;
+    throw *first;
+  }
+}
+
+// ---- the checks ----------------------------------------------------------------
+
+void check_loss_finite(const CaseOutcome& o, const CheckSpec& spec, const FindCase&) {
+  const Target t = subject(o, spec);
+  for (const auto& [step, m] : read_metrics(t.dir)) {
+    if (!std::isfinite(m.loss)) throw Failure{t.label + ": loss is " + num(m.loss) + " at step " + std::to_string(step), ""};
+    if (std::isnan(m.grad_norm) || std::isinf(m.grad_norm))
+      throw Failure{t.label + ": grad_norm is " + num(m.grad_norm) + " at step " + std::to_string(step), ""};
+  }
+}
+
+void check_loss_decreases(const CaseOutcome& o, const CheckSpec& spec, const FindCase&) {
+  const Target t = subject(o, spec);
+  const Curve c = read_metrics(t.dir);
+  const double factor = param_or(spec, "factor", 0.9);
+  const double first = c.begin()->second.loss, last = c.rbegin()->second.loss;
+  if (!(last <= factor * first))
+    throw Failure{t.label + ": loss went " + num(first) + " (step " + std::to_string(c.begin()->first) + ") -> " +
+                      num(last) + " (step " + std::to_string(c.rbegin()->first) + "); expected <= " + num(factor) +
+                      " x " + num(first) + " = " + num(factor * first),
+                  ""};
+}
+
+void check_loss_matches(const CaseOutcome& o, const CheckSpec& spec, const FindCase& find) {
+  const Target t = subject(o, spec);
+  const std::string metric = spec.params.value("metric", std::string("loss"));
+  if (metric != "loss" && metric != "grad_norm") throw Failure{"metric must be loss or grad_norm, got " + metric, ""};
+  Curve want;
+  std::string want_label;
+  if (spec.params.contains("golden")) {
+    fs::path golden = spec.params["golden"].get<std::string>();
+    if (golden.is_relative()) golden = fs::path(o.spec->file).parent_path() / golden;
+    want = read_golden(golden.string());
+    want_label = "golden " + golden.string();
+  } else {
+    const auto ref = reference(o, spec, find);
+    if (!ref) throw Failure{"loss_matches needs baseline, against or golden", ""};
+    want = read_metrics(ref->dir);
+    want_label = ref->label;
+  }
+  compare_curves(read_metrics(t.dir), want, metric, t.label, want_label, param_or(spec, "rtol", 1e-5),
+                 param_or(spec, "atol", 0), spec.params.value("exact", false));
+}
+
+void check_resume_matches(const CaseOutcome& o, const CheckSpec& spec, const FindCase& find) {
+  const Target t = subject(o, spec);
+  const auto ref = reference(o, spec, find);
+  if (!ref) throw Failure{"resume_matches needs baseline (the uninterrupted run) or against", ""};
+  const Curve got = read_metrics(t.dir);
+  if (got.begin()->first <= 1)
+    throw Failure{t.label + " started at step " + std::to_string(got.begin()->first) +
+                      ": it did not resume from a checkpoint",
+                  ""};
+  compare_curves(got, read_metrics(ref->dir), "loss", t.label + " (resumed)", ref->label + " (uninterrupted)",
+                 param_or(spec, "rtol", 1e-5), param_or(spec, "atol", 0), spec.params.value("exact", false));
+}
+
+using KeyShapes = std::map<std::string, std::string>;  // tensor key -> "[258, 64]"
+
+KeyShapes read_keys(const std::string& dir) {
+  const json j = read_json(dir + "/state_dict_keys.json");
+  KeyShapes out;
+  // Object keys (dataloader.dp_rank_<i>, ...) follow the data-parallel degree; tensors are compared.
+  for (const auto& [key, info] : j.at("keys").items())
+    if (info.value("kind", "") == "tensor") out[key] = info.contains("shape") ? info["shape"].dump() : "";
+  return out;
+}
+
+void check_keys_match(const CaseOutcome& o, const CheckSpec& spec, const FindCase& find) {
+  const Target t = subject(o, spec);
+  const auto ref = reference(o, spec, find);
+  if (!ref) throw Failure{"keys_match needs against or baseline", ""};
+  const KeyShapes got = read_keys(t.dir), want = read_keys(ref->dir);
+  std::vector<std::string> missing, unexpected, reshaped;
+  for (const auto& [k, shape] : want)
+    if (!got.count(k)) missing.push_back(k);
+  for (const auto& [k, shape] : got) {
+    if (!want.count(k)) unexpected.push_back(k);
+    else if (spec.params.value("shapes", true) && want.at(k) != shape)
+      reshaped.push_back(k + " " + shape + " vs " + want.at(k));
+  }
+  if (missing.empty() && unexpected.empty() && reshaped.empty()) return;
+  auto list = [](const std::vector<std::string>& keys, size_t at_most) {
+    std::string s;
+    for (size_t i = 0; i < keys.size() && i < at_most; ++i) s += (s.empty() ? "" : ", ") + keys[i];
+    if (keys.size() > at_most) s += ", ... (" + std::to_string(keys.size() - at_most) + " more)";
+    return s;
+  };
+  std::string msg = "state-dict keys of " + t.label + " differ from " + ref->label + ":";
+  if (!missing.empty()) msg += " missing " + std::to_string(missing.size()) + " (" + list(missing, 3) + ");";
+  if (!unexpected.empty()) msg += " unexpected " + std::to_string(unexpected.size()) + " (" + list(unexpected, 3) + ");";
+  if (!reshaped.empty()) msg += " shape differs for " + std::to_string(reshaped.size()) + " (" + list(reshaped, 2) + ");";
+  msg.pop_back();
+  std::string details = "missing (in " + ref->label + ", not in " + t.label + "):\n";
+  for (const auto& k : missing) details += "  " + k + "\n";
+  details += "unexpected (in " + t.label + ", not in " + ref->label + "):\n";
+  for (const auto& k : unexpected) details += "  " + k + "\n";
+  for (const auto& k : reshaped) details += "shape: " + k + "\n";
+  throw Failure{msg, details};
+}
+
+void check_tokens_match(const CaseOutcome& o, const CheckSpec& spec, const FindCase& find) {
+  const Target t = subject(o, spec);
+  const auto ref = reference(o, spec, find);
+  if (!ref) throw Failure{"tokens_match needs against or baseline", ""};
+  const json a = read_json(t.dir + "/generate.json"), b = read_json(ref->dir + "/generate.json");
+  const auto got = a.at("generated_ids").get<std::vector<long long>>();
+  const auto want = b.at("generated_ids").get<std::vector<long long>>();
+  if (a.value("prompt", "") != b.value("prompt", ""))
+    throw Failure{"prompts differ: '" + a.value("prompt", "") + "' vs '" + b.value("prompt", "") + "'", ""};
+  const size_t n = std::min(got.size(), want.size());
+  for (size_t i = 0; i < n; ++i)
+    if (got[i] != want[i])
+      throw Failure{"generated token " + std::to_string(i) + " is " + std::to_string(got[i]) + " in " + t.label +
+                        " vs " + std::to_string(want[i]) + " in " + ref->label + " (prompt '" + a.value("prompt", "") + "')",
+                    "got:  " + a.value("text", "") + "\nwant: " + b.value("text", "")};
+  if (got.size() != want.size())
+    throw Failure{t.label + " generated " + std::to_string(got.size()) + " tokens, " + ref->label + " " +
+                      std::to_string(want.size()),
+                  ""};
+}
+
+void check_replicas_equal(const CaseOutcome& o, const CheckSpec& spec, const FindCase&) {
+  const Target t = subject(o, spec);
+  // (key, offsets, sizes) -> the ranks holding that piece and their hashes
+  std::map<std::string, std::vector<std::pair<int, std::string>>> pieces;
+  int ranks = 0;
+  for (int r = 0; fs::exists(t.dir + "/rank" + std::to_string(r) + ".json"); ++r, ++ranks) {
+    const json j = read_json(t.dir + "/rank" + std::to_string(r) + ".json");
+    for (const auto& [key, p] : j.at("local_params").items()) {
+      const std::string piece = key + " offsets " + p.at("offsets").dump() + " sizes " + p.at("sizes").dump();
+      pieces[piece].emplace_back(r, p.at("fnv1a64").dump());
+    }
+  }
+  if (ranks == 0) throw Failure{t.label + " left no rank<R>.json files in " + t.dir, ""};
+  for (const auto& [piece, holders] : pieces)
+    for (const auto& [rank, hash] : holders)
+      if (hash != holders.front().second)
+        throw Failure{t.label + ": replicas of " + piece + " differ: rank " + std::to_string(holders.front().first) +
+                          " has " + holders.front().second + ", rank " + std::to_string(rank) + " has " + hash,
+                      ""};
+}
+
+void check_params_match(const CaseOutcome& o, const CheckSpec& spec, const FindCase& find) {
+  const Target t = subject(o, spec);
+  const auto ref = reference(o, spec, find);
+  if (!ref) throw Failure{"params_match needs against or baseline", ""};
+  const json a = read_json(t.dir + "/param_digest.json").at("params");
+  const json b = read_json(ref->dir + "/param_digest.json").at("params");
+  const double rtol = param_or(spec, "rtol", 1e-5), atol = param_or(spec, "atol", 0);
+  for (const auto& [key, want] : b.items()) {
+    if (!a.contains(key)) throw Failure{key + " is in " + ref->label + " but not in " + t.label, ""};
+    const double l2 = want.at("l2").get<double>();
+    for (const char* field : {"l2", "sum"}) {
+      const double x = a[key].at(field).get<double>(), y = want.at(field).get<double>();
+      // A trained weight's sum can be near zero: both fields are judged against the norm.
+      if (!(std::fabs(x - y) <= atol + rtol * std::fabs(l2)))
+        throw Failure{key + ": " + field + " " + num(x) + " in " + t.label + " vs " + num(y) + " in " + ref->label +
+                          ": |diff| " + sci(std::fabs(x - y)) + " > " + tolerance_text(atol, rtol, l2),
+                      ""};
+    }
+  }
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void check_log_contains(const CaseOutcome& o, const CheckSpec& spec, const FindCase&) {
+  const Target t = subject(o, spec);
+  const std::string text = spec.params.value("text", std::string());
+  if (text.empty()) throw Failure{"log_contains needs text", ""};
+  const int only = spec.params.contains("rank") ? spec.params["rank"].get<int>() : -1;
+  for (int r = 0; r < t.phase->nproc; ++r)
+    if ((only < 0 || only == r) && read_file(t.phase->log_path(r)).find(text) != std::string::npos) return;
+  throw Failure{"no log of " + t.label + (only >= 0 ? " rank " + std::to_string(only) : "") + " contains '" + text + "'",
+                ""};
+}
+
+void check_error_matches(const CaseOutcome& o, const CheckSpec& spec, const FindCase&) {
+  const Target t = subject(o, spec);
+  const std::string text = spec.params.value("text", std::string());
+  if (text.empty()) throw Failure{"error_matches needs text", ""};
+  const auto& r = t.phase->result;
+  if (t.phase->ok()) throw Failure{t.label + " exited 0 on every rank; expected it to fail with '" + text + "'", ""};
+  const int rank = r.first_failure.rank >= 0 ? r.first_failure.rank : 0;
+  const std::string log = read_file(t.phase->log_path(rank));
+  if (log.find(text) != std::string::npos) return;
+  const std::string last = tail_of_file(t.phase->log_path(rank), 1);
+  throw Failure{t.label + ": rank " + std::to_string(rank) + " failed (" + r.first_failure.describe() +
+                    ") but not with '" + text + "'; its last line: " + last,
+                ""};
+}
 
 CheckResult check_exit(const CaseOutcome& o) {
   CheckResult r{"exit", true, "", ""};
@@ -31,22 +408,46 @@ CheckResult check_exit(const CaseOutcome& o) {
     } else {
       r.message = "phase " + p.name + " stopped: " + res.stopped_because;
     }
-    for (const auto& e : res.exits)
-      r.details += "rank " + std::to_string(e.rank) + ": " + e.describe() + "\n";
+    for (const auto& e : res.exits) r.details += "rank " + std::to_string(e.rank) + ": " + e.describe() + "\n";
     return r;
   }
   return r;
 }
 
+using CheckFn = void (*)(const CaseOutcome&, const CheckSpec&, const FindCase&);
+const std::map<std::string, CheckFn>& implementations() {
+  static const std::map<std::string, CheckFn> fns = {
+      {"loss_finite", check_loss_finite},   {"loss_decreases", check_loss_decreases},
+      {"loss_matches", check_loss_matches}, {"resume_matches", check_resume_matches},
+      {"keys_match", check_keys_match},     {"tokens_match", check_tokens_match},
+      {"replicas_equal", check_replicas_equal}, {"params_match", check_params_match},
+      {"log_contains", check_log_contains}, {"error_matches", check_error_matches},
+  };
+  return fns;
+}
+
+// Message checks confirm *why* an expected failure happened.
+bool is_message_check(const std::string& kind) { return kind == "log_contains" || kind == "error_matches"; }
+
 }  // namespace
 
 std::vector<CheckResult> run_checks(const CaseOutcome& o, const FindCase& find) {
-  (void)find;
   std::vector<CheckResult> out;
   out.push_back(check_exit(o));
   for (const auto& spec : o.spec->checks) {
     if (spec.kind == "exit") continue;
-    out.push_back({spec.kind, false, "check '" + spec.kind + "' is not implemented", ""});
+    CheckResult r{spec.kind, true, "", ""};
+    try {
+      implementations().at(spec.kind)(o, spec, find);
+    } catch (const Failure& f) {
+      r.passed = false;
+      r.message = f.message;
+      r.details = f.details;
+    } catch (const std::exception& e) {
+      r.passed = false;
+      r.message = std::string("malformed output: ") + e.what();
+    }
+    out.push_back(r);
   }
   return out;
 }
@@ -54,15 +455,18 @@ std::vector<CheckResult> run_checks(const CaseOutcome& o, const FindCase& find) 
 void judge(CaseOutcome& o) {
   const Expectation& e = o.spec->expect;
   const CheckResult* first_failed = nullptr;
+  const CheckResult* failed_message_check = nullptr;
+  const CheckResult* first_failed_other = nullptr;
   const CheckResult* expected = nullptr;
   for (const auto& c : o.checks) {
     if (!c.passed && !first_failed) first_failed = &c;
+    if (!c.passed && is_message_check(c.kind) && !failed_message_check) failed_message_check = &c;
+    if (!c.passed && !is_message_check(c.kind) && !first_failed_other) first_failed_other = &c;
     if (e.kind == Expectation::kFail && c.kind == e.check) expected = &c;
   }
-  auto details_of = [&](const CheckResult& c) { return c.kind + ": " + c.message + (c.details.empty() ? "" : "\n" + c.details); };
   o.details.clear();
   for (const auto& c : o.checks)
-    if (!c.passed) o.details += details_of(c) + "\n";
+    if (!c.passed) o.details += c.kind + ": " + c.message + "\n" + c.details;
   switch (e.kind) {
     case Expectation::kSkip:
       o.status = Status::kSkipped, o.reason = e.reason;
@@ -72,9 +476,14 @@ void judge(CaseOutcome& o) {
       else o.status = Status::kFailed, o.reason = first_failed->kind + ": " + first_failed->message;
       return;
     case Expectation::kXfail:
-      if (first_failed) {
+      // It must fail, and for the declared reason when log_contains / error_matches say which.
+      if (failed_message_check) {
+        o.status = Status::kFailed;
+        o.reason = "xfail (" + e.reason + ") failed differently: " + failed_message_check->kind + ": " +
+                   failed_message_check->message;
+      } else if (first_failed_other) {
         o.status = Status::kXfailed;
-        o.reason = e.reason + " (" + first_failed->kind + ": " + first_failed->message + ")";
+        o.reason = e.reason + " (" + first_failed_other->kind + ": " + first_failed_other->message + ")";
       } else {
         o.status = Status::kFailed;
         o.reason = "XPASS: expected to fail (" + e.reason + ") but every check passed";

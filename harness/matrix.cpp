@@ -195,7 +195,16 @@ std::optional<CheckSpec> read_check(const ReadContext& ctx, const YAML::Node& it
     ctx.error(item, "unknown check '" + spec.kind + "'" + (hint.empty() ? "" : "; did you mean '" + hint + "'?"));
     return std::nullopt;
   }
-  if (!params_node || params_node.IsNull()) return spec;
+  auto needs = [&]() -> std::optional<CheckSpec> {
+    if (kind->needs_one_of.empty()) return spec;
+    for (const auto& k : kind->needs_one_of)
+      if (spec.params.contains(k)) return spec;
+    std::string names;
+    for (const auto& k : kind->needs_one_of) names += (names.empty() ? "" : ", ") + k;
+    ctx.error(item, "check " + spec.kind + " needs " + (kind->needs_one_of.size() > 1 ? "one of " : "") + names);
+    return std::nullopt;
+  };
+  if (!params_node || params_node.IsNull()) return needs();
   std::vector<std::string> allowed;
   for (const auto& p : kind->params) allowed.push_back(p.name);
   MapReader m(ctx, params_node, "check " + spec.kind, allowed);
@@ -221,7 +230,7 @@ std::optional<CheckSpec> read_check(const ReadContext& ctx, const YAML::Node& it
     }
   }
   if (!ok) return std::nullopt;
-  return spec;
+  return needs();
 }
 
 // Reads the keys a case and `defaults` share into `f`, on top of what it holds.

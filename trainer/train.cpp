@@ -102,6 +102,14 @@ int train(const TrainConfig& cfg) {
     optimizer_state.push_back({"optimizer.state." + l.name + ".exp_avg_sq", &l, s.exp_avg_sq});
   }
 
+  // ---- the keys this run saves, written before any load so a failed load still shows them
+  std::vector<KeyInfo> keys;
+  for (const auto& t : model_state) keys.push_back({checkpointer.saved_key(t.key), t.layout->global_shape, "float32"});
+  for (const auto& t : optimizer_state) keys.push_back({checkpointer.saved_key(t.key), t.layout->global_shape, "float32"});
+  std::vector<std::string> object_keys{"lr_scheduler", "train_state"};
+  for (int64_t r = 0; r < dp_degree; ++r) object_keys.push_back("dataloader.dp_rank_" + std::to_string(r));
+  if (is_logger) write_state_dict_keys(cfg.dump_folder + "/state_dict_keys.json", keys, object_keys);
+
   int64_t start_step = 0, lr_step_offset = 0;
   double checkpoint_load_s = 0, checkpoint_save_s = 0;  // this rank's wall time in load / all saves
   const auto resume_step = ckpt_config.load_step >= 0 ? std::optional<int64_t>(ckpt_config.load_step)
@@ -180,13 +188,6 @@ int train(const TrainConfig& cfg) {
     checkpoint_save_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   };
 
-  // ---- what the harness reads besides the metrics
-  std::vector<KeyInfo> keys;
-  for (const auto& t : model_state) keys.push_back({checkpointer.saved_key(t.key), t.layout->global_shape, "float32"});
-  for (const auto& t : optimizer_state) keys.push_back({checkpointer.saved_key(t.key), t.layout->global_shape, "float32"});
-  std::vector<std::string> objects{"lr_scheduler", "train_state"};
-  for (int64_t r = 0; r < dp_degree; ++r) objects.push_back("dataloader.dp_rank_" + std::to_string(r));
-  if (is_logger) write_state_dict_keys(cfg.dump_folder + "/state_dict_keys.json", keys, objects);
   std::unique_ptr<MetricsWriter> metrics;
   if (is_logger) metrics = std::make_unique<MetricsWriter>(cfg.dump_folder + "/metrics.jsonl");
 

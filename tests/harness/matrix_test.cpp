@@ -217,8 +217,9 @@ cases:
     checks:
       - loss_matches: {baseline: fsdp}
       - keys_mtach
-      - tokens_match: {phase: lod}
+      - tokens_match: {phase: lod, baseline: fsdp}
       - loss_matches: {rtol: big}
+      - log_contains
 )");
   const std::string b = errors_of("suite: s\ndefaults: {model: tiny}\ncases:\n  - name: fsdp\n  - name: tp\n"
                                   "    checks: [{loss_matches: {baseline: fdsp}}]\n");
@@ -229,6 +230,7 @@ cases:
   EXPECT_NE(e.find("m.yaml:8:9: unknown check 'keys_mtach'; did you mean 'keys_match'?"), std::string::npos) << e;
   EXPECT_NE(e.find("m.yaml:9:9: check tokens_match: phase 'lod' is not a phase of s/tp"), std::string::npos) << e;
   EXPECT_NE(e.find("m.yaml:10:30: loss_matches.rtol must be a number, got 'big'"), std::string::npos) << e;
+  EXPECT_NE(e.find("m.yaml:11:9: check log_contains needs text"), std::string::npos) << e;
 }
 
 TEST(MatrixValidate, ExpectationsAndPlaceholders) {
