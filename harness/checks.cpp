@@ -212,6 +212,7 @@ void check_loss_decreases(const CaseOutcome& o, const CheckSpec& spec, const Fin
 
 void check_loss_matches(const CaseOutcome& o, const CheckSpec& spec, const FindCase& find) {
   const Target t = subject(o, spec);
+  const Curve got = read_metrics(t.dir);
   const std::string metric = spec.params.value("metric", std::string("loss"));
   if (metric != "loss" && metric != "grad_norm") throw Failure{"metric must be loss or grad_norm, got " + metric, ""};
   Curve want;
@@ -227,7 +228,7 @@ void check_loss_matches(const CaseOutcome& o, const CheckSpec& spec, const FindC
     want = read_metrics(ref->dir);
     want_label = ref->label;
   }
-  compare_curves(read_metrics(t.dir), want, metric, t.label, want_label, param_or(spec, "rtol", 1e-5),
+  compare_curves(got, want, metric, t.label, want_label, param_or(spec, "rtol", 1e-5),
                  param_or(spec, "atol", 0), spec.params.value("exact", false));
 }
 
@@ -378,7 +379,8 @@ void check_error_matches(const CaseOutcome& o, const CheckSpec& spec, const Find
   const int rank = r.first_failure.rank >= 0 ? r.first_failure.rank : 0;
   const std::string log = read_file(t.phase->log_path(rank));
   if (log.find(text) != std::string::npos) return;
-  const std::string last = tail_of_file(t.phase->log_path(rank), 1);
+  std::string last = tail_of_file(t.phase->log_path(rank), 1);
+  while (!last.empty() && (last.back() == '\n' || last.back() == '\r')) last.pop_back();
   throw Failure{t.label + ": rank " + std::to_string(rank) + " failed (" + r.first_failure.describe() +
                     ") but not with '" + text + "'; its last line: " + last,
                 ""};

@@ -1,0 +1,238 @@
+// Every check, failing on a known-bad input with the message a person needs
+// (what, where, expected vs got, tolerance), and passing on a good one.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "checks.h"
+
+namespace fs = std::filesystem;
+using namespace meshtest;
+
+namespace {
+
+class Checks : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/meshtest-checks-XXXXXX";
+    dir_ = ::mkdtemp(tmpl);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // Loads a one-suite matrix whose cases run `fake` (never launched here).
+  void load(const std::string& cases) {
+    suite_ = load_suite_text("suite: s\ndefaults: {command: [fake], ngpu: 2}\ncases:\n" + cases, dir_ + "/m.yaml");
+    outcomes_.clear();
+    outcomes_.resize(suite_.cases.size());
+    for (size_t i = 0; i < suite_.cases.size(); ++i) {
+      CaseOutcome& o = outcomes_[i];
+      o.spec = &suite_.cases[i];
+      o.dir = dir_ + "/" + o.spec->name;
+      for (const auto& p : o.spec->phases) {
+        PhaseOutcome po;
+        po.name = p.name;
+        po.nproc = p.nproc;
+        po.dir = o.dir + "/" + p.name;
+        po.ran = true;
+        po.result.exits.resize(static_cast<size_t>(p.nproc));
+        fs::create_directories(po.dir);
+        o.phases.push_back(po);
+      }
+      o.status = Status::kPassed;
+      o.finished = true;
+    }
+  }
+  void write(const std::string& path, const std::string& text) { std::ofstream(dir_ + "/" + path) << text; }
+  static std::string curve(std::vector<double> losses, int first_step = 1) {
+    std::string s;
+    for (size_t i = 0; i < losses.size(); ++i)
+      s += "{\"step\":" + std::to_string(first_step + static_cast<int>(i)) + ",\"loss\":" + std::to_string(losses[i]) +
+           ",\"grad_norm\":1.0}\n";
+    return s;
+  }
+  // Runs and judges case `i`; returns the result of its check `kind`.
+  CheckResult run(size_t i, const std::string& kind) {
+    auto find = [&](const std::string& id) -> const CaseOutcome* {
+      for (const auto& o : outcomes_)
+        if (o.spec->id == id) return &o;
+      return nullptr;
+    };
+    outcomes_[i].checks = run_checks(outcomes_[i], find);
+    judge(outcomes_[i]);
+    for (const auto& c : outcomes_[i].checks)
+      if (c.kind == kind) return c;
+    ADD_FAILURE() << "no check " << kind;
+    return {};
+  }
+
+  std::string dir_;
+  Suite suite_;
+  std::vector<CaseOutcome> outcomes_;
+};
+
+}  // namespace
+
+TEST_F(Checks, LossFiniteNamesTheStep) {
+  load("  - name: a\n    checks: [loss_finite]\n");
+  write("a/train/metrics.jsonl", curve({5.0, 4.0}) + "{\"step\":3,\"loss\":null,\"grad_norm\":1}\n");
+  const auto r = run(0, "loss_finite");
+  EXPECT_FALSE(r.passed);
+  EXPECT_EQ(r.message, "phase train: loss is nan at step 3");
+  write("a/train/metrics.jsonl", curve({5.0, 4.0}));
+  EXPECT_TRUE(run(0, "loss_finite").passed);
+}
+
+TEST_F(Checks, LossDecreasesGivesBothEndsAndTheBound) {
+  load("  - name: a\n    checks: [{loss_decreases: {factor: 0.5}}]\n");
+  write("a/train/metrics.jsonl", curve({6.0, 5.0, 4.0}));
+  const auto r = run(0, "loss_decreases");
+  EXPECT_FALSE(r.passed);
+  EXPECT_EQ(r.message, "phase train: loss went 6 (step 1) -> 4 (step 3); expected <= 0.5 x 6 = 3");
+  write("a/train/metrics.jsonl", curve({6.0, 2.9}));
+  EXPECT_TRUE(run(0, "loss_decreases").passed);
+}
+
+TEST_F(Checks, LossMatchesABaselineWithinTolerance) {
+  load("  - name: fsdp\n  - name: tp\n    checks: [{loss_matches: {baseline: fsdp, rtol: 1.0e-4}}]\n");
+  write("fsdp/train/metrics.jsonl", curve({6.0, 5.0, 4.0}));
+  write("tp/train/metrics.jsonl", curve({6.0, 5.0001, 4.01}));
+  const auto r = run(1, "loss_matches");
+  EXPECT_FALSE(r.passed);
+  EXPECT_EQ(r.message,
+            "step 3: loss 4.01 in phase train vs 4 in baseline s/fsdp (phase train): |diff| 1.00e-02 > atol 0 + "
+            "rtol 0.0001 x |4| = 4.00e-04 (1 of 3 steps differ)");
+  EXPECT_NE(r.details.find("<-"), std::string::npos) << r.details;
+  EXPECT_EQ(outcomes_[1].status, Status::kFailed);
+  write("tp/train/metrics.jsonl", curve({6.0, 5.0001, 4.0002}));
+  EXPECT_TRUE(run(1, "loss_matches").passed);
+}
+
+TEST_F(Checks, LossMatchesAGoldenFileAndExactMatching) {
+  load("  - name: a\n    checks: [{loss_matches: {golden: losses.txt, exact: true}}]\n");
+  write("losses.txt", "1 6.0\n2 5.0\n");
+  write("a/train/metrics.jsonl", curve({6.0, 5.00001}));
+  const auto r = run(0, "loss_matches");
+  EXPECT_FALSE(r.passed);
+  EXPECT_NE(r.message.find("step 2: loss 5.00001 in phase train vs 5 in golden " + dir_ + "/losses.txt: |diff| 1.00e-05 "
+                           "(exact match required)"),
+            std::string::npos)
+      << r.message;
+  write("a/train/metrics.jsonl", curve({6.0, 5.0, 4.0}));
+  EXPECT_EQ(run(0, "loss_matches").message,
+            "phase train has step 3 but golden " + dir_ + "/losses.txt has steps 1-2");
+}
+
+TEST_F(Checks, ResumeMatchesNeedsAResumeAndTheSameLosses) {
+  load(R"(  - name: straight
+  - name: resumed
+    phases: [{name: save}, {name: load}]
+    checks: [{resume_matches: {phase: load, baseline: straight}}]
+)");
+  write("straight/train/metrics.jsonl", curve({6.0, 5.0, 4.0, 3.0}));
+  write("resumed/load/metrics.jsonl", curve({6.0, 5.0, 4.0, 3.0}));
+  EXPECT_EQ(run(1, "resume_matches").message, "phase load started at step 1: it did not resume from a checkpoint");
+  write("resumed/load/metrics.jsonl", curve({4.0, 3.5}, 3));  // the dataloader was not restored
+  const auto r = run(1, "resume_matches");
+  EXPECT_NE(r.message.find("step 4: loss 3.5 in phase load (resumed) vs 3 in baseline s/straight (phase train) "
+                           "(uninterrupted)"),
+            std::string::npos)
+      << r.message;
+  write("resumed/load/metrics.jsonl", curve({4.0, 3.0}, 3));
+  EXPECT_TRUE(run(1, "resume_matches").passed);
+}
+
+TEST_F(Checks, KeysMatchListsMissingAndUnexpectedKeysLikeTheSeed) {
+  load(R"(  - name: reshard
+    phases: [{name: save}, {name: load}]
+    checks: [{keys_match: {phase: load, against: save}}]
+)");
+  write("reshard/save/state_dict_keys.json",
+        R"({"format_version":1,"keys":{"model.tok_embeddings.parametrizations.weight.original":{"kind":"tensor","shape":[258,64]},
+            "model.norm.weight":{"kind":"tensor","shape":[64]},"dataloader.dp_rank_3":{"kind":"object"}}})");
+  write("reshard/load/state_dict_keys.json",
+        R"({"format_version":1,"keys":{"model.tok_embeddings.weight":{"kind":"tensor","shape":[258,64]},
+            "model.norm.weight":{"kind":"tensor","shape":[64]},"dataloader.dp_rank_0":{"kind":"object"}}})");
+  const auto r = run(0, "keys_match");
+  EXPECT_FALSE(r.passed);
+  EXPECT_EQ(r.message,
+            "state-dict keys of phase load differ from phase save: missing 1 "
+            "(model.tok_embeddings.parametrizations.weight.original); unexpected 1 (model.tok_embeddings.weight)");
+  write("reshard/load/state_dict_keys.json",
+        R"({"format_version":1,"keys":{"model.tok_embeddings.parametrizations.weight.original":{"kind":"tensor","shape":[258,32]},
+            "model.norm.weight":{"kind":"tensor","shape":[64]}}})");
+  EXPECT_EQ(run(0, "keys_match").message,
+            "state-dict keys of phase load differ from phase save: shape differs for 1 "
+            "(model.tok_embeddings.parametrizations.weight.original [258,32] vs [258,64])");
+}
+
+TEST_F(Checks, TokensMatchNamesThePosition) {
+  load("  - name: a\n    phases: [{name: dp}, {name: tp}]\n    checks: [{tokens_match: {phase: tp, against: dp}}]\n");
+  write("a/dp/generate.json", R"({"prompt":"And God said","generated_ids":[44,76,101],"text":",Le"})");
+  write("a/tp/generate.json", R"({"prompt":"And God said","generated_ids":[44,76,102],"text":",Lf"})");
+  EXPECT_EQ(run(0, "tokens_match").message,
+            "generated token 2 is 102 in phase tp vs 101 in phase dp (prompt 'And God said')");
+  write("a/tp/generate.json", R"({"prompt":"And God said","generated_ids":[44,76,101],"text":",Le"})");
+  EXPECT_TRUE(run(0, "tokens_match").passed);
+}
+
+TEST_F(Checks, ReplicasEqualNamesThePieceAndTheRanks) {
+  load("  - name: hsdp\n    checks: [replicas_equal]\n");
+  const std::string piece = R"("model.norm.weight":{"offsets":[0],"sizes":[32],"sum":1,"l2":1,"fnv1a64":)";
+  write("hsdp/train/rank0.json", "{\"local_params\":{" + piece + "\"0x1\"}}}");
+  write("hsdp/train/rank1.json", "{\"local_params\":{" + piece + "\"0x2\"}}}");
+  EXPECT_EQ(run(0, "replicas_equal").message,
+            "phase train: replicas of model.norm.weight offsets [0] sizes [32] differ: rank 0 has \"0x1\", rank 1 has "
+            "\"0x2\"");
+  write("hsdp/train/rank1.json", "{\"local_params\":{" + piece + "\"0x1\"}}}");
+  EXPECT_TRUE(run(0, "replicas_equal").passed);
+}
+
+TEST_F(Checks, ParamsMatchJudgesSumAndNormAgainstTheNorm) {
+  load("  - name: a\n  - name: b\n    checks: [{params_match: {baseline: a, rtol: 1.0e-6}}]\n");
+  write("a/train/param_digest.json", R"({"params":{"model.w":{"sum":0.5,"l2":10.0}}})");
+  write("b/train/param_digest.json", R"({"params":{"model.w":{"sum":0.5001,"l2":10.0}}})");
+  EXPECT_EQ(run(1, "params_match").message,
+            "model.w: sum 0.5001 in phase train vs 0.5 in baseline s/a (phase train): |diff| 1.00e-04 > atol 0 + "
+            "rtol 1e-06 x |10| = 1.00e-05");
+  write("b/train/param_digest.json", R"({"params":{"model.w":{"sum":0.500001,"l2":10.0}}})");
+  EXPECT_TRUE(run(1, "params_match").passed);
+}
+
+TEST_F(Checks, LogContainsAndErrorMatchesForExpectedFailures) {
+  load(R"(  - name: seed
+    expect: {xfail: parametrize keys}
+    checks: [{error_matches: {text: "Missing key in checkpoint state_dict"}}, {log_contains: {text: "resumed", rank: 0}}]
+)");
+  // The phase exited 0: error_matches fails, so the xfail is not what was declared.
+  write("seed/train/rank0.log", "meshtrain: resumed\n");
+  write("seed/train/rank1.log", "");
+  EXPECT_EQ(run(0, "error_matches").message,
+            "phase train exited 0 on every rank; expected it to fail with 'Missing key in checkpoint state_dict'");
+  EXPECT_EQ(outcomes_[0].status, Status::kFailed);
+  // It failed, with another error.
+  outcomes_[0].phases[0].result.first_failure = {1, 1, 0};
+  outcomes_[0].phases[0].result.exits[1] = {1, 1, 0};
+  write("seed/train/rank1.log", "meshtrain: error: out of memory\n");
+  EXPECT_EQ(run(0, "error_matches").message,
+            "phase train: rank 1 failed (exit code 1) but not with 'Missing key in checkpoint state_dict'; its last "
+            "line: meshtrain: error: out of memory");
+  EXPECT_EQ(outcomes_[0].status, Status::kFailed);
+  EXPECT_NE(outcomes_[0].reason.find("xfail (parametrize keys) failed differently"), std::string::npos);
+  // It failed the declared way: xfailed.
+  write("seed/train/rank1.log", "meshtrain: error: Missing key in checkpoint state_dict: model.tok_embeddings.weight.\n");
+  EXPECT_TRUE(run(0, "error_matches").passed);
+  EXPECT_EQ(outcomes_[0].status, Status::kXfailed);
+  write("seed/train/rank0.log", "");
+  EXPECT_EQ(run(0, "log_contains").message, "no log of phase train rank 0 contains 'resumed'");
+}
+
+TEST_F(Checks, MissingOutputsAndMissingBaselinesAreFailuresThatSaySo) {
+  load("  - name: a\n  - name: b\n    checks: [{loss_matches: {baseline: a}}]\n");
+  write("b/train/metrics.jsonl", curve({6.0}));
+  outcomes_[0].status = Status::kSkipped;
+  outcomes_[0].reason = "no GPU";
+  EXPECT_EQ(run(1, "loss_matches").message, "baseline s/a did not run (skipped: no GPU)");
+  outcomes_[0].status = Status::kPassed;
+  EXPECT_EQ(run(1, "loss_matches").message, "cannot read " + dir_ + "/a/train/metrics.jsonl");
+}
