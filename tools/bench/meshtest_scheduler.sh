@@ -9,7 +9,12 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${1:-build/cpu}
 [ -f "$build/build.ninja" ] || cmake --preset cpu
-cmake --build "$build" --target meshtest fake_trainer meshtest_bench -j2 >/dev/null
+build_log=${TMPDIR:-/tmp}/meshtest_scheduler_build.log
+if ! cmake --build "$build" --target meshtest fake_trainer meshtest_bench -j2 > "$build_log" 2>&1; then
+  tail -40 "$build_log" >&2
+  echo "build failed (full log: $build_log)" >&2
+  exit 1
+fi
 meshtest=$(realpath "$build/meshtest")
 fake=$(realpath "$build/tests/fake_trainer")
 "$build/tools/bench/meshtest_bench" "$fake"
@@ -74,6 +79,7 @@ run_matrix "$work/serial" --jobs 1
 read_summary "$work/packed/summary.json" > "$work/packed.txt"
 read_summary "$work/serial/summary.json" > "$work/serial.txt"
 
+echo
 echo "d) Real run: 16 fake cases (sleep 0.5-3 s, widths 1/2/4/8) on $slots CPU slots, gloo, $(nproc) cores"
 echo
 awk -v slots="$slots" -v target=1.10 '
