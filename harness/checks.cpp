@@ -454,6 +454,24 @@ std::vector<CheckResult> run_checks(const CaseOutcome& o, const FindCase& find) 
   return out;
 }
 
+std::map<long long, double> read_loss_curve(const std::string& phase_dir) {
+  try {
+    std::map<long long, double> out;
+    for (const auto& [step, m] : read_metrics(phase_dir)) out[step] = m.loss;
+    return out;
+  } catch (const Failure& f) {
+    throw std::runtime_error(f.message);
+  }
+}
+
+std::map<std::string, std::string> read_tensor_keys(const std::string& phase_dir) {
+  try {
+    return read_keys(phase_dir);
+  } catch (const Failure& f) {
+    throw std::runtime_error(f.message);
+  }
+}
+
 void judge(CaseOutcome& o) {
   const Expectation& e = o.spec->expect;
   const CheckResult* first_failed = nullptr;

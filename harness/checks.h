@@ -4,6 +4,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -18,5 +19,9 @@ std::vector<CheckResult> run_checks(const CaseOutcome& outcome, const FindCase& 
 
 // Sets status, reason and details from the checks and the case's expectation.
 void judge(CaseOutcome& outcome);
+
+// What `meshtest diff` and `golden export` read; throw std::runtime_error.
+std::map<long long, double> read_loss_curve(const std::string& phase_dir);
+std::map<std::string, std::string> read_tensor_keys(const std::string& phase_dir);  // key -> "[shape]"
 
 }  // namespace meshtest

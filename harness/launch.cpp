@@ -102,8 +102,9 @@ RankGroup::RankGroup(LaunchSpec spec) : spec_(std::move(spec)), impl_(std::make_
     }
     std::error_code ec;
     if (spec_.log_dir.empty()) {
+      // Ranks share meshtest's stdout/stderr (limit_handles would close them).
       impl_->children.emplace_back(bp::exe = program, bp::args = args, env, bp::start_dir = work_dir,
-                                   bp::std_in < bp::null, impl_->group, bp::limit_handles,
+                                   bp::std_in < bp::null, impl_->group,
                                    bp::extend::on_exec_setup = DieWithParent{}, ec);
     } else {
       const std::string log = log_path(rank);

@@ -10,14 +10,20 @@
 #include <iostream>
 #include <set>
 #include <thread>
+#include <cmath>
+#include <fstream>
+#include <map>
 
+#include "checks.h"
 #include "launch.h"
 #include "matrix.h"
+#include "report.h"
 #include "runner.h"
 #include "schedule.h"
 
 namespace fs = std::filesystem;
 using namespace meshtest;
+using nlohmann::json;
 
 namespace {
 
@@ -176,6 +182,140 @@ int run_launch(int nproc, const std::string& log_dir, double timeout_s, double g
   return r.first_failure.exit_code != 0 ? r.first_failure.exit_code : 1;
 }
 
+int render_reports(const std::string& dir, bool exit_by_expectations);
+
+// `meshtest run`: select, plan, launch, check, report.
+int run_matrix(Selection sel, RunOptions opt, bool dry_run, int ngpu, const char* argv0) {
+  const auto suites = load_all(sel.matrices);
+  if (ngpu < 0) ngpu = default_devices(opt.backend);
+  opt.devices = ngpu;
+  if (opt.meshtrain.empty()) opt.meshtrain = (fs::path(self_dir()) / "meshtrain").string();
+  if (opt.history.empty()) opt.history = (fs::path(opt.out_dir) / "summary.json").string();
+  const auto history = load_durations(opt.history);
+  const auto cases = select(suites, sel, history);
+  std::string files;
+  for (const auto& m : sel.matrices) files += " " + shell_quote(m);
+  opt.matrices = sel.matrices;
+  opt.repro_prefix = shell_quote(argv0) + " run" + files + " --backend " + opt.backend + " --ngpu " +
+                     std::to_string(opt.devices);
+  opt.progress = ::isatty(2) && !std::getenv("CI");
+
+  if (dry_run) {
+    std::vector<Task> tasks;
+    for (const Case* c : cases) {
+      auto h = history.find(c->id);
+      const bool skip = c->expect.kind == Expectation::kSkip;
+      tasks.push_back({skip ? 0 : c->ngpu, skip ? 0 : (h != history.end() ? h->second : estimate_seconds(*c)), c->id});
+    }
+    const auto sim = simulate(tasks, opt.devices, opt.jobs);
+    for (size_t i = 0; i < cases.size(); ++i) {
+      const Case* c = cases[i];
+      std::printf("%s  (%d %s, expected %.1f s, %s)\n", c->id.c_str(), c->ngpu,
+                  opt.backend == "nccl" ? "GPUs" : "slots", tasks[i].expected_s, c->expect.str().c_str());
+      if (sim.start[i] < 0) {
+        std::printf("  skipped: needs %d devices, the pool has %d\n", c->ngpu, opt.devices);
+        continue;
+      }
+      std::printf("  planned start %.1f s on devices", sim.start[i]);
+      for (int d : sim.devices[i]) std::printf(" %d", d);
+      std::printf("\n");
+      const std::string case_dir = case_folder(opt.out_dir, *c);
+      for (const auto& p : c->phases)
+        std::printf("  [%s] %s\n", p.name.c_str(),
+                    join_argv(resolve_argv(p.argv, {opt.meshtrain, opt.backend, case_dir, case_dir + "/" + p.name})).c_str());
+    }
+    std::printf("\n%zu cases; planned makespan %.1f s; lower bound %.1f s\n", cases.size(), sim.makespan,
+                makespan_lower_bound(tasks, opt.devices));
+    return 0;
+  }
+
+  become_subreaper();
+  install_stop_handlers();
+  fs::create_directories(opt.out_dir);
+  std::fprintf(stderr, "meshtest: %zu cases on %d %s (%s), output in %s\n", cases.size(), opt.devices,
+               opt.backend == "nccl" ? "GPUs" : "CPU slots", opt.backend.c_str(), opt.out_dir.c_str());
+  const RunResult result = run_cases(cases, opt);
+  write_summary(summary_json(result, opt), (fs::path(opt.out_dir) / "summary.json").string());
+  const int reports = render_reports(opt.out_dir, false);
+  if (reports != 0) return reports;
+  if (result.interrupted_by != 0) return 128 + result.interrupted_by;
+  return result.all_met() ? 0 : 1;
+}
+
+json read_summary(const std::string& dir) {
+  const std::string path = (fs::path(dir) / "summary.json").string();
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("cannot read " + path + " (is it a meshtest --out folder?)");
+  return json::parse(in);
+}
+
+// junit.xml, surefire/TEST-<suite>.xml and the terminal table, all from summary.json.
+int render_reports(const std::string& dir, bool exit_by_expectations) {
+  const json summary = read_summary(dir);
+  write_junit(summary, (fs::path(dir) / "junit.xml").string());
+  write_surefire(summary, (fs::path(dir) / "surefire").string());
+  print_report(summary, stdout);
+  std::printf("reports: %s/junit.xml, %s/surefire/, %s/summary.json\n", dir.c_str(), dir.c_str(), dir.c_str());
+  std::fflush(stdout);
+  if (!exit_by_expectations) return 0;
+  return summary.value("all_met", false) ? 0 : 1;
+}
+
+const json* find_case(const json& summary, const std::string& id) {
+  for (const auto& c : summary.at("cases"))
+    if (c.value("id", "") == id) return &c;
+  throw std::runtime_error("no case '" + id + "' in this run's summary.json");
+}
+
+std::string last_phase_dir(const json& c, const std::string& phase) {
+  const json& phases = c.at("phases");
+  for (const auto& p : phases)
+    if (p.value("name", "") == phase) return p.value("dir", "");
+  if (!phase.empty()) throw std::runtime_error(c.value("id", "") + " has no phase '" + phase + "'");
+  return phases.empty() ? "" : phases.back().value("dir", "");
+}
+
+// Loss curves side by side, then the state-dict keys one has and the other lacks.
+int diff_cases(const std::string& dir, const std::string& a, const std::string& b) {
+  const json summary = read_summary(dir);
+  const std::string da = last_phase_dir(*find_case(summary, a), ""), db = last_phase_dir(*find_case(summary, b), "");
+  std::map<long long, double> la, lb;
+  try { la = read_loss_curve(da); } catch (const std::exception& e) { std::printf("%s: %s\n", a.c_str(), e.what()); }
+  try { lb = read_loss_curve(db); } catch (const std::exception& e) { std::printf("%s: %s\n", b.c_str(), e.what()); }
+  std::set<long long> steps;
+  for (const auto& [s, v] : la) steps.insert(s);
+  for (const auto& [s, v] : lb) steps.insert(s);
+  int differ = 0;
+  std::printf("%6s  %16s  %16s  %10s\n", "step", "A loss", "B loss", "|A-B|");
+  for (long long s : steps) {
+    const bool ha = la.count(s), hb = lb.count(s);
+    const double diff = ha && hb ? std::fabs(la[s] - lb[s]) : NAN;
+    differ += !(ha && hb) || diff != 0;
+    std::printf("%6lld  %16s  %16s  %10s\n", s, ha ? std::to_string(la[s]).c_str() : "-",
+                hb ? std::to_string(lb[s]).c_str() : "-", ha && hb ? std::to_string(diff).c_str() : "-");
+  }
+  std::printf("A = %s (%s)\nB = %s (%s)\n", a.c_str(), da.c_str(), b.c_str(), db.c_str());
+  try {
+    const auto ka = read_tensor_keys(da), kb = read_tensor_keys(db);
+    for (const auto& [k, shape] : ka)
+      if (!kb.count(k)) std::printf("only in A: %s %s\n", k.c_str(), shape.c_str()), ++differ;
+      else if (kb.at(k) != shape) std::printf("shape: %s %s vs %s\n", k.c_str(), shape.c_str(), kb.at(k).c_str()), ++differ;
+    for (const auto& [k, shape] : kb)
+      if (!ka.count(k)) std::printf("only in B: %s %s\n", k.c_str(), shape.c_str()), ++differ;
+  } catch (const std::exception& e) {
+    std::printf("keys: %s\n", e.what());
+  }
+  return differ ? 1 : 0;
+}
+
+// torchtitan's "<step> <loss>" golden format from a finished case.
+int export_golden(const std::string& dir, const std::string& id, const std::string& phase) {
+  const json summary = read_summary(dir);
+  for (const auto& [step, loss] : read_loss_curve(last_phase_dir(*find_case(summary, id), phase)))
+    std::printf("%lld %.9g\n", step, loss);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -197,6 +337,8 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--meshtrain", opt.meshtrain, "The meshtrain binary (default: next to meshtest)");
   run_cmd->add_option("--history", opt.history, "summary.json whose durations order the cases (default: <out>/summary.json)");
   run_cmd->add_flag("--dry-run", dry_run, "Print the plan and the commands; run nothing");
+  run_cmd->add_option("--retries", opt.retries, "Reruns of a case that misses its expectation (reported as flaky)")
+      ->capture_default_str();
 
   Selection list_sel;
   auto* list_cmd = app.add_subcommand("list", "List the cases a selection expands to");
@@ -219,6 +361,32 @@ int main(int argc, char** argv) {
   launch_cmd->add_option("--timeout", timeout_s, "Stop all ranks after this many seconds (0: never)");
   launch_cmd->add_option("--grace", grace_s, "Seconds between SIGTERM and SIGKILL")->capture_default_str();
   launch_cmd->add_option("COMMAND", command, "Program and arguments (after --)")->required();
+
+  std::string report_dir;
+  auto* report_cmd = app.add_subcommand("report", "Render junit.xml, surefire/ and the table again from DIR/summary.json");
+  report_cmd->add_option("DIR", report_dir, "A meshtest --out folder")->required();
+
+  std::string rerun_from, rerun_out;
+  auto* rerun_cmd = app.add_subcommand("rerun-failed", "Run again the cases of an earlier run that missed their expectation");
+  rerun_cmd->add_option("--from", rerun_from, "The earlier run's --out folder")->required();
+  rerun_cmd->add_option("--out", rerun_out, "Output folder (default: <from>/rerun)");
+  rerun_cmd->add_option("--grace", opt.grace_s, "Seconds between SIGTERM and SIGKILL")->capture_default_str();
+  rerun_cmd->add_option("--retries", opt.retries, "Reruns of a case that misses its expectation")->capture_default_str();
+  rerun_cmd->add_option("--meshtrain", opt.meshtrain, "The meshtrain binary (default: next to meshtest)");
+
+  std::string diff_dir = "meshtest-out", diff_a, diff_b;
+  auto* diff_cmd = app.add_subcommand("diff", "Loss curves of two cases side by side, and their key differences");
+  diff_cmd->add_option("ID_A", diff_a, "Case id")->required();
+  diff_cmd->add_option("ID_B", diff_b, "Case id")->required();
+  diff_cmd->add_option("--out", diff_dir, "The run's --out folder")->capture_default_str();
+
+  std::string golden_dir = "meshtest-out", golden_id, golden_phase;
+  auto* golden_cmd = app.add_subcommand("golden", "Golden loss files for loss_matches");
+  golden_cmd->require_subcommand(1);
+  auto* export_cmd = golden_cmd->add_subcommand("export", "Print a case's losses as '<step> <loss>' lines");
+  export_cmd->add_option("ID", golden_id, "Case id")->required();
+  export_cmd->add_option("--phase", golden_phase, "Phase (default: the last)");
+  export_cmd->add_option("--out", golden_dir, "The run's --out folder")->capture_default_str();
 
   try {
     app.parse(argc, argv);
@@ -259,60 +427,26 @@ int main(int argc, char** argv) {
       return 0;
     }
 
-    // run
-    const auto suites = load_all(sel.matrices);
-    if (ngpu < 0) ngpu = default_devices(opt.backend);
-    opt.devices = ngpu;
-    if (opt.meshtrain.empty()) opt.meshtrain = (fs::path(self_dir()) / "meshtrain").string();
-    if (opt.history.empty()) opt.history = (fs::path(opt.out_dir) / "summary.json").string();
-    const auto history = load_durations(opt.history);
-    const auto cases = select(suites, sel, history);
-    std::string files;
-    for (const auto& m : sel.matrices) files += " " + shell_quote(m);
-    opt.repro_prefix = shell_quote(argv[0]) + " run" + files + " --backend " + opt.backend + " --ngpu " +
-                       std::to_string(opt.devices);
-    opt.progress = ::isatty(2) && !std::getenv("CI");
-
-    if (dry_run) {
-      std::vector<Task> tasks;
-      for (const Case* c : cases) {
-        auto h = history.find(c->id);
-        const bool skip = c->expect.kind == Expectation::kSkip;
-        tasks.push_back({skip ? 0 : c->ngpu, skip ? 0 : (h != history.end() ? h->second : estimate_seconds(*c)), c->id});
+    if (*report_cmd) return render_reports(report_dir, true);
+    if (*rerun_cmd) {
+      const json prior = read_summary(rerun_from);
+      Selection again;
+      for (const auto& m : prior.at("matrices")) again.matrices.push_back(m.get<std::string>());
+      for (const auto& c : prior.at("cases"))
+        if (!c.value("met_expectation", false)) again.ids.push_back(c.at("id").get<std::string>());
+      if (again.ids.empty()) {
+        std::printf("meshtest: every case in %s met its expectation; nothing to rerun\n", rerun_from.c_str());
+        return 0;
       }
-      const auto sim = simulate(tasks, opt.devices, opt.jobs);
-      for (size_t i = 0; i < cases.size(); ++i) {
-        const Case* c = cases[i];
-        std::printf("%s  (%d %s, expected %.1f s, %s)\n", c->id.c_str(), c->ngpu,
-                    opt.backend == "nccl" ? "GPUs" : "slots", tasks[i].expected_s, c->expect.str().c_str());
-        if (sim.start[i] < 0) {
-          std::printf("  skipped: needs %d devices, the pool has %d\n", c->ngpu, opt.devices);
-          continue;
-        }
-        std::printf("  planned start %.1f s on devices", sim.start[i]);
-        for (int d : sim.devices[i]) std::printf(" %d", d);
-        std::printf("\n");
-        const std::string case_dir = (fs::path(opt.out_dir) / c->suite / c->name).string();
-        for (const auto& p : c->phases)
-          std::printf("  [%s] %s\n", p.name.c_str(),
-                      join_argv(resolve_argv(p.argv, {opt.meshtrain, opt.backend, case_dir, case_dir + "/" + p.name})).c_str());
-      }
-      std::printf("\n%zu cases; planned makespan %.1f s; lower bound %.1f s\n", cases.size(), sim.makespan,
-                  makespan_lower_bound(tasks, opt.devices));
-      return 0;
+      RunOptions o = opt;
+      o.backend = prior.value("backend", "gloo");
+      o.out_dir = rerun_out.empty() ? (fs::path(rerun_from) / "rerun").string() : rerun_out;
+      o.history = (fs::path(rerun_from) / "summary.json").string();
+      return run_matrix(again, o, false, prior.value("devices", -1), argv[0]);
     }
-
-    become_subreaper();
-    install_stop_handlers();
-    fs::create_directories(opt.out_dir);
-    std::fprintf(stderr, "meshtest: %zu cases on %d %s (%s), output in %s\n", cases.size(), opt.devices,
-                 opt.backend == "nccl" ? "GPUs" : "CPU slots", opt.backend.c_str(), opt.out_dir.c_str());
-    const RunResult result = run_cases(cases, opt);
-    write_summary(result, opt, (fs::path(opt.out_dir) / "summary.json").string());
-    print_report(result, stdout);
-    std::fflush(stdout);
-    if (result.interrupted_by != 0) return 128 + result.interrupted_by;
-    return result.all_met() ? 0 : 1;
+    if (*diff_cmd) return diff_cases(diff_dir, diff_a, diff_b);
+    if (*golden_cmd) return export_golden(golden_dir, golden_id, golden_phase);
+    return run_matrix(sel, opt, dry_run, ngpu, argv[0]);
   } catch (const MatrixError& e) {
     for (const auto& line : e.errors()) std::fprintf(stderr, "%s\n", line.c_str());
     std::fprintf(stderr, "meshtest: %zu error%s in the matrix; nothing was run\n", e.errors().size(),

@@ -50,6 +50,16 @@ struct CaseOutcome {
   std::string repro;  // a command that reruns just this case
   bool finished = false;
 
+  // Earlier attempts of a case run with --retries, oldest first; their folders are
+  // kept as <dir>.attempt<N>.
+  struct Attempt {
+    std::string reason;
+    std::string details;
+    std::string failing_log;
+    double duration_s = 0;
+  };
+  std::vector<Attempt> earlier_attempts;
+
   bool met_expectation() const {
     return status == Status::kPassed || status == Status::kSkipped || status == Status::kXfailed;
   }

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <memory>
 #include <set>
+#include <sstream>
 
 #include "checks.h"
 #include "schedule.h"
@@ -43,6 +44,18 @@ std::string format_seconds(double s) {
 std::string folder_name(const std::string& name) {
   std::string out;
   for (char ch : name) out += (std::isalnum(static_cast<unsigned char>(ch)) || std::string("_.,=+-[]").find(ch) != std::string::npos) ? ch : '_';
+  return out;
+}
+
+// Pool slot i is the i-th GPU meshtest itself may use: CUDA_VISIBLE_DEVICES when set.
+std::vector<int> physical_gpus(const std::vector<int>& slots) {
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  if (!visible || !*visible) return slots;
+  std::vector<int> ids;
+  std::stringstream in(visible);
+  for (std::string item; std::getline(in, item, ',');) ids.push_back(std::atoi(item.c_str()));
+  std::vector<int> out;
+  for (int s : slots) out.push_back(s < static_cast<int>(ids.size()) ? ids[s] : s);
   return out;
 }
 
@@ -111,6 +124,10 @@ std::map<std::string, double> load_durations(const std::string& summary_path) {
   return out;
 }
 
+std::string case_folder(const std::string& out_dir, const Case& c) {
+  return (fs::path(out_dir) / c.suite / folder_name(c.name)).string();
+}
+
 double estimate_seconds(const Case& c) {
   if (c.duration_hint_s > 0) return c.duration_hint_s;
   double total = 0;
@@ -135,7 +152,7 @@ RunResult run_cases(const std::vector<const Case*>& cases, const RunOptions& opt
   for (size_t i = 0; i < cases.size(); ++i) {
     CaseOutcome& o = run.cases[i];
     o.spec = cases[i];
-    o.dir = (fs::path(opt.out_dir) / o.spec->suite / folder_name(o.spec->name)).string();
+    o.dir = case_folder(opt.out_dir, *o.spec);
     auto h = history.find(o.spec->id);
     o.expected_s = h != history.end() ? h->second : estimate_seconds(*o.spec);
     o.repro = opt.repro_prefix + " --id '" + o.spec->id + "'";
@@ -188,6 +205,31 @@ RunResult run_cases(const std::vector<const Case*>& cases, const RunOptions& opt
     }
     o.checks = run_checks(o, find);
     judge(o);
+    const bool ran = !o.phases.empty() && o.phases.front().ran;
+    if (!o.met_expectation() && ran && static_cast<int>(o.earlier_attempts.size()) < opt.retries &&
+        run.interrupted_by == 0) {
+      // Keep this attempt's folder and evidence, then queue the case again.
+      const std::string kept = o.dir + ".attempt" + std::to_string(o.earlier_attempts.size() + 1);
+      std::string log = o.failing_log();
+      if (log.rfind(o.dir, 0) == 0) log = kept + log.substr(o.dir.size());
+      std::error_code ec;
+      fs::remove_all(kept, ec);
+      fs::rename(o.dir, kept, ec);
+      o.earlier_attempts.push_back({o.reason, o.details, log, o.duration_s});
+      std::fprintf(stderr, "%s[retry %zu/%d] %s: %s\n", opt.progress ? "\r\033[K" : "", o.earlier_attempts.size(),
+                   opt.retries, o.spec->id.c_str(), o.reason.c_str());
+      for (auto& p : o.phases) {
+        p.ran = false;
+        p.attempts = 0;
+        p.launch_error.clear();
+        p.result = RankGroup::Result{};
+      }
+      o.checks.clear();
+      o.reason.clear();
+      o.details.clear();
+      scheduler.requeue(static_cast<int>(i));
+      return;
+    }
     o.finished = true;
     ++done;
     report_line(o);
@@ -210,7 +252,7 @@ RunResult run_cases(const std::vector<const Case*>& cases, const RunOptions& opt
     ls.env.emplace_back("MESHTEST_PHASE", spec.name);
     ls.env.emplace_back("MESHTEST_CASE_DIR", fs::absolute(o.dir).string());
     ls.log_dir = po.dir;
-    if (opt.backend == "nccl") ls.gpus = o.devices;
+    if (opt.backend == "nccl") ls.gpus = physical_gpus(o.devices);
     ls.timeout_s = spec.timeout_s;
     ls.grace_s = opt.grace_s;
     try {
@@ -341,9 +383,11 @@ RunResult run_cases(const std::vector<const Case*>& cases, const RunOptions& opt
   return run;
 }
 
-void write_summary(const RunResult& run, const RunOptions& opt, const std::string& path) {
+nlohmann::json summary_json(const RunResult& run, const RunOptions& opt) {
   nlohmann::json j;
-  j["version"] = 1;
+  j["format_version"] = 1;
+  j["matrices"] = opt.matrices;
+  j["retries"] = opt.retries;
   j["backend"] = opt.backend;
   j["devices"] = opt.devices;
   j["wall_s"] = run.wall_s;
@@ -400,9 +444,25 @@ void write_summary(const RunResult& run, const RunOptions& opt, const std::strin
     c["checks"] = nlohmann::json::array();
     for (const auto& k : o.checks)
       c["checks"].push_back({{"kind", k.kind}, {"passed", k.passed}, {"message", k.message}, {"details", k.details}});
+    c["earlier_attempts"] = nlohmann::json::array();
+    for (const auto& a : o.earlier_attempts)
+      c["earlier_attempts"].push_back(
+          {{"reason", a.reason}, {"details", a.details}, {"failing_log", a.failing_log}, {"duration_s", a.duration_s}});
+    if (o.spec->phases.size() && o.phases.size()) {
+      const auto& p = o.spec->phases.front();
+      c["mesh"] = p.mesh ? p.mesh->to_compact_string() : "";
+      std::string meshes;
+      for (const auto& sp : o.spec->phases)
+        meshes += (meshes.empty() ? "" : " -> ") + (sp.mesh ? sp.mesh->to_compact_string() : std::to_string(sp.nproc) + " ranks");
+      c["meshes"] = meshes;
+    }
     j["cases"].push_back(c);
   }
   j["counts"] = counts;
+  return j;
+}
+
+void write_summary(const nlohmann::json& j, const std::string& path) {
   fs::create_directories(fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path());
   const std::string tmp = path + ".tmp";
   {
@@ -410,35 +470,6 @@ void write_summary(const RunResult& run, const RunOptions& opt, const std::strin
     out << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   }
   fs::rename(tmp, path);
-}
-
-void print_report(const RunResult& run, FILE* out) {
-  size_t width = 20;
-  for (const auto& o : run.cases) width = std::max(width, o.spec->id.size());
-  std::fprintf(out, "\n%-*s  %-9s  %5s  %9s  %s\n", static_cast<int>(width), "case", "status", "ngpu", "time", "note");
-  std::map<std::string, int> counts;
-  for (const auto& o : run.cases) {
-    ++counts[status_name(o.status)];
-    std::string note = o.reason;
-    if (note.size() > 100) note = note.substr(0, 97) + "...";
-    std::fprintf(out, "%-*s  %-9s  %5d  %9s  %s\n", static_cast<int>(width), o.spec->id.c_str(), status_name(o.status),
-                 o.spec->ngpu, format_seconds(o.duration_s).c_str(), note.c_str());
-  }
-  bool any_failed = false;
-  for (const auto& o : run.cases) any_failed |= !o.met_expectation();
-  if (any_failed) {
-    std::fprintf(out, "\nFAILURE SUMMARY\n");
-    for (const auto& o : run.cases) {
-      if (o.met_expectation()) continue;
-      std::fprintf(out, "\n%s %s: %s\n", status_name(o.status), o.spec->id.c_str(), o.reason.c_str());
-      if (!o.failing_log().empty()) std::fprintf(out, "  log:   %s\n", o.failing_log().c_str());
-      std::fprintf(out, "  repro: %s\n", o.repro.c_str());
-    }
-  }
-  std::string totals;
-  for (const auto& [k, v] : counts) totals += (totals.empty() ? "" : ", ") + std::to_string(v) + " " + k;
-  std::fprintf(out, "\n%s in %s%s\n", totals.c_str(), format_seconds(run.wall_s).c_str(),
-               run.interrupted_by ? " (interrupted)" : "");
 }
 
 }  // namespace meshtest

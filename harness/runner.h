@@ -5,6 +5,8 @@
 #pragma once
 
 #include <csignal>
+#include <nlohmann/json.hpp>
+
 #include <map>
 #include <string>
 #include <vector>
@@ -24,6 +26,8 @@ struct RunOptions {
   std::string history;  // an earlier summary.json for expected durations
   std::string repro_prefix;  // "meshtest run m.yaml --backend gloo --ngpu 8": + " --id <id>"
   bool progress = false;     // a live line on a TTY
+  int retries = 0;           // reruns of a case that missed its expectation
+  std::vector<std::string> matrices;  // for summary.json, so rerun-failed can find them
 };
 
 // Set by the signal handler; the runner polls it.
@@ -33,6 +37,8 @@ void install_stop_handlers();
 // Expected seconds per case id from an earlier summary.json (empty when absent).
 std::map<std::string, double> load_durations(const std::string& summary_path);
 double estimate_seconds(const Case& c);
+// <out>/<suite>/<case name, characters unusual in paths replaced by _>
+std::string case_folder(const std::string& out_dir, const Case& c);
 
 struct RunResult {
   std::vector<CaseOutcome> cases;
@@ -43,9 +49,9 @@ struct RunResult {
 
 RunResult run_cases(const std::vector<const Case*>& cases, const RunOptions& options);
 
-// summary.json: every case with status, durations, phases, checks and paths.
-void write_summary(const RunResult& result, const RunOptions& options, const std::string& path);
-// The table and the FAILURE SUMMARY printed at the end of a run.
-void print_report(const RunResult& result, FILE* out);
+// summary.json: every case with status, durations, phases, checks and paths. The
+// reports (report.h) are rendered from it, so `meshtest report` can redo them later.
+nlohmann::json summary_json(const RunResult& result, const RunOptions& options);
+void write_summary(const nlohmann::json& summary, const std::string& path);
 
 }  // namespace meshtest

@@ -43,6 +43,8 @@ class Scheduler {
   // taken from `free_devices` in order; the caller starts them and reports the end.
   std::vector<int> pick(double now, int free_devices, const std::vector<Running>& running);
   bool queue_empty() const { return queue_.empty(); }
+  // Puts a task back at the head of the queue (a retry runs before new work).
+  void requeue(int task) { queue_.insert(queue_.begin(), task); }
   const std::vector<int>& oversized() const { return oversized_; }
   const Task& task(int i) const { return tasks_[i]; }
 
