@@ -8,7 +8,7 @@ packages=(
   libtorch-dev libgloo-dev libopenblas0-openmp
   libyaml-cpp-dev nlohmann-json3-dev libboost-dev libboost-filesystem-dev
   libgtest-dev libgmock-dev libcli11-dev libpugixml-dev
-  libxml2-utils
+  libxml2-utils python3 python3-junitparser
 )
 
 missing=()
@@ -16,8 +16,21 @@ for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 
+command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
+
+# junit2json (npm) parses meshtest's JUnit in the tests, as GitHub's JUnit actions do.
+install_junit2json() {
+  local dir
+  dir="$(cd "$(dirname "$0")/.." && pwd)/.deps/npm"
+  if [ ! -x "$dir/node_modules/.bin/junit2json" ]; then
+    echo "setup-deps: npm install junit2json@4.0.0 into .deps/npm"
+    npm install --silent --no-audit --no-fund --prefix "$dir" junit2json@4.0.0 >/dev/null
+  fi
+}
+
 if [ ${#missing[@]} -eq 0 ]; then
   echo "setup-deps: all ${#packages[@]} packages present"
+  install_junit2json
   exit 0
 fi
 
@@ -30,4 +43,5 @@ echo "setup-deps: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+install_junit2json
 echo "setup-deps: done"

@@ -342,3 +342,159 @@ TEST(Launch, ExitStatusFollowsTheFirstFailingRank) {
   EXPECT_EQ(missing.rc, 2);
   EXPECT_NE(missing.text.find("cannot run '/nonexistent/trainer'"), std::string::npos) << missing.text;
 }
+
+// ---- reports: real consumers read them ------------------------------------------
+
+namespace {
+const std::string kSchemas = MESHTEST_SOURCE_DIR "/../shared/reference/schemas";
+const std::string kJunit2json = MESHTEST_SOURCE_DIR "/.deps/npm/node_modules/.bin/junit2json";
+
+// Validates against an outside XSD; where ../shared is absent only this step is skipped.
+void expect_valid(const std::string& xml, const std::string& xsd) {
+  EXPECT_EQ(sh("xmllint --noout " + xml).rc, 0) << sh("xmllint --noout " + xml).text.substr(0, 2000);
+  if (!fs::exists(kSchemas + "/" + xsd)) {
+    std::printf("NOTICE: %s/%s not found; schema validation skipped\n", kSchemas.c_str(), xsd.c_str());
+    return;
+  }
+  const Output v = sh("xmllint --noout --schema " + kSchemas + "/" + xsd + " " + xml);
+  EXPECT_EQ(v.rc, 0) << v.text.substr(0, 2000);
+}
+
+const char* kMetricsOk = R"('{"step":1,"loss":6.0,"grad_norm":1}\n{"step":2,"loss":5.0,"grad_norm":1}\n')";
+const char* kMetricsDrift = R"('{"step":1,"loss":6.0,"grad_norm":1}\n{"step":2,"loss":5.5,"grad_norm":1}\n')";
+}  // namespace
+
+TEST_F(Run, JunitPassesTheSchemaJunitparserAndJunit2jsonEvenWithHostileLogs) {
+  matrix(std::string(R"(suite: s
+cases:
+  - name: ok
+    command: [FAKE, --write, "{phase_dir}/metrics.jsonl", )") + kMetricsOk + R"(]
+  - name: drift
+    command: [FAKE, --write, "{phase_dir}/metrics.jsonl", )" + kMetricsDrift + R"(]
+    checks: [{loss_matches: {baseline: ok, rtol: 1.0e-5}}]
+  - name: hostile
+    command: [FAKE, --spew, '20000000', --exit-rank, '0']
+  - name: hang
+    command: [FAKE, --hang-rank, '0']
+    timeout: 0.5
+  - name: unsupported
+    command: [FAKE]
+    expect: {skip: no pipeline parallel}
+  - name: known
+    command: [FAKE, --exit-rank, '0']
+    expect: {xfail: known bug}
+)");
+  const Output o = meshtest("--ngpu 2");
+  ASSERT_EQ(o.rc, 1) << o.text;
+  const std::string xml = dir_ + "/out/junit.xml";
+  expect_valid(xml, "jenkins-junit.xsd");
+  EXPECT_LT(fs::file_size(xml), 2u << 20) << "20 MB of log reached the report";
+
+  // junitparser: the parser behind EnricoMi/publish-unit-test-result-action.
+  const Output py = sh("/usr/bin/python3 -c \"import junitparser, sys\n"
+                       "x = junitparser.JUnitXml.fromfile(sys.argv[1])\n"
+                       "for suite in x:\n"
+                       "  for c in suite:\n"
+                       "    r = c.result[0] if c.result else None\n"
+                       "    print(c.classname, c.name, type(r).__name__ if r else 'Passed', (r.type or '') if r else '',"
+                       " (r.message or r.text or '')[:60] if r else '')\n\" " + xml);
+  ASSERT_EQ(py.rc, 0) << py.text;
+  EXPECT_NE(py.text.find("s s/ok Passed"), std::string::npos) << py.text;
+  EXPECT_NE(py.text.find("s s/drift Failure loss_matches loss_matches: step 2: loss 5.5 in phase train vs 5 in"),
+            std::string::npos) << py.text;
+  EXPECT_NE(py.text.find("s s/hostile Error NonZeroExit"), std::string::npos) << py.text;
+  EXPECT_NE(py.text.find("s s/hang Error Timeout"), std::string::npos) << py.text;
+  EXPECT_NE(py.text.find("s s/unsupported Skipped"), std::string::npos) << py.text;
+  EXPECT_NE(py.text.find("s s/known Skipped  xfail: known bug (exit: phase train: rank 0 failed first"),
+            std::string::npos) << py.text;
+
+  // The hostile log: colours stripped, control bytes escaped, capped, last lines kept.
+  std::ifstream in(xml);
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string x = text.str();
+  EXPECT_NE(x.find("red error ]]&gt; end of CDATA &lt;tag&gt; &amp;"), std::string::npos);
+  EXPECT_NE(x.find("nul:\\x00:bell:\\x07:bad utf-8:\xEF\xBF\xBD\xEF\xBF\xBD:ok \xC3\xA9"), std::string::npos);
+  EXPECT_NE(x.find("the last line"), std::string::npos);
+  EXPECT_NE(x.find("...[truncated "), std::string::npos);
+  EXPECT_NE(x.find("[[ATTACHMENT|" + dir_ + "/out/s/hostile/train/rank0.log]]"), std::string::npos);
+  EXPECT_NE(x.find("--id 's/hostile'"), std::string::npos);
+
+  if (!fs::exists(kJunit2json)) {
+    std::printf("NOTICE: %s not installed (ci/setup-deps.sh installs it); junit2json step skipped\n", kJunit2json.c_str());
+    return;
+  }
+  const Output js = sh(kJunit2json + " " + xml + " > " + dir_ + "/junit.json");
+  ASSERT_EQ(js.rc, 0) << js.text;
+  std::ifstream jin(dir_ + "/junit.json");
+  const json j = json::parse(jin);
+  const json& cases = j["testsuite"][0]["testcase"];
+  ASSERT_EQ(cases.size(), 6u) << j.dump().substr(0, 2000);
+  EXPECT_EQ(j["tests"], 6);
+  EXPECT_EQ(j["failures"], 1);
+  EXPECT_EQ(j["errors"], 2);
+  EXPECT_EQ(cases[1]["name"], "s/drift");
+  EXPECT_NE(cases[1]["failure"][0]["message"].get<std::string>().find("loss_matches: step 2"), std::string::npos);
+}
+
+TEST_F(Run, RetriesAreReportedTheSurefireWay) {
+  const std::string marker = dir_ + "/failed-once";
+  matrix("suite: s\ncases:\n  - name: flaky\n    command: [FAKE, --fail-once, '" + marker +
+         "']\n  - name: broken\n    command: [FAKE, --exit-rank, '0']\n  - name: fine\n    command: [FAKE]\n");
+  const Output o = meshtest("--ngpu 2 --retries 2");
+  EXPECT_EQ(o.rc, 1) << o.text;
+  EXPECT_NE(o.text.find("FLAKY: passed after 1 failed attempt"), std::string::npos) << o.text;
+  const json s = summary();
+  EXPECT_EQ(case_of(s, "s/flaky")["status"], "passed");
+  EXPECT_EQ(case_of(s, "s/flaky")["earlier_attempts"].size(), 1u);
+  EXPECT_EQ(case_of(s, "s/broken")["earlier_attempts"].size(), 2u);
+  EXPECT_TRUE(fs::exists(dir_ + "/out/s/broken.attempt2/train/rank0.log"));
+  const std::string surefire = dir_ + "/out/surefire/TEST-s.xml";
+  expect_valid(surefire, "surefire-test-report-3.0.xsd");
+  expect_valid(dir_ + "/out/junit.xml", "jenkins-junit.xsd");
+  std::ifstream in(surefire);
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string x = text.str();
+  auto count = [&](const std::string& what) {
+    int n = 0;
+    for (size_t at = x.find(what); at != std::string::npos; at = x.find(what, at + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(count("<flakyError"), 1) << x.substr(0, 3000);
+  EXPECT_EQ(count("<rerunError"), 2) << x.substr(0, 3000);
+  EXPECT_EQ(count("<error "), 1);
+}
+
+TEST_F(Run, ReportRerunFailedDiffAndGoldenExport) {
+  matrix(std::string(R"(suite: s
+cases:
+  - name: ok
+    command: [FAKE, --write, "{phase_dir}/metrics.jsonl", )") + kMetricsOk + R"(]
+  - name: drift
+    command: [FAKE, --write, "{phase_dir}/metrics.jsonl", )" + kMetricsDrift + R"(]
+    checks: [{loss_matches: {baseline: ok}}]
+)");
+  ASSERT_EQ(meshtest("--ngpu 2").rc, 1);
+  const std::string out = dir_ + "/out";
+  fs::remove(out + "/junit.xml");
+  const Output report = sh(kMeshtest + " report " + out);
+  EXPECT_EQ(report.rc, 1);
+  EXPECT_TRUE(fs::exists(out + "/junit.xml"));
+  EXPECT_NE(report.text.find("failed s/drift: loss_matches: step 2"), std::string::npos) << report.text;
+
+  const Output golden = sh(kMeshtest + " golden export s/ok --out " + out);
+  EXPECT_EQ(golden.text, "1 6\n2 5\n");
+
+  const Output diff = sh(kMeshtest + " diff s/ok s/drift --out " + out);
+  EXPECT_EQ(diff.rc, 1);
+  EXPECT_NE(diff.text.find("     2          5.000000          5.500000    0.500000"), std::string::npos) << diff.text;
+
+  // Only the failed case reruns (with its baseline), into <out>/rerun.
+  const Output rerun = sh("CI=1 " + kMeshtest + " rerun-failed --from " + out);
+  EXPECT_EQ(rerun.rc, 1) << rerun.text;
+  std::ifstream in(out + "/rerun/summary.json");
+  const json again = json::parse(in);
+  ASSERT_EQ(again["cases"].size(), 2u);
+  EXPECT_EQ(again["cases"][1]["id"], "s/drift");
+}
