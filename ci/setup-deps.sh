@@ -26,6 +26,12 @@ install_junit2json() {
     echo "setup-deps: npm install junit2json@4.0.0 into .deps/npm"
     npm install --silent --no-audit --no-fund --prefix "$dir" junit2json@4.0.0 >/dev/null
   fi
+  # action-validator checks .github/workflows/*.yml (ci/validate-workflows.sh, CTest workflows_validate).
+  if [ ! -x "$dir/node_modules/.bin/action-validator" ]; then
+    echo "setup-deps: npm install @action-validator/cli@0.6.0 into .deps/npm"
+    npm install --silent --no-audit --no-fund --prefix "$dir" \
+      @action-validator/cli@0.6.0 @action-validator/core@0.6.0 >/dev/null
+  fi
 }
 
 if [ ${#missing[@]} -eq 0 ]; then
