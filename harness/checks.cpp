@@ -51,6 +51,7 @@ json read_json(const std::string& path) {
 struct StepMetrics {
   double loss = 0;
   double grad_norm = 0;
+  bool has_grad_norm = true;  // a trainer may report only the loss
 };
 using Curve = std::map<long long, StepMetrics>;
 
@@ -69,7 +70,8 @@ Curve read_metrics(const std::string& dir) {
       StepMetrics m;
       // NaN and inf are written as null by JSON encoders; keep them as NaN.
       m.loss = j.at("loss").is_null() ? NAN : j.at("loss").get<double>();
-      m.grad_norm = j.contains("grad_norm") && !j.at("grad_norm").is_null() ? j.at("grad_norm").get<double>() : NAN;
+      m.has_grad_norm = j.contains("grad_norm");
+      m.grad_norm = m.has_grad_norm && !j.at("grad_norm").is_null() ? j.at("grad_norm").get<double>() : NAN;
       curve[j.at("step").get<long long>()] = m;
     } catch (const std::exception& e) {
       throw Failure{path + ":" + std::to_string(number) + ": not a metrics line: " + e.what(), ""};
@@ -193,7 +195,7 @@ void check_loss_finite(const CaseOutcome& o, const CheckSpec& spec, const FindCa
   const Target t = subject(o, spec);
   for (const auto& [step, m] : read_metrics(t.dir)) {
     if (!std::isfinite(m.loss)) throw Failure{t.label + ": loss is " + num(m.loss) + " at step " + std::to_string(step), ""};
-    if (std::isnan(m.grad_norm) || std::isinf(m.grad_norm))
+    if (m.has_grad_norm && !std::isfinite(m.grad_norm))
       throw Failure{t.label + ": grad_norm is " + num(m.grad_norm) + " at step " + std::to_string(step), ""};
   }
 }
@@ -481,7 +483,9 @@ void judge(CaseOutcome& o) {
   for (const auto& c : o.checks) {
     if (!c.passed && !first_failed) first_failed = &c;
     if (!c.passed && is_message_check(c.kind) && !failed_message_check) failed_message_check = &c;
-    if (!c.passed && !is_message_check(c.kind) && !first_failed_other) first_failed_other = &c;
+    // The most telling failure: a disagreeing check says more than "exit code 1".
+    if (!c.passed && !is_message_check(c.kind) && (!first_failed_other || first_failed_other->kind == "exit"))
+      first_failed_other = &c;
     if (e.kind == Expectation::kFail && c.kind == e.check) expected = &c;
   }
   o.details.clear();
@@ -511,7 +515,8 @@ void judge(CaseOutcome& o) {
       return;
     case Expectation::kFail: {
       const CheckResult& exit = o.checks.front();
-      if (e.check != "exit" && !exit.passed) {
+      // A canary for a number check must run to the end; one for a message check must fail.
+      if (e.check != "exit" && !is_message_check(e.check) && !exit.passed) {
         o.status = Status::kFailed;
         o.reason = "canary for " + e.check + " crashed instead: " + exit.message;
       } else if (expected && !expected->passed) {

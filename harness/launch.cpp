@@ -97,7 +97,7 @@ RankGroup::RankGroup(LaunchSpec spec) : spec_(std::move(spec)), impl_(std::make_
     env["TORCHELASTIC_MAX_RESTARTS"] = "0";
     if (!spec_.gpus.empty()) {
       std::string ids;
-      for (int g : spec_.gpus) ids += (ids.empty() ? "" : ",") + std::to_string(g);
+      for (const auto& g : spec_.gpus) ids += (ids.empty() ? "" : ",") + g;
       env["CUDA_VISIBLE_DEVICES"] = ids;
     }
     std::error_code ec;

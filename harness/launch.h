@@ -33,7 +33,7 @@ struct LaunchSpec {
   std::vector<std::pair<std::string, std::string>> env;  // on top of meshtest's environment
   std::string work_dir;  // "" = meshtest's
   std::string log_dir;   // rank<R>.log per rank; "" = ranks write to meshtest's stdout/stderr
-  std::vector<int> gpus;  // CUDA_VISIBLE_DEVICES; empty = leave it as inherited
+  std::vector<std::string> gpus;  // CUDA_VISIBLE_DEVICES (indices, UUIDs or MIG ids); empty = inherited
   int master_port = 0;    // 0 = pick a free one
   double timeout_s = 0;   // 0 = none
   double grace_s = 30;    // SIGTERM to SIGKILL

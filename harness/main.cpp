@@ -15,6 +15,7 @@
 #include <map>
 
 #include "checks.h"
+#include "default_matrix.h"
 #include "launch.h"
 #include "matrix.h"
 #include "report.h"
@@ -44,9 +45,14 @@ void add_selection_options(CLI::App& cmd, Selection& s) {
   cmd.add_option("--shard", s.shard, "I/N: run the I-th of N parts, balanced by expected duration (1-based)");
 }
 
+// No matrix named: the CPU matrix built into the binary (test_matrix/cpu.yaml).
 std::vector<Suite> load_all(const std::vector<std::string>& files) {
   std::vector<Suite> suites;
   std::vector<std::string> errors;
+  if (files.empty()) {
+    suites.push_back(load_suite_text(kDefaultMatrixYaml, kDefaultMatrixName));
+    return suites;
+  }
   for (const auto& f : files) {
     try {
       suites.push_back(load_suite_file(f));
@@ -195,7 +201,7 @@ int run_matrix(Selection sel, RunOptions opt, bool dry_run, int ngpu, const char
   const auto cases = select(suites, sel, history);
   std::string files;
   for (const auto& m : sel.matrices) files += " " + shell_quote(m);
-  opt.matrices = sel.matrices;
+  for (const auto& m : sel.matrices) opt.matrices.push_back(fs::absolute(m).string());
   opt.repro_prefix = shell_quote(argv0) + " run" + files + " --backend " + opt.backend + " --ngpu " +
                      std::to_string(opt.devices);
   opt.progress = ::isatty(2) && !std::getenv("CI");
@@ -308,6 +314,33 @@ int diff_cases(const std::string& dir, const std::string& a, const std::string& 
   return differ ? 1 : 0;
 }
 
+// Shards of one matrix (or any runs) into one report; a case id seen twice is an error.
+int merge_runs(const std::string& out, const std::vector<std::string>& inputs) {
+  json merged = read_summary(inputs.front());
+  std::set<std::string> ids, matrices;
+  merged["cases"] = json::array();
+  merged["wall_s"] = 0.0;
+  merged["all_met"] = true;
+  merged["counts"] = json::object();
+  for (const auto& dir : inputs) {
+    const json s = read_summary(dir);
+    for (const auto& m : s.value("matrices", json::array())) matrices.insert(m.get<std::string>());
+    merged["wall_s"] = std::max(merged["wall_s"].get<double>(), s.value("wall_s", 0.0));
+    merged["all_met"] = merged["all_met"].get<bool>() && s.value("all_met", false);
+    if (s.value("interrupted_by_signal", 0)) merged["interrupted_by_signal"] = s["interrupted_by_signal"];
+    for (const auto& c : s.at("cases")) {
+      if (!ids.insert(c.value("id", "")).second)
+        throw std::runtime_error("case " + c.value("id", "") + " is in two of the runs being merged (" + dir + ")");
+      merged["cases"].push_back(c);
+      merged["counts"][c.value("status", "")] = merged["counts"].value(c.value("status", ""), 0) + 1;
+    }
+  }
+  merged["matrices"] = std::vector<std::string>(matrices.begin(), matrices.end());
+  merged["merged_from"] = inputs;
+  write_summary(merged, (fs::path(out) / "summary.json").string());
+  return render_reports(out, true);
+}
+
 // torchtitan's "<step> <loss>" golden format from a finished case.
 int export_golden(const std::string& dir, const std::string& id, const std::string& phase) {
   const json summary = read_summary(dir);
@@ -327,7 +360,8 @@ int main(int argc, char** argv) {
   bool dry_run = false;
   int ngpu = -1;
   auto* run_cmd = app.add_subcommand("run", "Run the selected cases and write <out>/summary.json");
-  run_cmd->add_option("MATRIX", sel.matrices, "Matrix YAML files")->required()->check(CLI::ExistingFile);
+  run_cmd->add_option("MATRIX", sel.matrices, "Matrix YAML files (default: the built-in test_matrix/cpu.yaml)")
+      ->check(CLI::ExistingFile);
   add_selection_options(*run_cmd, sel);
   run_cmd->add_option("--out", opt.out_dir, "Output folder")->capture_default_str();
   run_cmd->add_option("--ngpu", ngpu, "Devices in the pool: GPUs (nccl) or CPU rank slots (gloo; default max(8, cores))");
@@ -342,14 +376,16 @@ int main(int argc, char** argv) {
 
   Selection list_sel;
   auto* list_cmd = app.add_subcommand("list", "List the cases a selection expands to");
-  list_cmd->add_option("MATRIX", list_sel.matrices, "Matrix YAML files")->required()->check(CLI::ExistingFile);
+  list_cmd->add_option("MATRIX", list_sel.matrices, "Matrix YAML files (default: the built-in cpu.yaml)")
+      ->check(CLI::ExistingFile);
   add_selection_options(*list_cmd, list_sel);
 
   std::string show_id;
   std::vector<std::string> show_files;
   auto* show_cmd = app.add_subcommand("show", "A case fully resolved, with the exact commands of its phases");
   show_cmd->add_option("ID", show_id, "Case id, e.g. resharding/save[dp_shard=4]-load[tp=4]")->required();
-  show_cmd->add_option("MATRIX", show_files, "Matrix YAML files")->required()->check(CLI::ExistingFile);
+  show_cmd->add_option("MATRIX", show_files, "Matrix YAML files (default: the built-in cpu.yaml)")
+      ->check(CLI::ExistingFile);
 
   int nproc = 1;
   std::string log_dir;
@@ -361,6 +397,12 @@ int main(int argc, char** argv) {
   launch_cmd->add_option("--timeout", timeout_s, "Stop all ranks after this many seconds (0: never)");
   launch_cmd->add_option("--grace", grace_s, "Seconds between SIGTERM and SIGKILL")->capture_default_str();
   launch_cmd->add_option("COMMAND", command, "Program and arguments (after --)")->required();
+
+  std::string merge_out;
+  std::vector<std::string> merge_in;
+  auto* merge_cmd = app.add_subcommand("merge", "One summary.json, junit.xml and surefire/ from several runs (CI shards)");
+  merge_cmd->add_option("OUT", merge_out, "Folder for the merged reports")->required();
+  merge_cmd->add_option("IN", merge_in, "The shards' --out folders")->required();
 
   std::string report_dir;
   auto* report_cmd = app.add_subcommand("report", "Render junit.xml, surefire/ and the table again from DIR/summary.json");
@@ -403,7 +445,7 @@ int main(int argc, char** argv) {
         for (const auto& c : s.cases) {
           if (c.id != show_id) continue;
           auto j = c.to_json();
-          const std::string case_dir = (fs::path("meshtest-out") / c.suite / c.name).string();
+          const std::string case_dir = case_folder("meshtest-out", c);
           for (size_t i = 0; i < c.phases.size(); ++i)
             j["phases"][i]["command"] = join_argv(resolve_argv(
                 c.phases[i].argv, {(fs::path(self_dir()) / "meshtrain").string(), "gloo", case_dir,
@@ -428,6 +470,7 @@ int main(int argc, char** argv) {
     }
 
     if (*report_cmd) return render_reports(report_dir, true);
+    if (*merge_cmd) return merge_runs(merge_out, merge_in);
     if (*rerun_cmd) {
       const json prior = read_summary(rerun_from);
       Selection again;

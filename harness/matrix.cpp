@@ -443,7 +443,7 @@ std::optional<Case> build_case(const ReadContext& ctx, const YAML::Node& node, c
       auto phase_name = read_string(ctx, *pname, "phase name");
       if (!phase_name) continue;
       static const std::regex phase_syntax("[A-Za-z0-9_.-]+");
-      if (!std::regex_match(*phase_name, phase_syntax)) {
+      if (!std::regex_match(*phase_name, phase_syntax) || *phase_name == "." || *phase_name == "..") {
         ctx.error(*pname, "phase name '" + *phase_name + "' is a folder name: letters, digits, _ . - only");
         continue;
       }

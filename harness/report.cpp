@@ -105,7 +105,9 @@ std::string failure_type(const json& c) {
   const std::string reason = c.value("reason", "");
   if (c.value("status", "") == "cancelled") return "Cancelled";
   if (reason.rfind("XPASS", 0) == 0) return "UnexpectedPass";
-  if (reason.rfind("canary", 0) == 0) return "CanaryNotCaught";
+  if (reason.rfind("xfail", 0) == 0) return "XfailFailedDifferently";
+  if (reason.rfind("canary not caught", 0) == 0) return "CanaryNotCaught";
+  if (reason.rfind("canary for", 0) == 0) return "CanaryCrashed";
   const size_t colon = reason.find(':');
   return colon == std::string::npos ? "Failure" : reason.substr(0, colon);
 }
@@ -344,7 +346,9 @@ void write_surefire(const json& summary, const std::string& dir) {
         const bool error = v == Verdict::kError;
         auto first = tc.append_child(error ? "error" : "failure");
         first.append_attribute("message") = one_line(failed.front().first).c_str();
-        first.append_attribute("type") = (error ? error_type(failed.front().first) : failure_type(*c)).c_str();
+        const bool cancelled = c->value("status", "") == "cancelled";
+        first.append_attribute("type") =
+            (cancelled ? std::string("Cancelled") : error ? error_type(failed.front().first) : failure_type(*c)).c_str();
         first.text().set(xml_safe(failed.front().second + "repro: " + c->value("repro", "") + "\n", kBodyCap).c_str());
         for (size_t k = 1; k < failed.size(); ++k)
           add_attempt(error ? "rerunError" : "rerunFailure", failed[k].first, failed[k].second,

@@ -48,14 +48,14 @@ std::string folder_name(const std::string& name) {
 }
 
 // Pool slot i is the i-th GPU meshtest itself may use: CUDA_VISIBLE_DEVICES when set.
-std::vector<int> physical_gpus(const std::vector<int>& slots) {
-  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
-  if (!visible || !*visible) return slots;
-  std::vector<int> ids;
-  std::stringstream in(visible);
-  for (std::string item; std::getline(in, item, ',');) ids.push_back(std::atoi(item.c_str()));
-  std::vector<int> out;
-  for (int s : slots) out.push_back(s < static_cast<int>(ids.size()) ? ids[s] : s);
+std::vector<std::string> physical_gpus(const std::vector<int>& slots) {
+  std::vector<std::string> ids;
+  if (const char* visible = std::getenv("CUDA_VISIBLE_DEVICES"); visible && *visible) {
+    std::stringstream in(visible);
+    for (std::string item; std::getline(in, item, ',');) ids.push_back(item);
+  }
+  std::vector<std::string> out;
+  for (int s : slots) out.push_back(s < static_cast<int>(ids.size()) ? ids[s] : std::to_string(s));
   return out;
 }
 

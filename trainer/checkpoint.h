@@ -70,6 +70,7 @@ class Checkpointer {
   std::string saved_key(const std::string& canonical) const;
 
  private:
+  std::string styled_key(const std::string& canonical) const;  // key-style applied
   CheckpointConfig config_;
   MeshGroups& groups_;
   int rank_;

@@ -7,6 +7,7 @@
 #include <iostream>
 
 #include "ckpt_tools.h"
+#include "faults.h"
 #include "model.h"
 #include "train.h"
 
@@ -79,6 +80,11 @@ void add_train_options(CLI::App& cmd, meshtrain::TrainConfig& c) {
   cmd.add_flag("--deterministic", c.deterministic,
                "Use deterministic CUDA kernels, so reruns give bitwise-identical losses (slower)");
   cmd.add_flag("--quiet", c.quiet, "Print no loss table");
+  std::string faults;
+  for (const auto& n : meshtrain::fault_names()) faults += (faults.empty() ? "" : "|") + n;
+  cmd.add_option("--inject-fault", c.inject_fault,
+                 "TEST ONLY: plant a known distributed-training bug for meshtest's canaries: " + faults)
+      ->capture_default_str();
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "mappings.h"
 
+#include "faults.h"
+
 namespace meshtrain::tp {
 
 namespace {
@@ -36,7 +38,9 @@ struct CopyToTp : torch::autograd::Function<CopyToTp> {
 };
 
 struct ReduceFromTp : torch::autograd::Function<ReduceFromTp> {
-  static torch::Tensor forward(AutogradContext*, const torch::Tensor& x, Comm* c) { return all_reduced(*c, x); }
+  static torch::Tensor forward(AutogradContext*, const torch::Tensor& x, Comm* c) {
+    return injected(Fault::kTpMissingAllReduce) ? x.clone() : all_reduced(*c, x);
+  }
   static variable_list backward(AutogradContext*, variable_list g) { return {g[0], torch::Tensor()}; }
 };
 

@@ -1,5 +1,7 @@
 #include "parallelize.h"
 
+#include "faults.h"
+
 #include "mappings.h"
 
 #include <cmath>
@@ -28,8 +30,8 @@ struct ReplicateComputation : torch::autograd::Function<ReplicateComputation> {
     const auto dtype = static_cast<torch::ScalarType>(ctx->saved_data["dtype"].toInt());
     auto grad = grads[0].to(layout->reduce_dtype);
     grad = layout->shard_group->reduce_scatter_sum_dim0(grad, layout->shard_rows);
-    layout->replicate_group->all_reduce_sum(grad);
-    grad.div_(layout->grad_divisor);
+    if (!injected(Fault::kHsdpReplicasUnsynced)) layout->replicate_group->all_reduce_sum(grad);
+    if (!injected(Fault::kGradSumNotMean)) grad.div_(layout->grad_divisor);
     return {grad.to(dtype), torch::Tensor()};
   }
 };
@@ -251,7 +253,8 @@ double global_grad_norm(const ParallelModel& pm) {
   }
   double total = 0.0;
   for (auto& [dims, sum] : partial) {
-    for (MeshDim d : dims) pm.groups.along(d).all_reduce_sum(sum);
+    if (!injected(Fault::kGradNormLocalShard))
+      for (MeshDim d : dims) pm.groups.along(d).all_reduce_sum(sum);
     total += sum.item<double>();
   }
   return std::sqrt(total);

@@ -1,5 +1,7 @@
 #include "train.h"
 
+#include "faults.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -28,6 +30,7 @@ torch::Tensor to_tensor(const std::vector<int64_t>& ids, int64_t rows, int64_t c
 }  // namespace
 
 int train(const TrainConfig& cfg) {
+  inject_fault(parse_fault(cfg.inject_fault));
   // ---- configuration, checked before anything expensive
   const LaunchEnv env = LaunchEnv::from_environment();
   const Backend backend = parse_backend(cfg.backend);
@@ -117,13 +120,14 @@ int train(const TrainConfig& cfg) {
   if (ckpt_config.enable && resume_step) {
     const auto& excluded = ckpt_config.exclude_from_loading;
     auto wanted = model_state;
-    if (!excluded.count("optimizer")) wanted.insert(wanted.end(), optimizer_state.begin(), optimizer_state.end());
+    const bool load_optimizer = !excluded.count("optimizer") && !injected(Fault::kOptimizerNotRestored);
+    if (load_optimizer) wanted.insert(wanted.end(), optimizer_state.begin(), optimizer_state.end());
     const auto load_t0 = std::chrono::steady_clock::now();
     const auto objects = checkpointer.load(*resume_step, wanted);
     checkpoint_load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - load_t0).count();
     const auto& train_state = objects.at("train_state");
     start_step = train_state.at("step").get<int64_t>();
-    if (!excluded.count("optimizer")) optimizer.set_steps_taken(train_state.at("optimizer_steps").get<int64_t>());
+    if (load_optimizer) optimizer.set_steps_taken(train_state.at("optimizer_steps").get<int64_t>());
     if (excluded.count("lr_scheduler")) lr_step_offset = start_step;  // a fresh schedule
     if (excluded.count("dataloader")) {
       // meshtrain's data order is a function of the step: the position follows from it.
@@ -138,7 +142,8 @@ int train(const TrainConfig& cfg) {
                                  ", this run has " + std::to_string(dp_degree) +
                                  "; pass --checkpoint.exclude-from-loading dataloader (meshtrain's data order "
                                  "follows from the step)");
-      loader.load_state(objects.at("dataloader.dp_rank_" + std::to_string(dp_rank)));
+      if (!injected(Fault::kDataloaderNotRestored))
+        loader.load_state(objects.at("dataloader.dp_rank_" + std::to_string(dp_rank)));
     }
     if (is_logger && !cfg.quiet)
       std::printf("meshtrain: resumed from %s (written under %s)\n", checkpointer.step_dir(*resume_step).c_str(),

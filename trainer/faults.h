@@ -1,0 +1,30 @@
+// Known distributed-training bugs, planted on purpose (`--inject-fault NAME`, a
+// test-only option) so that meshtest's canary cases can prove each check catches
+// the bug it exists for. With no fault injected every hook below is a no-op.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace meshtrain {
+
+enum class Fault {
+  kNone,
+  kGradSumNotMean,        // data parallel sums gradients instead of averaging them
+  kTpMissingAllReduce,    // row-parallel outputs are not all-reduced over tp
+  kGradNormLocalShard,    // the grad norm (and clipping) sees only this rank's shard
+  kDataloaderNotRestored, // a resumed run restarts the data from the beginning
+  kOptimizerNotRestored,  // a resumed run starts AdamW's moments from zero
+  kHsdpReplicasUnsynced,  // gradients are not all-reduced over dp_replicate
+  kWrongShardOffset,      // a loaded shard is read one row off
+  kKeysRenamed,           // the checkpoint names tok_embeddings "tok_embedding"
+};
+
+// Throws std::invalid_argument listing the names for an unknown one.
+Fault parse_fault(const std::string& name);
+std::vector<std::string> fault_names();
+
+void inject_fault(Fault f);
+bool injected(Fault f);
+
+}  // namespace meshtrain
