@@ -286,3 +286,55 @@ TEST(MatrixValidate, DuplicateIdsAndBaselinesAcrossFiles) {
     EXPECT_NE(what.find("c.yaml:5:14: check loss_matches: unknown baseline 'u/x'"), std::string::npos) << what;
   }
 }
+
+// ---- the shipped matrices ---------------------------------------------------------
+
+namespace {
+std::vector<Suite> shipped() {
+  std::vector<Suite> suites;
+  for (const char* f : {"cpu", "simplefsdp", "integration", "resharding"})
+    suites.push_back(load_suite_file(std::string(MESHTEST_SOURCE_DIR) + "/test_matrix/" + f + ".yaml"));
+  validate_suites(suites);
+  return suites;
+}
+bool has(const Suite& s, const std::string& name) {
+  for (const auto& c : s.cases)
+    if (c.name == name) return true;
+  return false;
+}
+}  // namespace
+
+TEST(ShippedMatrices, LoadAndListEveryReferenceFlavor) {
+  const auto suites = shipped();
+  // SimpleFSDP's CI, first and last versions (reference/torchtitan-integration-tests.md §7).
+  for (const char* f : {"1d", "1d_autobucketing", "1d_transformer_block_bucketing", "1d_sac_op", "1d_full_ac", "2d",
+                        "2d_asynctp", "full_checkpoint", "pp_dp_tp", "ddp", "hsdp", "hsdp+tp", "ddp+tp",
+                        "hsdp+cp_with_dp_shard", "fsdp+tp+cp", "optional_checkpoint", "fsdp+ep", "fsdp+tp+ep",
+                        "fsdp+tp+ep+etp", "fsdp+cp", "test_generate", "fsdp_reshard_always", "gradient_accumulation"})
+    EXPECT_TRUE(has(suites[1], f)) << "simplefsdp.yaml lacks " << f;
+  // torchtitan's classic list (§4.1), 39 active flavors and the two commented out.
+  for (const char* f :
+       {"default", "1d_compile", "1d_compile_sac_op", "2d_eager", "2d_compile", "full_checkpoint",
+        "model_only_hf_checkpoint", "last_save_model_only_fp32", "last_save_model_only_bf16", "pp_looped_zero_bubble",
+        "pp_zbv", "pp_1f1b", "pp_gpipe", "pp_dp_1f1b", "pp_dp_gpipe", "pp_tp", "pp_dp_tp", "3d_compile",
+        "pp_looped_1f1b", "pp_custom_csv", "optimizer_foreach", "ddp", "hsdp", "fsdp+flex_attn",
+        "fsdp+flex_attn+per_op_sac", "cp_allgather", "cp_alltoall", "hsdp+tp", "fsdp+cp", "hsdp+cp_without_dp_shard",
+        "hsdp+cp_with_dp_shard", "fsdp+tp+cp", "cpu_offload+opt_in_bwd+TP+DP+CP", "test_generate", "fsdp_reshard_always",
+        "optional_checkpoint", "float8_emulation", "gradient_accumulation", "validation_tp_cp_pp", "2d_asynctp_compile",
+        "fsdp2_memory_estimation"})
+    EXPECT_TRUE(has(suites[2], f)) << "integration.yaml lacks " << f;
+  // Resharding: 6 layouts x (5 others + 2 and 8 ranks), the seed's cases, the fix.
+  int reshards = 0;
+  for (const auto& c : suites[3].cases) reshards += c.matrix_values.size() == 2;
+  EXPECT_EQ(reshards, 6 * 7);
+  for (const char* f : {"seed/save[dp_shard=4]-load[dp_shard=2,tp=2]", "seed/save[dp_shard=4]-load[tp=4]",
+                        "seed/save[dp_shard=4]-load[tp=4]-key_map", "save[tp=4]-load[dp_shard=8]"})
+    EXPECT_TRUE(has(suites[3], f)) << "resharding.yaml lacks " << f;
+  // The CPU matrix stays within 4 ranks a case, but for one 3-D case of 8.
+  int eight = 0;
+  for (const auto& c : suites[0].cases) {
+    EXPECT_LE(c.ngpu, 8) << c.id;
+    eight += c.ngpu > 4;
+  }
+  EXPECT_EQ(eight, 1);
+}
