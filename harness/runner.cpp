@@ -165,18 +165,34 @@ RunResult run_cases(const std::vector<const Case*>& cases, const RunOptions& opt
       o.phases.push_back(po);
     }
     index_of[o.spec->id] = i;
-    // Skipped cases hold no devices; they are judged at once.
-    const bool skip = o.spec->expect.kind == Expectation::kSkip;
+  }
+  // Cases wider than the pool are skipped (torchtitan's rule), and so are the cases
+  // judged against them: a missing baseline cannot say whether they are right.
+  const std::string unit = opt.backend == "nccl" ? "GPUs" : "CPU slots";
+  std::vector<std::string> skip_reason(cases.size());
+  for (size_t i = 0; i < cases.size(); ++i)
+    if (cases[i]->ngpu > opt.devices && cases[i]->expect.kind != Expectation::kSkip)
+      skip_reason[i] = "needs " + std::to_string(cases[i]->ngpu) + " " + unit + "; --ngpu is " + std::to_string(opt.devices);
+  for (bool grew = true; grew;) {
+    grew = false;
+    for (size_t i = 0; i < cases.size(); ++i) {
+      if (!skip_reason[i].empty() || cases[i]->expect.kind == Expectation::kSkip) continue;
+      for (const auto& b : cases[i]->baselines()) {
+        auto it = index_of.find(b);
+        if (it == index_of.end() || skip_reason[it->second].empty()) continue;
+        skip_reason[i] = "baseline " + b + " cannot run here (" + skip_reason[it->second] + ")";
+        grew = true;
+        break;
+      }
+    }
+  }
+  for (size_t i = 0; i < cases.size(); ++i) {
+    CaseOutcome& o = run.cases[i];
+    // Skipped cases hold no devices; they are judged when the scheduler reaches them.
+    const bool skip = o.spec->expect.kind == Expectation::kSkip || !skip_reason[i].empty();
     tasks.push_back({skip ? 0 : o.spec->ngpu, skip ? 0.0 : o.expected_s, o.spec->id});
   }
-  const std::string unit = opt.backend == "nccl" ? "GPUs" : "CPU slots";
   Scheduler scheduler(tasks, opt.devices, opt.jobs);
-  for (int t : scheduler.oversized()) {
-    CaseOutcome& o = run.cases[t];
-    o.status = Status::kSkipped;
-    o.reason = "needs " + std::to_string(o.spec->ngpu) + " " + unit + "; --ngpu is " + std::to_string(opt.devices);
-    o.finished = true;
-  }
 
   DevicePool pool(opt.devices);
   std::vector<Active> active;
@@ -287,9 +303,9 @@ RunResult run_cases(const std::vector<const Case*>& cases, const RunOptions& opt
     if (run.interrupted_by == 0) {
       for (int t : scheduler.pick(now_s(), pool.free(), running_tasks())) {
         CaseOutcome& o = run.cases[t];
-        if (o.spec->expect.kind == Expectation::kSkip) {
+        if (o.spec->expect.kind == Expectation::kSkip || !skip_reason[t].empty()) {
           o.status = Status::kSkipped;
-          o.reason = o.spec->expect.reason;
+          o.reason = skip_reason[t].empty() ? o.spec->expect.reason : skip_reason[t];
           o.finished = true;
           ++done;
           report_line(o);

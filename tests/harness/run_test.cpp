@@ -154,6 +154,9 @@ cases:
   - name: wide
     command: [FAKE]
     ngpu: 8
+  - name: judged_by_wide
+    command: [FAKE]
+    checks: [{loss_matches: {baseline: wide}}]
   - name: canary
     command: [FAKE, --exit-rank, '1']
     ngpu: 2
@@ -173,6 +176,8 @@ cases:
   EXPECT_EQ(case_of(s, "s/unsupported")["reason"], "pipeline parallel is not implemented");
   EXPECT_EQ(case_of(s, "s/wide")["status"], "skipped");
   EXPECT_EQ(case_of(s, "s/wide")["reason"], "needs 8 CPU slots; --ngpu is 4");
+  EXPECT_EQ(case_of(s, "s/judged_by_wide")["status"], "skipped");
+  EXPECT_EQ(case_of(s, "s/judged_by_wide")["reason"], "baseline s/wide cannot run here (needs 8 CPU slots; --ngpu is 4)");
   EXPECT_EQ(case_of(s, "s/canary")["status"], "passed");
   EXPECT_NE(case_of(s, "s/canary")["reason"].get<std::string>().find("canary caught by exit"), std::string::npos);
   EXPECT_EQ(case_of(s, "s/dud_canary")["status"], "failed");
