@@ -39,5 +39,18 @@ build/cuda/meshtrain train --model debugmodel --steps 20 --seq-len 2048 --local-
   --backend nccl --dump-folder build/cuda/smoke 2>&1 | tee "$out/smoke.log"
 smoke_rc=${PIPESTATUS[0]}
 cp build/cuda/smoke/metrics.jsonl "$out/smoke-metrics.jsonl" 2>/dev/null
-echo "gpu-build: tests exit $tests_rc, smoke exit $smoke_rc"
-[ "$tests_rc" -eq 0 ] && [ "$smoke_rc" -eq 0 ]
+
+# The matrices over NCCL: the 2-GPU one where two GPUs exist (cases wider than the
+# machine are skipped with the reason). Reports and rank logs, not checkpoints, to $out.
+matrix_rc=0
+if [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ]; then
+  build/cuda/meshtest run test_matrix/gpu2.yaml --backend nccl --out build/cuda/meshtest-gpu2 --grace 10 \
+    2>&1 | tee "$out/meshtest-gpu2.log" | tail -n 40
+  matrix_rc=${PIPESTATUS[0]}
+  mkdir -p "$out/meshtest-gpu2"
+  dest=$(cd "$out/meshtest-gpu2" && pwd)
+  (cd build/cuda/meshtest-gpu2 && find . \( -name 'rank*.log' -o -name metrics.jsonl -o -name generate.json \
+     -o -name summary.json -o -name junit.xml \) -not -path '*/checkpoint/*' -exec cp --parents {} "$dest/" \;)
+fi
+echo "gpu-build: tests exit $tests_rc, smoke exit $smoke_rc, gpu2 matrix exit $matrix_rc"
+[ "$tests_rc" -eq 0 ] && [ "$smoke_rc" -eq 0 ] && [ "$matrix_rc" -eq 0 ]

@@ -292,7 +292,7 @@ TEST(MatrixValidate, DuplicateIdsAndBaselinesAcrossFiles) {
 namespace {
 std::vector<Suite> shipped() {
   std::vector<Suite> suites;
-  for (const char* f : {"cpu", "simplefsdp", "integration", "resharding"})
+  for (const char* f : {"cpu", "simplefsdp", "integration", "resharding", "gpu2"})
     suites.push_back(load_suite_file(std::string(MESHTEST_SOURCE_DIR) + "/test_matrix/" + f + ".yaml"));
   validate_suites(suites);
   return suites;
