@@ -179,6 +179,24 @@ std::string suite_timestamp(const std::vector<const json*>& cases) {
   return first.empty() ? "1970-01-01T00:00:00" : first;
 }
 
+void add_declaration(pugi::xml_document& doc) {
+  auto decl = doc.append_child(pugi::node_declaration);
+  decl.append_attribute("version") = "1.0";
+  decl.append_attribute("encoding") = "UTF-8";
+}
+
+// <testcase name=id classname=suite time=...>, counted into `n`; the caller adds the verdict.
+pugi::xml_node append_testcase(pugi::xml_node suite, const json& c, const std::string& suite_name, Counts& n) {
+  ++n.tests;
+  const double t = c.value("duration_s", 0.0);
+  n.time += t;
+  auto tc = suite.append_child("testcase");
+  tc.append_attribute("name") = c.value("id", "").c_str();
+  tc.append_attribute("classname") = suite_name.c_str();
+  tc.append_attribute("time") = seconds(t).c_str();
+  return tc;
+}
+
 void save(const pugi::xml_document& doc, const std::string& path) {
   if (!fs::path(path).parent_path().empty()) fs::create_directories(fs::path(path).parent_path());
   const std::string tmp = path + ".tmp";
@@ -239,9 +257,7 @@ std::string xml_safe(const std::string& raw, size_t cap) {
 
 void write_junit(const json& summary, const std::string& path) {
   pugi::xml_document doc;
-  auto decl = doc.append_child(pugi::node_declaration);
-  decl.append_attribute("version") = "1.0";
-  decl.append_attribute("encoding") = "UTF-8";
+  add_declaration(doc);
   auto root = doc.append_child("testsuites");
   root.append_attribute("name") = "meshtest";
   Counts total;
@@ -251,13 +267,7 @@ void write_junit(const json& summary, const std::string& path) {
     suite.append_attribute("name") = suite_name.c_str();
     add_properties(suite, summary, cases);
     for (const json* c : cases) {
-      ++n.tests;
-      const double t = c->value("duration_s", 0.0);
-      n.time += t;
-      auto tc = suite.append_child("testcase");
-      tc.append_attribute("name") = c->value("id", "").c_str();
-      tc.append_attribute("classname") = suite_name.c_str();
-      tc.append_attribute("time") = seconds(t).c_str();
+      auto tc = append_testcase(suite, *c, suite_name, n);
       const std::string reason = c->value("reason", "");
       switch (verdict_of(*c)) {
         case Verdict::kPass: break;
@@ -307,21 +317,13 @@ void write_junit(const json& summary, const std::string& path) {
 void write_surefire(const json& summary, const std::string& dir) {
   for (const auto& [suite_name, cases] : by_suite(summary)) {
     pugi::xml_document doc;
-    auto decl = doc.append_child(pugi::node_declaration);
-    decl.append_attribute("version") = "1.0";
-    decl.append_attribute("encoding") = "UTF-8";
+    add_declaration(doc);
     auto suite = doc.append_child("testsuite");
     suite.append_attribute("name") = suite_name.c_str();
     add_properties(suite, summary, cases);
     Counts n;
     for (const json* c : cases) {
-      ++n.tests;
-      const double t = c->value("duration_s", 0.0);
-      n.time += t;
-      auto tc = suite.append_child("testcase");
-      tc.append_attribute("name") = c->value("id", "").c_str();
-      tc.append_attribute("classname") = suite_name.c_str();
-      tc.append_attribute("time") = seconds(t).c_str();
+      auto tc = append_testcase(suite, *c, suite_name, n);
       const Verdict v = verdict_of(*c);
       const json attempts = c->value("earlier_attempts", json::array());
       // Surefire: the first failed attempt is <failure>/<error>, later ones rerun*; a pass
