@@ -23,16 +23,13 @@ using nlohmann::json;
 
 namespace {
 
-// Checksums cover fixed blocks of a chunk's bytes, so a partial read can be verified
-// without reading the whole chunk.
-constexpr int64_t kBlockBytes = 4096;
+// A checksum per 64-byte leaf of a chunk, stored after the chunk's bytes in the same
+// file: a reshard that needs a 64-byte column slice of every row reads those bytes and
+// their checksums (1/8 more), not whole blocks of rows.
+constexpr int64_t kLeafBytes = 64;
+constexpr int64_t kHashBytes = 8;
 const std::string kMetadata = ".metadata";
 
-std::string hex(uint64_t h) {
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
-  return buf;
-}
 
 std::string shape_str(const std::vector<int64_t>& v) {
   std::string s = "[";
@@ -122,7 +119,7 @@ int64_t flat_index(const std::vector<int64_t>& idx, const std::vector<int64_t>& 
   return f;
 }
 
-// Reads, verifies and caches the blocks of one saved chunk.
+// Reads byte ranges of one saved chunk, verifying every 64-byte leaf it touches.
 class ChunkReader {
  public:
   ChunkReader(const std::string& dir, const std::string& key, const json& chunk, CheckpointIo& io)
@@ -130,53 +127,53 @@ class ChunkReader {
     path_ = dir + "/" + chunk.at("file").get<std::string>();
     base_ = chunk.at("byte_offset").get<int64_t>();
     length_ = chunk.at("byte_length").get<int64_t>();
-    hashes_ = chunk.at("block_fnv1a64").get<std::vector<std::string>>();
-    if (base_ < 0 || length_ < 0 || static_cast<int64_t>(hashes_.size()) != (length_ + kBlockBytes - 1) / kBlockBytes)
+    leaf_ = chunk.at("leaf_bytes").get<int64_t>();
+    hashes_at_ = chunk.at("hash_offset").get<int64_t>();
+    if (base_ < 0 || length_ < 0 || leaf_ <= 0 || hashes_at_ < base_ + length_)
       fail("checkpoint: '" + path_ + "': chunk of key '" + key_ + "' has an inconsistent byte range");
   }
   ~ChunkReader() {
     if (fd_ >= 0) ::close(fd_);
   }
-  // Copies `bytes` bytes starting at `offset` within the chunk into `out`.
+  // Copies `bytes` bytes starting at `offset` within the chunk into `out`: one read of
+  // the leaves that hold them, one of their checksums.
   void copy(int64_t offset, int64_t bytes, char* out) {
+    if (bytes <= 0) return;
     if (offset < 0 || offset + bytes > length_)
       fail("checkpoint: '" + path_ + "': key '" + key_ + "' needs bytes past its chunk");
-    while (bytes > 0) {
-      const int64_t block = offset / kBlockBytes, within = offset % kBlockBytes;
-      const std::string& data = load_block(block);
-      const int64_t n = std::min<int64_t>(bytes, static_cast<int64_t>(data.size()) - within);
-      std::memcpy(out, data.data() + within, static_cast<size_t>(n));
-      out += n, offset += n, bytes -= n;
+    const int64_t first = offset / leaf_, last = (offset + bytes - 1) / leaf_;
+    const int64_t lo = first * leaf_, hi = std::min(length_, (last + 1) * leaf_);
+    std::string data(static_cast<size_t>(hi - lo), '\0');
+    std::vector<uint64_t> sums(static_cast<size_t>(last - first + 1));
+    read_exactly(data.data(), hi - lo, base_ + lo);
+    read_exactly(reinterpret_cast<char*>(sums.data()), static_cast<int64_t>(sums.size()) * kHashBytes,
+                 hashes_at_ + first * kHashBytes);
+    for (int64_t l = first; l <= last; ++l) {
+      const int64_t at = (l - first) * leaf_, size = std::min(leaf_, hi - lo - at);
+      if (mix64(data.data() + at, static_cast<size_t>(size)) != sums[static_cast<size_t>(l - first)])
+        fail("checkpoint: '" + path_ + "': checksum mismatch in key '" + key_ + "' (bytes " +
+             std::to_string(base_ + l * leaf_) + ".." + std::to_string(base_ + l * leaf_ + size) +
+             "): the file is corrupt");
     }
+    std::memcpy(out, data.data() + (offset - lo), static_cast<size_t>(bytes));
   }
 
  private:
-  const std::string& load_block(int64_t block) {
-    auto it = blocks_.find(block);
-    if (it != blocks_.end()) return it->second;
+  void read_exactly(char* out, int64_t size, int64_t at) {
     if (fd_ < 0) {
       fd_ = ::open(path_.c_str(), O_RDONLY);
       if (fd_ < 0) fail("checkpoint: cannot open '" + path_ + "' for key '" + key_ + "': " + std::strerror(errno));
     }
-    const int64_t size = std::min(kBlockBytes, length_ - block * kBlockBytes);
-    std::string data(static_cast<size_t>(size), '\0');
-    const ssize_t n = ::pread(fd_, data.data(), data.size(), base_ + block * kBlockBytes);
-    if (n != size)
-      fail("checkpoint: '" + path_ + "' is truncated: key '" + key_ + "' needs bytes " +
-           std::to_string(base_ + block * kBlockBytes) + ".." + std::to_string(base_ + block * kBlockBytes + size));
+    if (::pread(fd_, out, static_cast<size_t>(size), at) != size)
+      fail("checkpoint: '" + path_ + "' is truncated: key '" + key_ + "' needs bytes " + std::to_string(at) + ".." +
+           std::to_string(at + size));
     io_.bytes_read += size;
-    if (hex(fnv1a64(data.data(), data.size())) != hashes_[block])
-      fail("checkpoint: '" + path_ + "': checksum mismatch in key '" + key_ + "' (block " + std::to_string(block) +
-           "): the file is corrupt");
-    return blocks_.emplace(block, std::move(data)).first->second;
   }
 
   std::string key_, path_;
   CheckpointIo& io_;
-  int64_t base_ = 0, length_ = 0;
-  std::vector<std::string> hashes_;
+  int64_t base_ = 0, length_ = 0, leaf_ = kLeafBytes, hashes_at_ = 0;
   int fd_ = -1;
-  std::map<int64_t, std::string> blocks_;
 };
 
 }  // namespace
@@ -249,17 +246,20 @@ void Checkpointer::save(int64_t step, const std::vector<CheckpointTensor>& tenso
     auto data = t.local.detach().to(torch::kCPU, torch::kFloat32).contiguous();
     const auto* p = static_cast<const char*>(data.data_ptr());
     const int64_t length = static_cast<int64_t>(data.nbytes());
-    std::vector<std::string> hashes;
-    for (int64_t b = 0; b < length; b += kBlockBytes)
-      hashes.push_back(hex(fnv1a64(p + b, static_cast<size_t>(std::min(kBlockBytes, length - b)))));
+    std::vector<uint64_t> sums;
+    for (int64_t b = 0; b < length; b += kLeafBytes)
+      sums.push_back(mix64(p + b, static_cast<size_t>(std::min(kLeafBytes, length - b))));
+    const int64_t at = static_cast<int64_t>(bytes.size());
     entries[saved_key(t.key)] = {{"shape", t.layout->global_shape},
-                             {"offsets", c.offsets},
-                             {"sizes", c.sizes},
-                             {"file", file},
-                             {"byte_offset", bytes.size()},
-                             {"byte_length", length},
-                             {"block_fnv1a64", hashes}};
+                                 {"offsets", c.offsets},
+                                 {"sizes", c.sizes},
+                                 {"file", file},
+                                 {"byte_offset", at},
+                                 {"byte_length", length},
+                                 {"leaf_bytes", kLeafBytes},
+                                 {"hash_offset", at + length}};
     bytes.append(p, static_cast<size_t>(length));
+    bytes.append(reinterpret_cast<const char*>(sums.data()), sums.size() * kHashBytes);
   }
   write_file(tmp + "/" + file, bytes);
   io_.bytes_written += static_cast<int64_t>(bytes.size());
@@ -392,11 +392,22 @@ json Checkpointer::load(int64_t step, const std::vector<CheckpointTensor>& tenso
       if (overlap.empty()) continue;
       ChunkReader reader(dir, key, c, io_);
       const auto saved_strides = strides_of(sizes);
+      // Runs adjacent both in the file and in memory are read as one (a whole chunk, when
+      // this rank needs all of it).
+      int64_t from = 0, bytes = 0;
+      char* to = nullptr;
       for_each_run(overlap, [&](const std::vector<int64_t>& idx, int64_t run) {
-        reader.copy(flat_index(idx, offsets, saved_strides) * 4, run * 4,
-                    out + flat_index(idx, want.offsets, local_strides) * 4);
+        const int64_t src = flat_index(idx, offsets, saved_strides) * 4;
+        char* dst = out + flat_index(idx, want.offsets, local_strides) * 4;
+        if (bytes > 0 && src == from + bytes && dst == to + bytes) {
+          bytes += run * 4;
+        } else {
+          reader.copy(from, bytes, to);
+          from = src, to = dst, bytes = run * 4;
+        }
         filled += run;
       });
+      reader.copy(from, bytes, to);
     }
     if (filled != want.numel())
       fail("checkpoint: '" + meta_path + "': chunks of '" + key + "' cover " + std::to_string(filled) + " of the " +

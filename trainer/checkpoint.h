@@ -19,7 +19,7 @@
 
 namespace meshtrain {
 
-constexpr int kCheckpointFormatVersion = 1;
+constexpr int kCheckpointFormatVersion = 2;  // 2: 64-byte leaf checksums after each chunk
 
 struct CheckpointConfig {
   bool enable = false;
