@@ -486,7 +486,8 @@ void judge(CaseOutcome& o) {
     // The most telling failure: a disagreeing check says more than "exit code 1".
     if (!c.passed && !is_message_check(c.kind) && (!first_failed_other || first_failed_other->kind == "exit"))
       first_failed_other = &c;
-    if (e.kind == Expectation::kFail && c.kind == e.check) expected = &c;
+    // A canary is caught when any check of the named kind fails.
+    if (e.kind == Expectation::kFail && c.kind == e.check && (!expected || expected->passed)) expected = &c;
   }
   o.details.clear();
   for (const auto& c : o.checks)

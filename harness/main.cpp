@@ -207,19 +207,22 @@ int run_matrix(Selection sel, RunOptions opt, bool dry_run, int ngpu, const char
   opt.progress = ::isatty(2) && !std::getenv("CI");
 
   if (dry_run) {
+    const std::string unit = opt.backend == "nccl" ? "GPUs" : "CPU slots";
+    const auto skips = pool_skips(cases, opt.devices, unit);
     std::vector<Task> tasks;
-    for (const Case* c : cases) {
+    for (size_t i = 0; i < cases.size(); ++i) {
+      const Case* c = cases[i];
       auto h = history.find(c->id);
-      const bool skip = c->expect.kind == Expectation::kSkip;
+      const bool skip = c->expect.kind == Expectation::kSkip || !skips[i].empty();
       tasks.push_back({skip ? 0 : c->ngpu, skip ? 0 : (h != history.end() ? h->second : estimate_seconds(*c)), c->id});
     }
     const auto sim = simulate(tasks, opt.devices, opt.jobs);
     for (size_t i = 0; i < cases.size(); ++i) {
       const Case* c = cases[i];
-      std::printf("%s  (%d %s, expected %.1f s, %s)\n", c->id.c_str(), c->ngpu,
-                  opt.backend == "nccl" ? "GPUs" : "slots", tasks[i].expected_s, c->expect.str().c_str());
-      if (sim.start[i] < 0) {
-        std::printf("  skipped: needs %d devices, the pool has %d\n", c->ngpu, opt.devices);
+      std::printf("%s  (%d %s, expected %.1f s, %s)\n", c->id.c_str(), c->ngpu, unit.c_str(), tasks[i].expected_s,
+                  c->expect.str().c_str());
+      if (!skips[i].empty() || c->expect.kind == Expectation::kSkip) {
+        std::printf("  skipped: %s\n", skips[i].empty() ? c->expect.reason.c_str() : skips[i].c_str());
         continue;
       }
       std::printf("  planned start %.1f s on devices", sim.start[i]);

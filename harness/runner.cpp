@@ -140,6 +140,29 @@ double estimate_seconds(const Case& c) {
   return total;
 }
 
+std::vector<std::string> pool_skips(const std::vector<const Case*>& cases, int devices, const std::string& unit) {
+  std::map<std::string, size_t> index_of;
+  for (size_t i = 0; i < cases.size(); ++i) index_of[cases[i]->id] = i;
+  std::vector<std::string> reason(cases.size());
+  for (size_t i = 0; i < cases.size(); ++i)
+    if (cases[i]->ngpu > devices && cases[i]->expect.kind != Expectation::kSkip)
+      reason[i] = "needs " + std::to_string(cases[i]->ngpu) + " " + unit + "; --ngpu is " + std::to_string(devices);
+  for (bool grew = true; grew;) {
+    grew = false;
+    for (size_t i = 0; i < cases.size(); ++i) {
+      if (!reason[i].empty() || cases[i]->expect.kind == Expectation::kSkip) continue;
+      for (const auto& b : cases[i]->baselines()) {
+        auto it = index_of.find(b);
+        if (it == index_of.end() || reason[it->second].empty()) continue;
+        reason[i] = "baseline " + b + " cannot run here (" + reason[it->second] + ")";
+        grew = true;
+        break;
+      }
+    }
+  }
+  return reason;
+}
+
 RunResult run_cases(const std::vector<const Case*>& cases, const RunOptions& opt) {
   RunResult run;
   const auto t0 = std::chrono::steady_clock::now();
@@ -166,26 +189,8 @@ RunResult run_cases(const std::vector<const Case*>& cases, const RunOptions& opt
     }
     index_of[o.spec->id] = i;
   }
-  // Cases wider than the pool are skipped (torchtitan's rule), and so are the cases
-  // judged against them: a missing baseline cannot say whether they are right.
   const std::string unit = opt.backend == "nccl" ? "GPUs" : "CPU slots";
-  std::vector<std::string> skip_reason(cases.size());
-  for (size_t i = 0; i < cases.size(); ++i)
-    if (cases[i]->ngpu > opt.devices && cases[i]->expect.kind != Expectation::kSkip)
-      skip_reason[i] = "needs " + std::to_string(cases[i]->ngpu) + " " + unit + "; --ngpu is " + std::to_string(opt.devices);
-  for (bool grew = true; grew;) {
-    grew = false;
-    for (size_t i = 0; i < cases.size(); ++i) {
-      if (!skip_reason[i].empty() || cases[i]->expect.kind == Expectation::kSkip) continue;
-      for (const auto& b : cases[i]->baselines()) {
-        auto it = index_of.find(b);
-        if (it == index_of.end() || skip_reason[it->second].empty()) continue;
-        skip_reason[i] = "baseline " + b + " cannot run here (" + skip_reason[it->second] + ")";
-        grew = true;
-        break;
-      }
-    }
-  }
+  const std::vector<std::string> skip_reason = pool_skips(cases, opt.devices, unit);
   for (size_t i = 0; i < cases.size(); ++i) {
     CaseOutcome& o = run.cases[i];
     // Skipped cases hold no devices; they are judged when the scheduler reaches them.

@@ -47,6 +47,11 @@ struct RunResult {
   bool all_met() const;
 };
 
+// Why each case cannot run on a pool of `devices` ("" when it can): wider than the pool
+// (torchtitan's rule), or judged against a baseline that is, since a missing baseline
+// cannot say whether the case is right.
+std::vector<std::string> pool_skips(const std::vector<const Case*>& cases, int devices, const std::string& unit);
+
 RunResult run_cases(const std::vector<const Case*>& cases, const RunOptions& options);
 
 // summary.json: every case with status, durations, phases, checks and paths. The
