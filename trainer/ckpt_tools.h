@@ -11,6 +11,8 @@ void ckpt_inspect(const std::string& step_dir, std::ostream& out);
 // Keys and shapes only in one of two checkpoints; returns 0 when they agree, 1 otherwise.
 int ckpt_diff(const std::string& a, const std::string& b, std::ostream& out);
 // Every tensor, whole, into one safetensors file (readable by Python's `safetensors`).
-void ckpt_consolidate(const std::string& step_dir, const std::string& out_path);
+// With `hf_model` (a flavor name): model weights only, with Hugging Face Llama names and
+// q/k rows reordered for its rotary layout, plus config.json in OUT's folder.
+void ckpt_consolidate(const std::string& step_dir, const std::string& out_path, const std::string& hf_model = "");
 
 }  // namespace meshtrain

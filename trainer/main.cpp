@@ -117,6 +117,9 @@ int main(int argc, char** argv) {
   auto* consolidate_cmd = ckpt_cmd->add_subcommand("consolidate", "Whole tensors into one .safetensors file");
   consolidate_cmd->add_option("STEP_DIR", ckpt_a, "step-<N> folder")->required();
   consolidate_cmd->add_option("OUT", ckpt_out, "Output .safetensors path")->required();
+  std::string hf_model;
+  consolidate_cmd->add_option("--hf", hf_model,
+                              "Model flavor: write Hugging Face LlamaForCausalLM names and layout, and config.json");
 
   try {
     app.parse(argc, argv);
@@ -133,7 +136,7 @@ int main(int argc, char** argv) {
     if (train_cmd->parsed()) return meshtrain::train(train_config);
     if (inspect_cmd->parsed()) return meshtrain::ckpt_inspect(ckpt_a, std::cout), 0;
     if (diff_cmd->parsed()) return meshtrain::ckpt_diff(ckpt_a, ckpt_b, std::cout);
-    if (consolidate_cmd->parsed()) return meshtrain::ckpt_consolidate(ckpt_a, ckpt_out), 0;
+    if (consolidate_cmd->parsed()) return meshtrain::ckpt_consolidate(ckpt_a, ckpt_out, hf_model), 0;
     if (generate_cmd->parsed()) {
       generate_config.generate = true;
       generate_config.checkpoint_enable = true;

@@ -158,6 +158,17 @@ int train(const TrainConfig& cfg) {
     const auto prompt_ids = ByteTokenizer::encode(cfg.prompt, /*bos=*/true, /*eos=*/false);
     std::vector<int64_t> ids(prompt_ids.begin(), prompt_ids.end());
     const size_t prompt_len = ids.size();
+    // The mean next-token loss over the prompt: a number to compare with other
+    // implementations of the same model (tests/hf/).
+    double prompt_loss = 0;
+    {
+      auto tokens = torch::tensor(ids, torch::kInt64).view({1, -1}).to(device);
+      auto logits = model(tokens).to(torch::kFloat32).squeeze(0);  // [T, V]
+      const int64_t T = tokens.size(1);
+      if (T > 1)
+        prompt_loss = torch::nn::functional::cross_entropy(logits.narrow(0, 0, T - 1), tokens.squeeze(0).narrow(0, 1, T - 1))
+                          .item<double>();
+    }
     for (int64_t i = 0; i < cfg.max_new_tokens; ++i) {
       auto tokens = torch::tensor(ids, torch::kInt64).view({1, -1}).to(device);
       auto logits = model(tokens).select(1, tokens.size(1) - 1).to(torch::kFloat32);  // [1, V]
@@ -171,7 +182,8 @@ int train(const TrainConfig& cfg) {
                  {{"format_version", kOutputsFormatVersion}, {"checkpoint", checkpointer.step_dir(*resume_step)},
                   {"mesh", shape.to_string()}, {"prompt", cfg.prompt},
                   {"prompt_ids", std::vector<int64_t>(ids.begin(), ids.begin() + static_cast<int64_t>(prompt_len))},
-                  {"generated_ids", generated}, {"text", ByteTokenizer::decode(generated)}});
+                  {"generated_ids", generated}, {"text", ByteTokenizer::decode(generated)},
+                  {"prompt_loss", prompt_loss}});
       if (!cfg.quiet) std::printf("%s%s\n", cfg.prompt.c_str(), ByteTokenizer::decode(generated).c_str());
     }
     groups.world->barrier();
