@@ -20,9 +20,15 @@ namespace {
 
 // ---- reading what a phase left ------------------------------------------------
 
+// A check that could not judge (a file missing, a baseline that did not run)...
 struct Failure {
   std::string message;
   std::string details;
+  bool judged = false;
+};
+// ... and one that judged and disagreed: only this kind catches a canary.
+struct Finding : Failure {
+  Finding(std::string m, std::string d) : Failure{std::move(m), std::move(d), true} {}
 };
 
 std::string num(double v) {
@@ -137,6 +143,7 @@ std::optional<Target> reference(const CaseOutcome& o, const CheckSpec& spec, con
     const std::string id = spec.params["baseline"];
     const CaseOutcome* base = find(id);
     if (!base) throw Failure{"baseline " + id + " was not part of this run", ""};
+    if (!base->finished) throw Failure{"baseline " + id + " did not run", ""};
     if (base->status == Status::kSkipped || base->status == Status::kCancelled)
       throw Failure{"baseline " + id + " did not run (" + status_name(base->status) + ": " + base->reason + ")", ""};
     const PhaseOutcome& p = phase_of(*base, spec.params, "baseline_phase");
@@ -163,7 +170,7 @@ void compare_curves(const Curve& got, const Curve& want, const std::string& metr
   for (const auto& [step, m] : got) {
     auto it = want.find(step);
     if (it == want.end()) {
-      throw Failure{got_label + " has step " + std::to_string(step) + " but " + want_label + " has steps " +
+      throw Finding{got_label + " has step " + std::to_string(step) + " but " + want_label + " has steps " +
                         std::to_string(want.begin()->first) + "-" + std::to_string(want.rbegin()->first),
                     ""};
     }
@@ -177,7 +184,7 @@ void compare_curves(const Curve& got, const Curve& want, const std::string& metr
     if (ok) continue;
     ++mismatches;
     if (!first)
-      first = Failure{"step " + std::to_string(step) + ": " + metric + " " + num(a) + " in " + got_label + " vs " +
+      first = Finding{"step " + std::to_string(step) + ": " + metric + " " + num(a) + " in " + got_label + " vs " +
                           num(b) + " in " + want_label + ": |diff| " + sci(diff) +
                           (exact ? " (exact match required)" : " > " + tolerance_text(atol, rtol, b)),
                       ""};
@@ -194,9 +201,9 @@ void compare_curves(const Curve& got, const Curve& want, const std::string& metr
 void check_loss_finite(const CaseOutcome& o, const CheckSpec& spec, const FindCase&) {
   const Target t = subject(o, spec);
   for (const auto& [step, m] : read_metrics(t.dir)) {
-    if (!std::isfinite(m.loss)) throw Failure{t.label + ": loss is " + num(m.loss) + " at step " + std::to_string(step), ""};
+    if (!std::isfinite(m.loss)) throw Finding{t.label + ": loss is " + num(m.loss) + " at step " + std::to_string(step), ""};
     if (m.has_grad_norm && !std::isfinite(m.grad_norm))
-      throw Failure{t.label + ": grad_norm is " + num(m.grad_norm) + " at step " + std::to_string(step), ""};
+      throw Finding{t.label + ": grad_norm is " + num(m.grad_norm) + " at step " + std::to_string(step), ""};
   }
 }
 
@@ -206,7 +213,7 @@ void check_loss_decreases(const CaseOutcome& o, const CheckSpec& spec, const Fin
   const double factor = param_or(spec, "factor", 0.9);
   const double first = c.begin()->second.loss, last = c.rbegin()->second.loss;
   if (!(last <= factor * first))
-    throw Failure{t.label + ": loss went " + num(first) + " (step " + std::to_string(c.begin()->first) + ") -> " +
+    throw Finding{t.label + ": loss went " + num(first) + " (step " + std::to_string(c.begin()->first) + ") -> " +
                       num(last) + " (step " + std::to_string(c.rbegin()->first) + "); expected <= " + num(factor) +
                       " x " + num(first) + " = " + num(factor * first),
                   ""};
@@ -240,7 +247,7 @@ void check_resume_matches(const CaseOutcome& o, const CheckSpec& spec, const Fin
   if (!ref) throw Failure{"resume_matches needs baseline (the uninterrupted run) or against", ""};
   const Curve got = read_metrics(t.dir);
   if (got.begin()->first <= 1)
-    throw Failure{t.label + " started at step " + std::to_string(got.begin()->first) +
+    throw Finding{t.label + " started at step " + std::to_string(got.begin()->first) +
                       ": it did not resume from a checkpoint",
                   ""};
   compare_curves(got, read_metrics(ref->dir), "loss", t.label + " (resumed)", ref->label + " (uninterrupted)",
@@ -288,7 +295,7 @@ void check_keys_match(const CaseOutcome& o, const CheckSpec& spec, const FindCas
   details += "unexpected (in " + t.label + ", not in " + ref->label + "):\n";
   for (const auto& k : unexpected) details += "  " + k + "\n";
   for (const auto& k : reshaped) details += "shape: " + k + "\n";
-  throw Failure{msg, details};
+  throw Finding{msg, details};
 }
 
 void check_tokens_match(const CaseOutcome& o, const CheckSpec& spec, const FindCase& find) {
@@ -299,15 +306,15 @@ void check_tokens_match(const CaseOutcome& o, const CheckSpec& spec, const FindC
   const auto got = a.at("generated_ids").get<std::vector<long long>>();
   const auto want = b.at("generated_ids").get<std::vector<long long>>();
   if (a.value("prompt", "") != b.value("prompt", ""))
-    throw Failure{"prompts differ: '" + a.value("prompt", "") + "' vs '" + b.value("prompt", "") + "'", ""};
+    throw Finding{"prompts differ: '" + a.value("prompt", "") + "' vs '" + b.value("prompt", "") + "'", ""};
   const size_t n = std::min(got.size(), want.size());
   for (size_t i = 0; i < n; ++i)
     if (got[i] != want[i])
-      throw Failure{"generated token " + std::to_string(i) + " is " + std::to_string(got[i]) + " in " + t.label +
+      throw Finding{"generated token " + std::to_string(i) + " is " + std::to_string(got[i]) + " in " + t.label +
                         " vs " + std::to_string(want[i]) + " in " + ref->label + " (prompt '" + a.value("prompt", "") + "')",
                     "got:  " + a.value("text", "") + "\nwant: " + b.value("text", "")};
   if (got.size() != want.size())
-    throw Failure{t.label + " generated " + std::to_string(got.size()) + " tokens, " + ref->label + " " +
+    throw Finding{t.label + " generated " + std::to_string(got.size()) + " tokens, " + ref->label + " " +
                       std::to_string(want.size()),
                   ""};
 }
@@ -328,7 +335,7 @@ void check_replicas_equal(const CaseOutcome& o, const CheckSpec& spec, const Fin
   for (const auto& [piece, holders] : pieces)
     for (const auto& [rank, hash] : holders)
       if (hash != holders.front().second)
-        throw Failure{t.label + ": replicas of " + piece + " differ: rank " + std::to_string(holders.front().first) +
+        throw Finding{t.label + ": replicas of " + piece + " differ: rank " + std::to_string(holders.front().first) +
                           " has " + holders.front().second + ", rank " + std::to_string(rank) + " has " + hash,
                       ""};
 }
@@ -341,13 +348,13 @@ void check_params_match(const CaseOutcome& o, const CheckSpec& spec, const FindC
   const json b = read_json(ref->dir + "/param_digest.json").at("params");
   const double rtol = param_or(spec, "rtol", 1e-5), atol = param_or(spec, "atol", 0);
   for (const auto& [key, want] : b.items()) {
-    if (!a.contains(key)) throw Failure{key + " is in " + ref->label + " but not in " + t.label, ""};
+    if (!a.contains(key)) throw Finding{key + " is in " + ref->label + " but not in " + t.label, ""};
     const double l2 = want.at("l2").get<double>();
     for (const char* field : {"l2", "sum"}) {
       const double x = a[key].at(field).get<double>(), y = want.at(field).get<double>();
       // A trained weight's sum can be near zero: both fields are judged against the norm.
       if (!(std::fabs(x - y) <= atol + rtol * std::fabs(l2)))
-        throw Failure{key + ": " + field + " " + num(x) + " in " + t.label + " vs " + num(y) + " in " + ref->label +
+        throw Finding{key + ": " + field + " " + num(x) + " in " + t.label + " vs " + num(y) + " in " + ref->label +
                           ": |diff| " + sci(std::fabs(x - y)) + " > " + tolerance_text(atol, rtol, l2),
                       ""};
     }
@@ -368,7 +375,7 @@ void check_log_contains(const CaseOutcome& o, const CheckSpec& spec, const FindC
   const int only = spec.params.contains("rank") ? spec.params["rank"].get<int>() : -1;
   for (int r = 0; r < t.phase->nproc; ++r)
     if ((only < 0 || only == r) && read_file(t.phase->log_path(r)).find(text) != std::string::npos) return;
-  throw Failure{"no log of " + t.label + (only >= 0 ? " rank " + std::to_string(only) : "") + " contains '" + text + "'",
+  throw Finding{"no log of " + t.label + (only >= 0 ? " rank " + std::to_string(only) : "") + " contains '" + text + "'",
                 ""};
 }
 
@@ -377,19 +384,19 @@ void check_error_matches(const CaseOutcome& o, const CheckSpec& spec, const Find
   const std::string text = spec.params.value("text", std::string());
   if (text.empty()) throw Failure{"error_matches needs text", ""};
   const auto& r = t.phase->result;
-  if (t.phase->ok()) throw Failure{t.label + " exited 0 on every rank; expected it to fail with '" + text + "'", ""};
+  if (t.phase->ok()) throw Finding{t.label + " exited 0 on every rank; expected it to fail with '" + text + "'", ""};
   const int rank = r.first_failure.rank >= 0 ? r.first_failure.rank : 0;
   const std::string log = read_file(t.phase->log_path(rank));
   if (log.find(text) != std::string::npos) return;
   std::string last = tail_of_file(t.phase->log_path(rank), 1);
   while (!last.empty() && (last.back() == '\n' || last.back() == '\r')) last.pop_back();
-  throw Failure{t.label + ": rank " + std::to_string(rank) + " failed (" + r.first_failure.describe() +
+  throw Finding{t.label + ": rank " + std::to_string(rank) + " failed (" + r.first_failure.describe() +
                     ") but not with '" + text + "'; its last line: " + last,
                 ""};
 }
 
 CheckResult check_exit(const CaseOutcome& o) {
-  CheckResult r{"exit", true, "", ""};
+  CheckResult r{"exit", true, "", "", true};
   for (const auto& p : o.phases) {
     if (!p.ran) continue;
     if (!p.launch_error.empty()) {
@@ -430,6 +437,9 @@ const std::map<std::string, CheckFn>& implementations() {
   return fns;
 }
 
+// Orders the results of one kind: a judged failure, then any failure, then a pass.
+int verdict_rank(const CheckResult& c) { return c.passed ? 0 : c.judged ? 2 : 1; }
+
 // Message checks confirm *why* an expected failure happened.
 bool is_message_check(const std::string& kind) { return kind == "log_contains" || kind == "error_matches"; }
 
@@ -445,10 +455,12 @@ std::vector<CheckResult> run_checks(const CaseOutcome& o, const FindCase& find) 
       implementations().at(spec.kind)(o, spec, find);
     } catch (const Failure& f) {
       r.passed = false;
+      r.judged = f.judged;
       r.message = f.message;
       r.details = f.details;
     } catch (const std::exception& e) {
       r.passed = false;
+      r.judged = false;
       r.message = std::string("malformed output: ") + e.what();
     }
     out.push_back(r);
@@ -486,8 +498,9 @@ void judge(CaseOutcome& o) {
     // The most telling failure: a disagreeing check says more than "exit code 1".
     if (!c.passed && !is_message_check(c.kind) && (!first_failed_other || first_failed_other->kind == "exit"))
       first_failed_other = &c;
-    // A canary is caught when any check of the named kind fails.
-    if (e.kind == Expectation::kFail && c.kind == e.check && (!expected || expected->passed)) expected = &c;
+    // A canary is caught when a check of the named kind judged and failed.
+    if (e.kind == Expectation::kFail && c.kind == e.check && (!expected || verdict_rank(c) > verdict_rank(*expected)))
+      expected = &c;
   }
   o.details.clear();
   for (const auto& c : o.checks)
@@ -520,6 +533,9 @@ void judge(CaseOutcome& o) {
       if (e.check != "exit" && !is_message_check(e.check) && !exit.passed) {
         o.status = Status::kFailed;
         o.reason = "canary for " + e.check + " crashed instead: " + exit.message;
+      } else if (expected && !expected->passed && !expected->judged) {
+        o.status = Status::kFailed;
+        o.reason = "canary for " + e.check + " could not be judged: " + expected->message;
       } else if (expected && !expected->passed) {
         o.status = Status::kPassed;
         o.reason = "canary caught by " + e.check + ": " + expected->message;

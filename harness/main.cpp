@@ -209,12 +209,16 @@ int run_matrix(Selection sel, RunOptions opt, bool dry_run, int ngpu, const char
   if (dry_run) {
     const std::string unit = opt.backend == "nccl" ? "GPUs" : "CPU slots";
     const auto skips = pool_skips(cases, opt.devices, unit);
+    std::set<std::string> baselines;
+    for (const Case* c : cases)
+      for (const auto& b : c->baselines()) baselines.insert(b);
     std::vector<Task> tasks;
     for (size_t i = 0; i < cases.size(); ++i) {
       const Case* c = cases[i];
       auto h = history.find(c->id);
       const bool skip = c->expect.kind == Expectation::kSkip || !skips[i].empty();
-      tasks.push_back({skip ? 0 : c->ngpu, skip ? 0 : (h != history.end() ? h->second : estimate_seconds(*c)), c->id});
+      tasks.push_back({skip ? 0 : c->ngpu, skip ? 0 : (h != history.end() ? h->second : estimate_seconds(*c)), c->id,
+                       baselines.count(c->id) > 0});
     }
     const auto sim = simulate(tasks, opt.devices, opt.jobs);
     for (size_t i = 0; i < cases.size(); ++i) {

@@ -29,6 +29,7 @@ struct CheckResult {
   bool passed = false;
   std::string message;  // one line: what, where, expected vs got, tolerance
   std::string details;  // more lines for the report body
+  bool judged = true;   // false: it could not look (missing output, a baseline that did not run)
 };
 
 enum class Status { kPassed, kFailed, kSkipped, kXfailed, kCancelled };

@@ -191,11 +191,14 @@ RunResult run_cases(const std::vector<const Case*>& cases, const RunOptions& opt
   }
   const std::string unit = opt.backend == "nccl" ? "GPUs" : "CPU slots";
   const std::vector<std::string> skip_reason = pool_skips(cases, opt.devices, unit);
+  std::set<std::string> baselines;
+  for (const Case* c : cases)
+    for (const auto& b : c->baselines()) baselines.insert(b);
   for (size_t i = 0; i < cases.size(); ++i) {
     CaseOutcome& o = run.cases[i];
     // Skipped cases hold no devices; they are judged when the scheduler reaches them.
     const bool skip = o.spec->expect.kind == Expectation::kSkip || !skip_reason[i].empty();
-    tasks.push_back({skip ? 0 : o.spec->ngpu, skip ? 0.0 : o.expected_s, o.spec->id});
+    tasks.push_back({skip ? 0 : o.spec->ngpu, skip ? 0.0 : o.expected_s, o.spec->id, baselines.count(o.spec->id) > 0});
   }
   Scheduler scheduler(tasks, opt.devices, opt.jobs);
 
@@ -378,10 +381,13 @@ RunResult run_cases(const std::vector<const Case*>& cases, const RunOptions& opt
   }
   if (opt.progress) std::fprintf(stderr, "\r\033[K");
   // Whatever never started (interrupted) is reported, not dropped.
+  // Interrupted before their baselines ran: they ran, but cannot be judged.
   for (size_t w : awaiting_baselines) {
     CaseOutcome& o = run.cases[w];
     o.checks = run_checks(o, find);
     judge(o);
+    o.status = Status::kCancelled;
+    o.reason = "not judged: its baseline did not run before meshtest received signal " + std::to_string(run.interrupted_by);
     o.finished = true;
   }
   for (auto& o : run.cases) {

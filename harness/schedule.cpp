@@ -44,6 +44,7 @@ Scheduler::Scheduler(std::vector<Task> tasks, int capacity, int max_parallel)
   std::stable_sort(queue_.begin(), queue_.end(), [&](int a, int b) {
     const Task& x = tasks_[a];
     const Task& y = tasks_[b];
+    if (x.baseline != y.baseline) return x.baseline;
     if (x.expected_s != y.expected_s) return x.expected_s > y.expected_s;
     if (x.ngpu != y.ngpu) return x.ngpu > y.ngpu;
     return x.id < y.id;

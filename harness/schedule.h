@@ -1,5 +1,5 @@
 // Packing cases onto a fixed pool of GPUs (or CPU slots): list scheduling in
-// longest-expected-first order with EASY backfilling. The head of the queue gets a
+// longest-expected-first order (baselines ahead of everything) with EASY backfilling. The head of the queue gets a
 // reservation at the earliest time enough devices free up; smaller cases start
 // ahead of it only if they end before that time or use devices it will not need.
 // Never hands out more devices than the pool has. Pure logic: no clocks, no processes.
@@ -13,7 +13,8 @@ namespace meshtest {
 struct Task {
   int ngpu = 1;
   double expected_s = 1;
-  std::string id;  // tie-breaker, so the order is deterministic
+  std::string id;         // tie-breaker, so the order is deterministic
+  bool baseline = false;  // others are judged against it: it goes first, so they need not wait
 };
 
 // Which physical devices are free; hands out the lowest-numbered contiguous block

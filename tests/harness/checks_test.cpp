@@ -236,3 +236,18 @@ TEST_F(Checks, MissingOutputsAndMissingBaselinesAreFailuresThatSaySo) {
   outcomes_[0].status = Status::kPassed;
   EXPECT_EQ(run(1, "loss_matches").message, "cannot read " + dir_ + "/a/train/metrics.jsonl");
 }
+
+TEST_F(Checks, ACanaryIsCaughtOnlyByAJudgedFailureNotByAMissingBaseline) {
+  load("  - name: a\n  - name: canary\n    checks: [{loss_matches: {baseline: a}}]\n    expect: {fail: loss_matches}\n");
+  write("canary/train/metrics.jsonl", curve({6.0, 5.5}));
+  outcomes_[0].status = Status::kSkipped;
+  outcomes_[0].reason = "no GPU";
+  EXPECT_FALSE(run(1, "loss_matches").judged);
+  EXPECT_EQ(outcomes_[1].status, Status::kFailed);
+  EXPECT_EQ(outcomes_[1].reason, "canary for loss_matches could not be judged: baseline s/a did not run (skipped: no GPU)");
+  outcomes_[0].status = Status::kPassed;
+  write("a/train/metrics.jsonl", curve({6.0, 5.0}));
+  EXPECT_TRUE(run(1, "loss_matches").judged);
+  EXPECT_EQ(outcomes_[1].status, Status::kPassed);
+  EXPECT_EQ(outcomes_[1].reason.rfind("canary caught by loss_matches: step 2: loss 5.5", 0), 0u) << outcomes_[1].reason;
+}

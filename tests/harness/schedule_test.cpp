@@ -60,6 +60,13 @@ TEST(Scheduler, NeverOversubscribesAndRunsEveryTaskOnce) {
   }
 }
 
+TEST(Scheduler, BaselinesRunFirstSoTheirDependentsAreJudgedWithoutWaiting) {
+  Task base{1, 1, "base"};
+  base.baseline = true;
+  const auto sim = simulate({{1, 5, "long"}, base, {1, 3, "mid"}}, 1);
+  EXPECT_EQ(sim.start, (std::vector<double>{1, 0, 6}));
+}
+
 TEST(Scheduler, LongestFirstOnOneDevice) {
   const auto sim = simulate({{1, 1, "a"}, {1, 3, "b"}, {1, 2, "c"}}, 1);
   EXPECT_EQ(sim.start, (std::vector<double>{5, 0, 3}));
