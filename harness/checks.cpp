@@ -416,6 +416,8 @@ CheckResult check_exit(const CaseOutcome& o) {
     } else if (res.first_failure.rank >= 0) {
       r.message = "phase " + p.name + ": rank " + std::to_string(res.first_failure.rank) + " failed first with " +
                   res.first_failure.describe();
+      const std::string error = error_message(p.error_file(res.first_failure.rank));
+      if (!error.empty()) r.message += ": " + error.substr(0, error.find('\n'));
     } else {
       r.message = "phase " + p.name + " stopped: " + res.stopped_because;
     }

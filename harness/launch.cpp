@@ -2,6 +2,7 @@
 
 #include <boost/process.hpp>
 #include <boost/process/extend.hpp>
+#include <nlohmann/json.hpp>
 
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -95,6 +96,9 @@ RankGroup::RankGroup(LaunchSpec spec) : spec_(std::move(spec)), impl_(std::make_
     env["MASTER_PORT"] = std::to_string(spec_.master_port);
     env["TORCHELASTIC_RESTART_COUNT"] = "0";
     env["TORCHELASTIC_MAX_RESTARTS"] = "0";
+    // A Python trainer decorated with torch.distributed.elastic's @record writes its
+    // uncaught exception here; the harness quotes it (error_message()).
+    if (!spec_.log_dir.empty()) env["TORCHELASTIC_ERROR_FILE"] = error_file(rank);
     if (!spec_.gpus.empty()) {
       std::string ids;
       for (const auto& g : spec_.gpus) ids += (ids.empty() ? "" : ",") + g;
@@ -138,6 +142,24 @@ RankGroup::~RankGroup() {
   }
   impl_->group.detach();
   for (auto& c : impl_->children) c.detach();
+}
+
+std::string RankGroup::error_file(int rank) const {
+  if (spec_.log_dir.empty()) return "";
+  return (fs::path(spec_.log_dir) / ("error_rank" + std::to_string(rank) + ".json")).string();
+}
+
+std::string error_message(const std::string& error_file) {
+  std::ifstream in(error_file);
+  if (!in) return "";
+  try {
+    const auto j = nlohmann::json::parse(in);
+    // torchelastic's two formats: {"message": {"message": "...", ...}} and {"message": "..."}.
+    const auto& m = j.at("message");
+    return m.is_string() ? m.get<std::string>() : m.at("message").get<std::string>();
+  } catch (const std::exception&) {
+    return "";
+  }
 }
 
 std::string RankGroup::log_path(int rank) const {

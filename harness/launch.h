@@ -72,6 +72,7 @@ class RankGroup {
   std::vector<pid_t> pids() const;
   int master_port() const { return spec_.master_port; }
   std::string log_path(int rank) const;
+  std::string error_file(int rank) const;  // TORCHELASTIC_ERROR_FILE of a rank ("" without log_dir)
 
  private:
   struct Impl;
@@ -87,6 +88,9 @@ class RankGroup {
 // A TCP port on 127.0.0.1 that was free a moment ago and has not been handed out
 // by this process recently (two cases starting together must not share one).
 int free_port();
+
+// The message a rank's torchelastic error file holds ("" when there is none).
+std::string error_message(const std::string& error_file);
 
 // True when a failed launch looks like it lost the race for MASTER_PORT.
 bool lost_port_race(const RankGroup& group);

@@ -22,6 +22,7 @@ struct PhaseOutcome {
   RankGroup::Result result;
   bool ok() const { return ran && launch_error.empty() && result.ok(); }
   std::string log_path(int rank) const;
+  std::string error_file(int rank) const;  // the rank's TORCHELASTIC_ERROR_FILE
 };
 
 struct CheckResult {

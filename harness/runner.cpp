@@ -91,10 +91,20 @@ std::string PhaseOutcome::log_path(int rank) const {
   return (fs::path(dir) / ("rank" + std::to_string(rank) + ".log")).string();
 }
 
+std::string PhaseOutcome::error_file(int rank) const {
+  return (fs::path(dir) / ("error_rank" + std::to_string(rank) + ".json")).string();
+}
+
 std::string CaseOutcome::failing_log() const {
   for (const auto& p : phases) {
     if (!p.ran || p.ok()) continue;
-    const int rank = p.result.first_failure.rank >= 0 ? p.result.first_failure.rank : 0;
+    int rank = p.result.first_failure.rank >= 0 ? p.result.first_failure.rank : 0;
+    if (p.result.timed_out)  // the first rank still running when time ran out: the one to read
+      for (const auto& e : p.result.exits)
+        if (e.signal == SIGTERM || e.signal == SIGKILL) {
+          rank = e.rank;
+          break;
+        }
     return p.log_path(rank);
   }
   for (auto it = phases.rbegin(); it != phases.rend(); ++it)

@@ -115,6 +115,15 @@ TEST_F(Run, ACrashInOneRankStopsTheOthersWithSigterm) {
   EXPECT_NE(o.text.find("--id 's/crash'"), std::string::npos) << o.text;
 }
 
+TEST_F(Run, TheFailingRanksTorchelasticErrorFileIsQuoted) {
+  matrix("suite: s\ncases:\n  - name: py\n    command: [FAKE, --exit-rank, '1', --record, "
+         "'RuntimeError: CUDA out of memory', --sleep, '30']\n    ngpu: 2\n");
+  const Output o = meshtest("--ngpu 2");
+  EXPECT_EQ(o.rc, 1);
+  EXPECT_EQ(case_of(summary(), "s/py")["reason"],
+            "exit: phase train: rank 1 failed first with exit code 1: RuntimeError: CUDA out of memory");
+}
+
 TEST_F(Run, RanksThatIgnoreSigtermGetSigkillAfterTheGracePeriod) {
   matrix("suite: s\ncases:\n  - name: stubborn\n    command: [FAKE, --exit-rank, '0', --exit-code, '3', --crash-after, '0.3', --ignore-sigterm, "
          "--hang-rank, '1']\n    ngpu: 2\n");
@@ -135,6 +144,7 @@ TEST_F(Run, AHangHitsTheTimeout) {
   EXPECT_TRUE(c["phases"][0]["timed_out"].get<bool>());
   EXPECT_NE(c["reason"].get<std::string>().find("timed out after 1 s (ranks still running: 1)"), std::string::npos)
       << c["reason"];
+  EXPECT_EQ(c["failing_log"], dir_ + "/out/s/hang/train/rank1.log");  // the rank that hung
 }
 
 TEST_F(Run, ExpectationsXfailSkipCanaryAndOversizedCases) {
