@@ -492,14 +492,17 @@ void judge(CaseOutcome& o) {
   const Expectation& e = o.spec->expect;
   const CheckResult* first_failed = nullptr;
   const CheckResult* failed_message_check = nullptr;
-  const CheckResult* first_failed_other = nullptr;
+  const CheckResult* first_failed_other = nullptr;  // a judged failure, preferably not `exit`
+  const CheckResult* unjudged = nullptr;            // a check that could not look
   const CheckResult* expected = nullptr;
   for (const auto& c : o.checks) {
     if (!c.passed && !first_failed) first_failed = &c;
     if (!c.passed && is_message_check(c.kind) && !failed_message_check) failed_message_check = &c;
     // The most telling failure: a disagreeing check says more than "exit code 1".
-    if (!c.passed && !is_message_check(c.kind) && (!first_failed_other || first_failed_other->kind == "exit"))
+    if (!c.passed && !is_message_check(c.kind) && c.judged &&
+        (!first_failed_other || first_failed_other->kind == "exit"))
       first_failed_other = &c;
+    if (!c.passed && !c.judged && !unjudged) unjudged = &c;
     // A canary is caught when a check of the named kind judged and failed.
     if (e.kind == Expectation::kFail && c.kind == e.check && (!expected || verdict_rank(c) > verdict_rank(*expected)))
       expected = &c;
@@ -521,6 +524,10 @@ void judge(CaseOutcome& o) {
         o.status = Status::kFailed;
         o.reason = "xfail (" + e.reason + ") failed differently: " + failed_message_check->kind + ": " +
                    failed_message_check->message;
+      } else if (unjudged && !first_failed_other) {
+        // The run ended well and a check could not look: that proves nothing about the known bug.
+        o.status = Status::kFailed;
+        o.reason = "xfail (" + e.reason + ") could not be judged: " + unjudged->kind + ": " + unjudged->message;
       } else if (first_failed_other) {
         o.status = Status::kXfailed;
         o.reason = e.reason + " (" + first_failed_other->kind + ": " + first_failed_other->message + ")";

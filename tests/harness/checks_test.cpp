@@ -251,3 +251,18 @@ TEST_F(Checks, ACanaryIsCaughtOnlyByAJudgedFailureNotByAMissingBaseline) {
   EXPECT_EQ(outcomes_[1].status, Status::kPassed);
   EXPECT_EQ(outcomes_[1].reason.rfind("canary caught by loss_matches: step 2: loss 5.5", 0), 0u) << outcomes_[1].reason;
 }
+
+TEST_F(Checks, AnXfailIsNotMetByACheckThatCouldNotLook) {
+  load("  - name: a\n  - name: known\n    checks: [{loss_matches: {baseline: a}}]\n    expect: {xfail: drifts}\n");
+  write("known/train/metrics.jsonl", curve({6.0, 5.5}));
+  outcomes_[0].status = Status::kSkipped;
+  outcomes_[0].reason = "no GPU";
+  run(1, "loss_matches");
+  EXPECT_EQ(outcomes_[1].status, Status::kFailed);
+  EXPECT_EQ(outcomes_[1].reason,
+            "xfail (drifts) could not be judged: loss_matches: baseline s/a did not run (skipped: no GPU)");
+  outcomes_[0].status = Status::kPassed;
+  write("a/train/metrics.jsonl", curve({6.0, 5.0}));
+  run(1, "loss_matches");
+  EXPECT_EQ(outcomes_[1].status, Status::kXfailed);
+}
