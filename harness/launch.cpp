@@ -144,9 +144,16 @@ RankGroup::~RankGroup() {
   for (auto& c : impl_->children) c.detach();
 }
 
+std::string rank_log_path(const std::string& dir, int rank) {
+  return (fs::path(dir) / ("rank" + std::to_string(rank) + ".log")).string();
+}
+
+std::string rank_error_file(const std::string& dir, int rank) {
+  return (fs::path(dir) / ("error_rank" + std::to_string(rank) + ".json")).string();
+}
+
 std::string RankGroup::error_file(int rank) const {
-  if (spec_.log_dir.empty()) return "";
-  return (fs::path(spec_.log_dir) / ("error_rank" + std::to_string(rank) + ".json")).string();
+  return spec_.log_dir.empty() ? "" : rank_error_file(spec_.log_dir, rank);
 }
 
 std::string error_message(const std::string& error_file) {
@@ -163,8 +170,7 @@ std::string error_message(const std::string& error_file) {
 }
 
 std::string RankGroup::log_path(int rank) const {
-  if (spec_.log_dir.empty()) return "";
-  return (fs::path(spec_.log_dir) / ("rank" + std::to_string(rank) + ".log")).string();
+  return spec_.log_dir.empty() ? "" : rank_log_path(spec_.log_dir, rank);
 }
 
 std::vector<pid_t> RankGroup::pids() const {

@@ -89,6 +89,10 @@ class RankGroup {
 // by this process recently (two cases starting together must not share one).
 int free_port();
 
+// A rank's files in a phase's log folder: rank<R>.log and error_rank<R>.json.
+std::string rank_log_path(const std::string& dir, int rank);
+std::string rank_error_file(const std::string& dir, int rank);
+
 // The message a rank's torchelastic error file holds ("" when there is none).
 std::string error_message(const std::string& error_file);
 

@@ -207,6 +207,13 @@ void save(const pugi::xml_document& doc, const std::string& path) {
 
 }  // namespace
 
+std::string human_seconds(double s) {
+  char buf[32];
+  if (s < 60) std::snprintf(buf, sizeof(buf), "%.1f s", s);
+  else std::snprintf(buf, sizeof(buf), "%dm%02ds", static_cast<int>(s) / 60, static_cast<int>(s) % 60);
+  return buf;
+}
+
 std::string xml_safe(const std::string& raw, size_t cap) {
   std::string text = raw;
   if (text.size() > cap) {
@@ -372,12 +379,6 @@ void write_surefire(const json& summary, const std::string& dir) {
 }
 
 void print_report(const json& summary, FILE* out) {
-  auto format_seconds = [](double s) {
-    char buf[32];
-    if (s < 60) std::snprintf(buf, sizeof(buf), "%.1f s", s);
-    else std::snprintf(buf, sizeof(buf), "%dm%02ds", static_cast<int>(s) / 60, static_cast<int>(s) % 60);
-    return std::string(buf);
-  };
   const json& cases = summary.at("cases");
   size_t width = 20;
   for (const auto& c : cases) width = std::max(width, c.value("id", "").size());
@@ -395,7 +396,7 @@ void print_report(const json& summary, FILE* out) {
     }
     if (note.size() > 110) note = note.substr(0, 107) + "...";
     std::fprintf(out, "%-*s  %-9s  %5d  %9s  %s\n", static_cast<int>(width), c.value("id", "").c_str(),
-                 c.value("status", "").c_str(), c.value("ngpu", 0), format_seconds(c.value("duration_s", 0.0)).c_str(),
+                 c.value("status", "").c_str(), c.value("ngpu", 0), human_seconds(c.value("duration_s", 0.0)).c_str(),
                  note.c_str());
   }
   bool any_failed = false;
@@ -413,7 +414,7 @@ void print_report(const json& summary, FILE* out) {
   std::string totals;
   for (const auto& [k, v] : counts) totals += (totals.empty() ? "" : ", ") + std::to_string(v) + " " + k;
   if (flaky) totals += " (" + std::to_string(flaky) + " flaky)";
-  std::fprintf(out, "\n%s in %s%s\n", totals.c_str(), format_seconds(summary.value("wall_s", 0.0)).c_str(),
+  std::fprintf(out, "\n%s in %s%s\n", totals.c_str(), human_seconds(summary.value("wall_s", 0.0)).c_str(),
                summary.value("interrupted_by_signal", 0) ? " (interrupted)" : "");
 }
 

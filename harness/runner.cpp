@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "checks.h"
+#include "report.h"
 #include "schedule.h"
 
 namespace fs = std::filesystem;
@@ -33,12 +34,6 @@ std::string iso_now() {
   return buf;
 }
 
-std::string format_seconds(double s) {
-  char buf[32];
-  if (s < 60) std::snprintf(buf, sizeof(buf), "%.1f s", s);
-  else std::snprintf(buf, sizeof(buf), "%dm%02ds", static_cast<int>(s) / 60, static_cast<int>(s) % 60);
-  return buf;
-}
 
 // A folder name for a case: its name with anything unusual replaced.
 std::string folder_name(const std::string& name) {
@@ -87,13 +82,9 @@ const char* status_name(Status s) {
   return "?";
 }
 
-std::string PhaseOutcome::log_path(int rank) const {
-  return (fs::path(dir) / ("rank" + std::to_string(rank) + ".log")).string();
-}
+std::string PhaseOutcome::log_path(int rank) const { return rank_log_path(dir, rank); }
 
-std::string PhaseOutcome::error_file(int rank) const {
-  return (fs::path(dir) / ("error_rank" + std::to_string(rank) + ".json")).string();
-}
+std::string PhaseOutcome::error_file(int rank) const { return rank_error_file(dir, rank); }
 
 std::string CaseOutcome::failing_log() const {
   for (const auto& p : phases) {
@@ -224,7 +215,7 @@ RunResult run_cases(const std::vector<const Case*>& cases, const RunOptions& opt
   auto report_line = [&](const CaseOutcome& o) {
     if (opt.progress) std::fprintf(stderr, "\r\033[K");
     std::fprintf(stderr, "[%zu/%zu] %-9s %s (%d %s, %s)%s%s\n", done, run.cases.size(), status_name(o.status),
-                 o.spec->id.c_str(), o.spec->ngpu, unit.c_str(), format_seconds(o.duration_s).c_str(),
+                 o.spec->id.c_str(), o.spec->ngpu, unit.c_str(), human_seconds(o.duration_s).c_str(),
                  o.reason.empty() ? "" : ": ", o.reason.c_str());
   };
   // Judges a case whose baselines have all finished; otherwise parks it.
@@ -384,7 +375,7 @@ RunResult run_cases(const std::vector<const Case*>& cases, const RunOptions& opt
         eta = std::max(eta, o.start_s + o.expected_s - now_s());
       }
       std::fprintf(stderr, "\r\033[K%zu/%zu done, %zu running, elapsed %s, ETA >= %s", done, run.cases.size(),
-                   active.size(), format_seconds(now_s()).c_str(), format_seconds(std::max(0.0, eta)).c_str());
+                   active.size(), human_seconds(now_s()).c_str(), human_seconds(std::max(0.0, eta)).c_str());
       std::fflush(stderr);
     }
     ::usleep(2000);

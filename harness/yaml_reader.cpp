@@ -149,11 +149,6 @@ std::optional<std::string> read_string(const ReadContext& ctx, const YAML::Node&
   return substitute(ctx, node, node.Scalar());
 }
 
-std::optional<std::string> read_scalar_text(const ReadContext& ctx, const YAML::Node& node,
-                                            const std::string& what) {
-  return read_string(ctx, node, what);
-}
-
 std::optional<long long> read_int(const ReadContext& ctx, const YAML::Node& node, const std::string& what,
                                   long long min_value) {
   auto text = read_string(ctx, node, what);

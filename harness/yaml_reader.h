@@ -84,8 +84,6 @@ std::optional<double> read_number(const ReadContext& ctx, const YAML::Node& node
 std::optional<bool> read_bool(const ReadContext& ctx, const YAML::Node& node, const std::string& what);
 std::optional<std::vector<std::string>> read_string_list(const ReadContext& ctx, const YAML::Node& node,
                                                          const std::string& what);
-// A scalar as the command line will see it: true/false stay words, numbers stay as written.
-std::optional<std::string> read_scalar_text(const ReadContext& ctx, const YAML::Node& node, const std::string& what);
 
 // Substitutes `${{ matrix.<name> }}`; an unknown name is reported at `node`.
 std::string substitute(const ReadContext& ctx, const YAML::Node& node, const std::string& text);
