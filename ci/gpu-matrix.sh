@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# On a GPU machine: builds meshtest and meshtrain (CUDA preset) and runs one matrix over
+# NCCL; the reports and rank logs (not checkpoints) are copied to $OUT/<name>.
+# Usage: ci/gpu-matrix.sh NAME MATRIX.yaml [meshtest run options...]
+#   e.g. ci/gpu-matrix.sh resharding-4gpu test_matrix/resharding.yaml --ngpu 4
+set -uo pipefail
+cd "$(dirname "$0")/.."
+source ci/gpu-env.sh
+name=$1 matrix=$2
+shift 2
+gpu_build meshtest meshtrain
+out=${OUT:-build/cuda/results}/$name
+run_dir=build/cuda/matrix-$name
+rm -rf "$run_dir"
+mkdir -p "$out"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | head -n 1 > "$out/gpu.txt"
+build/cuda/meshtest run "$matrix" --backend nccl --out "$run_dir" --grace 10 "$@" 2>&1 | tee "$out/meshtest.log" | tail -n 60
+rc=${PIPESTATUS[0]}
+dest=$(cd "$out" && pwd)
+(cd "$run_dir" && find . \( -name 'rank*.log' -o -name 'rank*.json' -o -name metrics.jsonl -o -name generate.json \
+   -o -name summary.json -o -name junit.xml -o -name 'TEST-*.xml' -o -name state_dict_keys.json \) \
+   -not -path '*/checkpoint/*' -exec cp --parents {} "$dest/" \;)
+echo "gpu-matrix: $name exit $rc"
+exit "$rc"
