@@ -8,23 +8,9 @@
 # .deps/include/CLI before sending the tree (see docs/building.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# NVLink multicast stays off on shared hosts (see docs/building.md).
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-
+source ci/gpu-env.sh
 out=${OUT:-build/cuda/results}
 mkdir -p "$out"
-TORCH_CMAKE_PREFIX=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
-export TORCH_CMAKE_PREFIX
-NCCL_ROOT=$(python3 - <<'PY'
-import glob, os, site
-for d in site.getsitepackages():
-    hits = glob.glob(os.path.join(d, "nvidia", "**", "include", "nccl.h"), recursive=True)
-    if hits:
-        print(os.path.dirname(os.path.dirname(hits[0])))
-        break
-PY
-)
-export NCCL_ROOT
 echo "gpu-build: torch $(python3 -c 'import torch; print(torch.__version__)'), NCCL headers in ${NCCL_ROOT:-?}"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
 

@@ -4,12 +4,8 @@
 # Prints the worst relative loss / grad_norm difference and digest difference per layout.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-TORCH_CMAKE_PREFIX=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
-NCCL_ROOT=$(python3 -c 'import glob,os,site; h=[p for d in site.getsitepackages() for p in glob.glob(os.path.join(d,"nvidia","**","include","nccl.h"),recursive=True)]; print(os.path.dirname(os.path.dirname(h[0])))')
-export TORCH_CMAKE_PREFIX NCCL_ROOT
-cmake --preset cuda >/dev/null
-cmake --build --preset cuda -j "$(nproc)" --target meshtrain | tail -n 1
+source ci/gpu-env.sh
+gpu_build meshtrain
 ngpu=$(nvidia-smi -L | wc -l)
 bin=build/cuda/meshtrain
 common=(--model debugmodel --steps 20 --seed 7 --seq-len 256 --global-batch-size 8 --deterministic --quiet)

@@ -12,6 +12,7 @@
 #include <map>
 #include <sstream>
 #include <stdexcept>
+#include <thread>
 
 #include "hash.h"
 #include "placement.h"
@@ -49,12 +50,60 @@ void write_all(int fd, const void* data, size_t size, const std::string& path) {
   }
 }
 
-// Writes a file completely and durably, or throws: the caller's folder is temporary.
+// A file written from start to end and made durable, or an exception: the caller's
+// folder is temporary, so a failure leaves nothing that looks complete.
+class DurableFile {
+ public:
+  explicit DurableFile(std::string path) : path_(std::move(path)) {
+    fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd_ < 0) fail("checkpoint: cannot create '" + path_ + "': " + std::strerror(errno));
+  }
+  ~DurableFile() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  void append(const void* data, size_t size) {
+    write_all(fd_, data, size, path_);
+    size_ += static_cast<int64_t>(size);
+  }
+  int64_t size() const { return size_; }
+  void sync_and_close() {
+    const int fd = fd_;
+    fd_ = -1;
+    if (::fsync(fd) != 0 || ::close(fd) != 0) fail("checkpoint: cannot sync '" + path_ + "': " + std::strerror(errno));
+  }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  int64_t size_ = 0;
+};
+
 void write_file(const std::string& path, const std::string& bytes) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) fail("checkpoint: cannot create '" + path + "': " + std::strerror(errno));
-  write_all(fd, bytes.data(), bytes.size(), path);
-  if (::fsync(fd) != 0 || ::close(fd) != 0) fail("checkpoint: cannot sync '" + path + "': " + std::strerror(errno));
+  DurableFile f(path);
+  f.append(bytes.data(), bytes.size());
+  f.sync_and_close();
+}
+
+// The checksum of every `leaf`-byte leaf of `length` bytes (the last leaf may be short).
+// Large chunks are split over threads: one core hashes a few GB/s, a 1B model's
+// checkpoint is 15 GB.
+std::vector<uint64_t> leaf_sums(const char* p, int64_t length, int64_t leaf) {
+  const int64_t leaves = (length + leaf - 1) / leaf;
+  std::vector<uint64_t> sums(static_cast<size_t>(leaves));
+  auto hash_range = [&](int64_t first, int64_t last) {
+    for (int64_t l = first; l < last; ++l)
+      sums[static_cast<size_t>(l)] =
+          mix64(p + l * leaf, static_cast<size_t>(std::min(leaf, length - l * leaf)));
+  };
+  const int64_t threads = std::min<int64_t>({8, std::max(1u, std::thread::hardware_concurrency()),
+                                             1 + length / (64 << 20)});
+  std::vector<std::thread> pool;
+  const int64_t per = (leaves + threads - 1) / threads;
+  for (int64_t t = 1; t < threads; ++t)
+    pool.emplace_back(hash_range, std::min(leaves, t * per), std::min(leaves, (t + 1) * per));
+  hash_range(0, std::min(leaves, per));
+  for (auto& th : pool) th.join();
+  return sums;
 }
 
 std::string read_text(const std::string& path) {
@@ -143,19 +192,27 @@ class ChunkReader {
       fail("checkpoint: '" + path_ + "': key '" + key_ + "' needs bytes past its chunk");
     const int64_t first = offset / leaf_, last = (offset + bytes - 1) / leaf_;
     const int64_t lo = first * leaf_, hi = std::min(length_, (last + 1) * leaf_);
-    std::string data(static_cast<size_t>(hi - lo), '\0');
     std::vector<uint64_t> sums(static_cast<size_t>(last - first + 1));
-    read_exactly(data.data(), hi - lo, base_ + lo);
     read_exactly(reinterpret_cast<char*>(sums.data()), static_cast<int64_t>(sums.size()) * kHashBytes,
                  hashes_at_ + first * kHashBytes);
-    for (int64_t l = first; l <= last; ++l) {
-      const int64_t at = (l - first) * leaf_, size = std::min(leaf_, hi - lo - at);
-      if (mix64(data.data() + at, static_cast<size_t>(size)) != sums[static_cast<size_t>(l - first)])
-        fail("checkpoint: '" + path_ + "': checksum mismatch in key '" + key_ + "' (bytes " +
-             std::to_string(base_ + l * leaf_) + ".." + std::to_string(base_ + l * leaf_ + size) +
-             "): the file is corrupt");
+    // Whole leaves are read straight into place; a partial leaf goes through a buffer.
+    const bool whole_leaves = offset == lo && offset + bytes == hi;
+    std::string buffer;
+    char* data = out;
+    if (!whole_leaves) {
+      buffer.resize(static_cast<size_t>(hi - lo));
+      data = buffer.data();
     }
-    std::memcpy(out, data.data() + (offset - lo), static_cast<size_t>(bytes));
+    read_exactly(data, hi - lo, base_ + lo);
+    const auto actual = leaf_sums(data, hi - lo, leaf_);
+    for (size_t i = 0; i < sums.size(); ++i) {
+      if (actual[i] == sums[i]) continue;
+      const int64_t l = first + static_cast<int64_t>(i), size = std::min(leaf_, length_ - l * leaf_);
+      fail("checkpoint: '" + path_ + "': checksum mismatch in key '" + key_ + "' (bytes " +
+           std::to_string(base_ + l * leaf_) + ".." + std::to_string(base_ + l * leaf_ + size) +
+           "): the file is corrupt");
+    }
+    if (!whole_leaves) std::memcpy(out, data + (offset - lo), static_cast<size_t>(bytes));
   }
 
  private:
@@ -230,9 +287,10 @@ void Checkpointer::save(int64_t step, const std::vector<CheckpointTensor>& tenso
   }
   groups_.world->barrier();
 
-  // This rank's data file: the chunks it owns, back to back, raw little-endian float32.
+  // This rank's data file: the chunks it owns, back to back, raw little-endian float32,
+  // each followed by its leaf checksums. Written as it is produced, one tensor in memory.
   const std::string file = "__" + std::to_string(rank_) + "_0.distcp";
-  std::string bytes;
+  DurableFile data_file(tmp + "/" + file);
   json entries = json::object();
   for (const auto& t : tensors) {
     const Chunk& c = t.layout->chunk;
@@ -246,10 +304,8 @@ void Checkpointer::save(int64_t step, const std::vector<CheckpointTensor>& tenso
     auto data = t.local.detach().to(torch::kCPU, torch::kFloat32).contiguous();
     const auto* p = static_cast<const char*>(data.data_ptr());
     const int64_t length = static_cast<int64_t>(data.nbytes());
-    std::vector<uint64_t> sums;
-    for (int64_t b = 0; b < length; b += kLeafBytes)
-      sums.push_back(mix64(p + b, static_cast<size_t>(std::min(kLeafBytes, length - b))));
-    const int64_t at = static_cast<int64_t>(bytes.size());
+    const auto sums = leaf_sums(p, length, kLeafBytes);
+    const int64_t at = data_file.size();
     entries[saved_key(t.key)] = {{"shape", t.layout->global_shape},
                                  {"offsets", c.offsets},
                                  {"sizes", c.sizes},
@@ -258,11 +314,11 @@ void Checkpointer::save(int64_t step, const std::vector<CheckpointTensor>& tenso
                                  {"byte_length", length},
                                  {"leaf_bytes", kLeafBytes},
                                  {"hash_offset", at + length}};
-    bytes.append(p, static_cast<size_t>(length));
-    bytes.append(reinterpret_cast<const char*>(sums.data()), sums.size() * kHashBytes);
+    data_file.append(p, static_cast<size_t>(length));
+    data_file.append(sums.data(), sums.size() * kHashBytes);
   }
-  write_file(tmp + "/" + file, bytes);
-  io_.bytes_written += static_cast<int64_t>(bytes.size());
+  io_.bytes_written += data_file.size();
+  data_file.sync_and_close();
   write_file(tmp + "/rank" + std::to_string(rank_) + ".plan.json", json{{"tensors", entries}, {"objects", objects}}.dump());
   groups_.world->barrier();
 
@@ -376,7 +432,7 @@ json Checkpointer::load(int64_t step, const std::vector<CheckpointTensor>& tenso
            ", current " + shape_str(t.layout->global_shape));
     const Chunk& want = t.layout->chunk;
     const Box mine = box_of(want.offsets, want.sizes);
-    auto local = torch::zeros(want.sizes, torch::kFloat32);
+    auto local = torch::empty(want.sizes, torch::kFloat32);  // every element is read below
     auto* out = static_cast<char*>(local.data_ptr());
     const auto local_strides = strides_of(want.sizes);
     int64_t filled = 0;

@@ -1,5 +1,6 @@
 #include "comm.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <stdexcept>
 
@@ -40,6 +41,15 @@ torch::Tensor pad_rows(const torch::Tensor& t, int64_t rows) {
   return padded;
 }
 
+}  // namespace
+
+CommVolume& comm_volume() {
+  static CommVolume volume;
+  return volume;
+}
+
+namespace {
+
 class SelfComm : public Comm {
  public:
   int rank() const override { return 0; }
@@ -79,12 +89,27 @@ class C10dComm : public Comm {
     if (needs_wire_cast(local)) return all_gather_dim0(local.to(torch::kFloat32), sizes).to(local.scalar_type());
     // Collectives need equal sizes: pad every piece to the largest, gather, unpad.
     const int64_t rows = max_of(sizes);
-    std::vector<torch::Tensor> input{pad_rows(local, rows)};
+    auto input = pad_rows(local, rows);
+#ifdef MESHTEST_CUDA
+    // NCCL: one gather into one flat buffer, which is the result when nothing was padded.
+    auto shape = input.sizes().vec();
+    shape[0] = rows * size_;
+    auto gathered = torch::empty(shape, input.options());
+    backend_->_allgather_base(gathered, input)->wait();
+    comm_volume().all_gather_bytes += static_cast<int64_t>(gathered.nbytes());
+    if (std::all_of(sizes.begin(), sizes.end(), [&](int64_t s) { return s == rows; })) return gathered;
+    std::vector<torch::Tensor> pieces;
+    for (int i = 0; i < size_; ++i) pieces.push_back(gathered.narrow(0, i * rows, sizes[i]));
+#else
+    // Gloo in LibTorch 1.13 gathers into a list only.
+    std::vector<torch::Tensor> inputs{input};
     std::vector<std::vector<torch::Tensor>> output(1);
-    for (int i = 0; i < size_; ++i) output[0].push_back(torch::empty_like(input[0]));
-    backend_->allgather(output, input)->wait();
+    for (int i = 0; i < size_; ++i) output[0].push_back(torch::empty_like(input));
+    backend_->allgather(output, inputs)->wait();
+    comm_volume().all_gather_bytes += static_cast<int64_t>(input.nbytes()) * size_;
     std::vector<torch::Tensor> pieces;
     for (int i = 0; i < size_; ++i) pieces.push_back(output[0][i].narrow(0, 0, sizes[i]));
+#endif
     return torch::cat(pieces, 0);
   }
 
@@ -107,11 +132,12 @@ class C10dComm : public Comm {
     c10d::ReduceScatterOptions opts;
     opts.reduceOp = c10d::ReduceOp::SUM;
     backend_->_reduce_scatter_base(output, input, opts)->wait();
+    comm_volume().reduce_scatter_bytes += static_cast<int64_t>(input.nbytes());
     return output.narrow(0, 0, sizes[rank_]);
 #else
     // Gloo in LibTorch 1.13 has no reduce-scatter: all-reduce, keep our rows.
     auto summed = full.contiguous().clone();
-    all_reduce_sum(summed);
+    all_reduce_sum(summed);  // counted as an all-reduce
     return summed.narrow(0, offset, sizes[rank_]).clone();
 #endif
   }
@@ -139,6 +165,7 @@ class C10dComm : public Comm {
     c10d::AllreduceOptions opts;
     opts.reduceOp = op;
     backend_->allreduce(tensors, opts)->wait();
+    comm_volume().all_reduce_bytes += static_cast<int64_t>(t.nbytes());
   }
 
   c10::intrusive_ptr<compat::Backend> backend_;

@@ -52,6 +52,17 @@ class Comm {
   virtual void barrier() = 0;
 };
 
+// Bytes this process's collectives produced (all-gather: the gathered output;
+// reduce-scatter: the input reduced; all-reduce: the tensor), counted over groups of
+// two or more ranks since the last reset. tools/bench divides them by the NCCL kernel
+// time in a step's trace to get bus bandwidth.
+struct CommVolume {
+  int64_t all_gather_bytes = 0;
+  int64_t reduce_scatter_bytes = 0;
+  int64_t all_reduce_bytes = 0;
+};
+CommVolume& comm_volume();
+
 // The process groups of one job: the world and one group per mesh dimension.
 struct MeshGroups {
   MeshShape shape;

@@ -51,6 +51,21 @@ inline torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tenso
 #endif
 }
 
+// torch.optim.AdamW(fused=True)'s kernel: one launch updates every parameter on a device.
+#if TORCH_VERSION_MAJOR >= 2
+constexpr bool kHasFusedAdamW = true;
+inline void fused_adamw(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs,
+                        at::TensorList exp_avg_sqs, at::TensorList steps, double lr, double beta1, double beta2,
+                        double weight_decay, double eps) {
+  at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, /*max_exp_avg_sqs=*/{}, steps, lr, beta1, beta2,
+                    weight_decay, eps, /*amsgrad=*/false, /*maximize=*/false);
+}
+#else
+constexpr bool kHasFusedAdamW = false;
+inline void fused_adamw(at::TensorList, at::TensorList, at::TensorList, at::TensorList, at::TensorList, double,
+                        double, double, double, double) {}
+#endif
+
 // Peak bytes allocated on a CUDA device by the caching allocator; 0 on the CPU.
 inline int64_t device_peak_bytes(const torch::Device& device) {
 #ifdef MESHTEST_CUDA

@@ -80,6 +80,8 @@ void add_train_options(CLI::App& cmd, meshtrain::TrainConfig& c) {
   cmd.add_flag("--deterministic", c.deterministic,
                "Use deterministic CUDA kernels, so reruns give bitwise-identical losses (slower)");
   cmd.add_flag("--quiet", c.quiet, "Print no loss table");
+  cmd.add_option("--profile-step", c.profile_step,
+                 "Trace this step's CPU ops and GPU kernels (CUDA builds) to <dump-folder>/trace_step<N>_rank<R>.json");
   std::string faults;
   for (const auto& n : meshtrain::fault_names()) faults += (faults.empty() ? "" : "|") + n;
   cmd.add_option("--inject-fault", c.inject_fault,

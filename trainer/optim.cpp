@@ -2,12 +2,17 @@
 
 #include <cmath>
 
+#include "compat.h"
+
 namespace meshtrain {
 
 AdamW::AdamW(std::vector<std::pair<std::string, torch::Tensor>> named_params, AdamWConfig config)
     : params_(std::move(named_params)), config_(config) {
   for (const auto& [name, p] : params_)
     state_[name] = State{torch::zeros_like(p, torch::kFloat32), torch::zeros_like(p, torch::kFloat32)};
+  fused_ = compat::kHasFusedAdamW && !params_.empty();
+  for (const auto& [name, p] : params_) fused_ = fused_ && p.is_cuda() && p.scalar_type() == torch::kFloat32;
+  if (fused_) step_tensor_ = torch::zeros({}, params_.front().second.options());
 }
 
 void AdamW::step(double lr) {
@@ -17,6 +22,19 @@ void AdamW::step(double lr) {
   const double bias2 = 1.0 - std::pow(config_.beta2, static_cast<double>(step_));
   const double step_size = lr / bias1;
   const double bias2_sqrt = std::sqrt(bias2);
+  if (fused_) {
+    std::vector<torch::Tensor> ps, grads, exp_avgs, exp_avg_sqs, steps;
+    for (auto& [name, p] : params_) {
+      if (!p.grad().defined()) continue;
+      ps.push_back(p), grads.push_back(p.grad());
+      exp_avgs.push_back(state_.at(name).exp_avg), exp_avg_sqs.push_back(state_.at(name).exp_avg_sq);
+      steps.push_back(step_tensor_);
+    }
+    step_tensor_.fill_(static_cast<double>(step_));
+    compat::fused_adamw(ps, grads, exp_avgs, exp_avg_sqs, steps, lr, config_.beta1, config_.beta2,
+                        config_.weight_decay, config_.eps);
+    return;
+  }
   for (auto& [name, p] : params_) {
     auto grad = p.grad();
     if (!grad.defined()) continue;

@@ -19,8 +19,10 @@ struct AdamWConfig {
   double weight_decay = 0.1;
 };
 
-// Decoupled weight decay Adam, the same arithmetic as torch.optim.AdamW
-// (foreach=False): p -= lr*wd*p; then the bias-corrected Adam update.
+// Decoupled weight decay Adam, the same arithmetic as torch.optim.AdamW: p -= lr*wd*p;
+// then the bias-corrected Adam update. On CUDA with LibTorch 2.x one fused kernel
+// updates every parameter (torch.optim.AdamW(fused=True)); elsewhere a loop per
+// parameter (foreach=False).
 class AdamW {
  public:
   struct State {
@@ -45,6 +47,8 @@ class AdamW {
   AdamWConfig config_;
   std::map<std::string, State> state_;
   int64_t step_ = 0;
+  bool fused_ = false;
+  torch::Tensor step_tensor_;  // the fused kernel reads the step count from device memory
 };
 
 // torchtitan's linear warmup then linear decay: step s (1-based) of `total`.

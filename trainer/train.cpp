@@ -16,6 +16,7 @@
 #include "model.h"
 #include "optim.h"
 #include "parallelize.h"
+#include "profile.h"
 #include "outputs.h"
 
 namespace meshtrain {
@@ -222,6 +223,12 @@ int train(const TrainConfig& cfg) {
   std::vector<double> tokens_per_s;
   const int64_t last_step = cfg.stop_at >= 0 ? std::min(cfg.stop_at, cfg.steps) : cfg.steps;
   for (int64_t step = start_step + 1; step <= last_step; ++step) {
+    const bool traced = step == cfg.profile_step;
+    if (traced) {
+      compat::synchronize(device);
+      start_trace();
+    }
+    comm_volume() = CommVolume{};
     const auto t0 = std::chrono::steady_clock::now();
     const double lr = lr_at(step - lr_step_offset, cfg.steps - lr_step_offset, cfg.warmup_steps, cfg.lr);
 
@@ -249,6 +256,7 @@ int train(const TrainConfig& cfg) {
     const double loss_value = loss.item<double>();
     compat::synchronize(device);
     const double step_time = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (traced) stop_trace(cfg.dump_folder + "/trace_step" + std::to_string(step) + "_rank" + std::to_string(env.rank) + ".json");
     const int64_t tokens = global_batch * cfg.seq_len;
     tokens_per_s.push_back(tokens / step_time);
     if (is_logger) {
@@ -259,7 +267,10 @@ int train(const TrainConfig& cfg) {
                             {"tokens", tokens},
                             {"step_time_s", step_time},
                             {"tokens_per_s", tokens / step_time},
-                            {"host_peak_rss_bytes", host_peak_rss_bytes()}};
+                            {"host_peak_rss_bytes", host_peak_rss_bytes()},
+                            {"comm_bytes", {{"all_gather", comm_volume().all_gather_bytes},
+                                            {"reduce_scatter", comm_volume().reduce_scatter_bytes},
+                                            {"all_reduce", comm_volume().all_reduce_bytes}}}};
       if (device.is_cuda()) row["device_peak_bytes"] = compat::device_peak_bytes(device);
       metrics->write(row);
       if (!cfg.quiet)

@@ -43,6 +43,7 @@ struct TrainConfig {
   double timeout_s = 300;
   bool deterministic = false;  // deterministic kernels on CUDA (CPU kernels already are)
   bool quiet = false;
+  int64_t profile_step = -1;  // a step to trace with Kineto (profile.h), written to the dump folder
   std::string inject_fault = "none";  // test-only: plant a known bug (faults.h)
   // `meshtrain generate`: load the checkpoint, greedy-decode, write generate.json, no training.
   bool generate = false;

@@ -1,6 +1,7 @@
 // AdamW against torch::optim::AdamW, the schedule's values, and clipping.
 #include <gtest/gtest.h>
 
+#include "compat.h"
 #include "optim.h"
 
 using namespace meshtrain;
@@ -25,6 +26,36 @@ TEST(AdamW, MatchesTorchAdamW) {
   EXPECT_EQ(opt.steps_taken(), 10);
   EXPECT_EQ(opt.state_bytes(), 2 * 15 * 4);
   EXPECT_TRUE(opt.state().at("w").exp_avg.abs().sum().item<double>() > 0);
+}
+
+// The fused CUDA kernel (one launch for all parameters) against the per-parameter loop
+// on the same values, including a resume: the step count set by set_steps_taken.
+TEST(AdamW, FusedCudaKernelMatchesTheLoop) {
+  if (!torch::cuda::is_available() || !compat::kHasFusedAdamW) GTEST_SKIP() << "needs CUDA and LibTorch 2.x";
+  torch::manual_seed(0);
+  std::vector<std::pair<std::string, torch::Tensor>> on_gpu, on_cpu;
+  for (auto name : {"a", "b"}) {
+    auto w = torch::randn({37, 5});
+    on_cpu.emplace_back(name, w.clone().requires_grad_(true));
+    on_gpu.emplace_back(name, w.to(torch::kCUDA).requires_grad_(true));
+  }
+  AdamWConfig cfg;
+  AdamW fused(on_gpu, cfg), loop(on_cpu, cfg);
+  fused.set_steps_taken(3), loop.set_steps_taken(3);
+  for (int step = 0; step < 10; ++step) {
+    for (size_t i = 0; i < on_cpu.size(); ++i) {
+      auto grad = torch::randn({37, 5});
+      on_cpu[i].second.mutable_grad() = grad.clone();
+      on_gpu[i].second.mutable_grad() = grad.to(torch::kCUDA);
+    }
+    fused.step(cfg.lr * (step + 1));
+    loop.step(cfg.lr * (step + 1));
+    for (size_t i = 0; i < on_cpu.size(); ++i) {
+      ASSERT_TRUE(torch::allclose(on_gpu[i].second.cpu(), on_cpu[i].second, 1e-5, 1e-7)) << "step " << step;
+      ASSERT_TRUE(torch::allclose(fused.state().at(on_cpu[i].first).exp_avg_sq.cpu(),
+                                  loop.state().at(on_cpu[i].first).exp_avg_sq, 1e-5, 1e-12));
+    }
+  }
 }
 
 TEST(LrSchedule, LinearWarmupThenLinearDecay) {
