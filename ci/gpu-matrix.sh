@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On a GPU machine: builds meshtest and meshtrain (CUDA preset) and runs one matrix over
-# NCCL; the reports and rank logs (not checkpoints) are copied to $OUT/<name>.
+# NCCL; the reports and rank logs (not checkpoints) are archived to $OUT/<name>.tgz.
 # Usage: ci/gpu-matrix.sh NAME MATRIX.yaml [meshtest run options...]
 #   e.g. ci/gpu-matrix.sh resharding-4gpu test_matrix/resharding.yaml --ngpu 4
 set -uo pipefail
@@ -20,5 +20,7 @@ dest=$(cd "$out" && pwd)
 (cd "$run_dir" && find . \( -name 'rank*.log' -o -name 'rank*.json' -o -name metrics.jsonl -o -name generate.json \
    -o -name summary.json -o -name junit.xml -o -name 'TEST-*.xml' -o -name state_dict_keys.json \) \
    -not -path '*/checkpoint/*' -exec cp --parents {} "$dest/" \;)
-echo "gpu-matrix: $name exit $rc"
+# The device tool returns at most 8 files: one archive per matrix.
+(cd "$(dirname "$dest")" && tar czf "$name.tgz" "$name" && rm -rf "$name")
+echo "gpu-matrix: $name exit $rc (reports in $(dirname "$dest")/$name.tgz)"
 exit "$rc"

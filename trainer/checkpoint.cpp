@@ -13,6 +13,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <thread>
+#include <atomic>
 
 #include "hash.h"
 #include "placement.h"
@@ -24,10 +25,10 @@ using nlohmann::json;
 
 namespace {
 
-// A checksum per 64-byte leaf of a chunk, stored after the chunk's bytes in the same
-// file: a reshard that needs a 64-byte column slice of every row reads those bytes and
-// their checksums (1/8 more), not whole blocks of rows.
-constexpr int64_t kLeafBytes = 64;
+// A checksum per leaf of a chunk (64 bytes to 4 KiB: leaf_bytes_for), stored after the
+// chunk's bytes in the same file: a reshard that needs a column slice of every row reads
+// those bytes and their checksums, not whole blocks of rows.
+constexpr int64_t kMinLeafBytes = 64, kMaxLeafBytes = 4096;
 constexpr int64_t kHashBytes = 8;
 const std::string kMetadata = ".metadata";
 
@@ -84,26 +85,50 @@ void write_file(const std::string& path, const std::string& bytes) {
   f.sync_and_close();
 }
 
+// Checksum granularity of a chunk: an eighth of its innermost row, so a reshard that
+// splits rows over up to 8 ranks reads whole leaves; a power of two from 64 bytes (the
+// 1/8 overhead of small models) to 4 KiB (1/512 for wide rows).
+int64_t leaf_bytes_for(const std::vector<int64_t>& sizes) {
+  const int64_t row_bytes = (sizes.empty() ? 1 : sizes.back()) * 4;
+  int64_t leaf = kMinLeafBytes;
+  while (leaf * 2 <= std::min<int64_t>(kMaxLeafBytes, row_bytes / 8)) leaf *= 2;
+  return leaf;
+}
+
+// Runs fn(first, last) over the leaves [0, leaves) in up to 8 contiguous ranges, one
+// thread each, when there are many bytes: one core reads the page cache or hashes at a
+// few GB/s, and a 1B model's checkpoint is 18 GB. fn must not throw.
+template <class Fn>
+void for_leaf_ranges(int64_t leaves, int64_t bytes, Fn fn) {
+  const int64_t threads = std::max<int64_t>(
+      1, std::min<int64_t>({8, std::max(1u, std::thread::hardware_concurrency()), 1 + bytes / (64 << 20), leaves}));
+  const int64_t per = (leaves + threads - 1) / threads;
+  std::vector<std::thread> pool;
+  for (int64_t t = 1; t < threads; ++t) pool.emplace_back(fn, std::min(leaves, t * per), std::min(leaves, (t + 1) * per));
+  fn(0, std::min(leaves, per));
+  for (auto& th : pool) th.join();
+}
+
 // The checksum of every `leaf`-byte leaf of `length` bytes (the last leaf may be short).
-// Large chunks are split over threads: one core hashes a few GB/s, a 1B model's
-// checkpoint is 15 GB.
 std::vector<uint64_t> leaf_sums(const char* p, int64_t length, int64_t leaf) {
   const int64_t leaves = (length + leaf - 1) / leaf;
   std::vector<uint64_t> sums(static_cast<size_t>(leaves));
-  auto hash_range = [&](int64_t first, int64_t last) {
+  for_leaf_ranges(leaves, length, [&](int64_t first, int64_t last) {
     for (int64_t l = first; l < last; ++l)
-      sums[static_cast<size_t>(l)] =
-          mix64(p + l * leaf, static_cast<size_t>(std::min(leaf, length - l * leaf)));
-  };
-  const int64_t threads = std::min<int64_t>({8, std::max(1u, std::thread::hardware_concurrency()),
-                                             1 + length / (64 << 20)});
-  std::vector<std::thread> pool;
-  const int64_t per = (leaves + threads - 1) / threads;
-  for (int64_t t = 1; t < threads; ++t)
-    pool.emplace_back(hash_range, std::min(leaves, t * per), std::min(leaves, (t + 1) * per));
-  hash_range(0, std::min(leaves, per));
-  for (auto& th : pool) th.join();
+      sums[static_cast<size_t>(l)] = mix64(p + l * leaf, static_cast<size_t>(std::min(leaf, length - l * leaf)));
+  });
   return sums;
+}
+
+// pread until `size` bytes or the end of the file (one call returns at most ~2 GiB).
+int64_t pread_fully(int fd, char* out, int64_t size, int64_t at) {
+  int64_t done = 0;
+  while (done < size) {
+    const ssize_t n = ::pread(fd, out + done, static_cast<size_t>(size - done), at + done);
+    if (n <= 0) break;
+    done += n;
+  }
+  return done;
 }
 
 std::string read_text(const std::string& path) {
@@ -203,8 +228,23 @@ class ChunkReader {
       buffer.resize(static_cast<size_t>(hi - lo));
       data = buffer.data();
     }
-    read_exactly(data, hi - lo, base_ + lo);
-    const auto actual = leaf_sums(data, hi - lo, leaf_);
+    // Read and check in parallel ranges of whole leaves: the data is hashed while it is
+    // still in the reading core's cache.
+    const int64_t leaves = last - first + 1;
+    std::vector<uint64_t> actual(static_cast<size_t>(leaves));
+    std::atomic<bool> short_read{false};
+    open_file();
+    for_leaf_ranges(leaves, hi - lo, [&](int64_t a, int64_t b) {
+      if (a >= b) return;
+      const int64_t from = a * leaf_, to = std::min(hi - lo, b * leaf_);
+      if (pread_fully(fd_, data + from, to - from, base_ + lo + from) != to - from) short_read = true;
+      if (short_read) return;
+      for (int64_t l = a; l < b; ++l)
+        actual[static_cast<size_t>(l)] =
+            mix64(data + l * leaf_, static_cast<size_t>(std::min(leaf_, hi - lo - l * leaf_)));
+    });
+    if (short_read) truncated(base_ + lo, base_ + hi);
+    io_.bytes_read += hi - lo;
     for (size_t i = 0; i < sums.size(); ++i) {
       if (actual[i] == sums[i]) continue;
       const int64_t l = first + static_cast<int64_t>(i), size = std::min(leaf_, length_ - l * leaf_);
@@ -216,20 +256,24 @@ class ChunkReader {
   }
 
  private:
+  void open_file() {
+    if (fd_ >= 0) return;
+    fd_ = ::open(path_.c_str(), O_RDONLY);
+    if (fd_ < 0) fail("checkpoint: cannot open '" + path_ + "' for key '" + key_ + "': " + std::strerror(errno));
+  }
+  [[noreturn]] void truncated(int64_t from, int64_t to) const {
+    fail("checkpoint: '" + path_ + "' is truncated: key '" + key_ + "' needs bytes " + std::to_string(from) + ".." +
+         std::to_string(to));
+  }
   void read_exactly(char* out, int64_t size, int64_t at) {
-    if (fd_ < 0) {
-      fd_ = ::open(path_.c_str(), O_RDONLY);
-      if (fd_ < 0) fail("checkpoint: cannot open '" + path_ + "' for key '" + key_ + "': " + std::strerror(errno));
-    }
-    if (::pread(fd_, out, static_cast<size_t>(size), at) != size)
-      fail("checkpoint: '" + path_ + "' is truncated: key '" + key_ + "' needs bytes " + std::to_string(at) + ".." +
-           std::to_string(at + size));
+    open_file();
+    if (pread_fully(fd_, out, size, at) != size) truncated(at, at + size);
     io_.bytes_read += size;
   }
 
   std::string key_, path_;
   CheckpointIo& io_;
-  int64_t base_ = 0, length_ = 0, leaf_ = kLeafBytes, hashes_at_ = 0;
+  int64_t base_ = 0, length_ = 0, leaf_ = kMinLeafBytes, hashes_at_ = 0;
   int fd_ = -1;
 };
 
@@ -304,7 +348,8 @@ void Checkpointer::save(int64_t step, const std::vector<CheckpointTensor>& tenso
     auto data = t.local.detach().to(torch::kCPU, torch::kFloat32).contiguous();
     const auto* p = static_cast<const char*>(data.data_ptr());
     const int64_t length = static_cast<int64_t>(data.nbytes());
-    const auto sums = leaf_sums(p, length, kLeafBytes);
+    const int64_t leaf = leaf_bytes_for(c.sizes);
+    const auto sums = leaf_sums(p, length, leaf);
     const int64_t at = data_file.size();
     entries[saved_key(t.key)] = {{"shape", t.layout->global_shape},
                                  {"offsets", c.offsets},
@@ -312,7 +357,7 @@ void Checkpointer::save(int64_t step, const std::vector<CheckpointTensor>& tenso
                                  {"file", file},
                                  {"byte_offset", at},
                                  {"byte_length", length},
-                                 {"leaf_bytes", kLeafBytes},
+                                 {"leaf_bytes", leaf},
                                  {"hash_offset", at + length}};
     data_file.append(p, static_cast<size_t>(length));
     data_file.append(sums.data(), sums.size() * kHashBytes);

@@ -33,21 +33,27 @@ using Backend = c10d::Backend;
 using Backend = c10d::ProcessGroup;
 #endif
 
-constexpr bool kHasSdpa = TORCH_VERSION_MAJOR >= 2;
-
-// Causal attention over [B, H, T, D] tensors. 2.x dispatches to the flash /
-// memory-efficient kernels; 1.13 has no public SDPA, so the plain formula runs.
+// Causal attention of q [B, H, T, D] over k, v [B, K, T, D], H a multiple of K: each kv
+// head serves H/K consecutive query heads (torchtitan's repeat_kv). From 2.5 the flash
+// kernel reads the shared kv heads itself (enable_gqa); before, they are repeated; 1.13
+// has no public SDPA, so the plain formula runs.
 inline torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k,
                                       const torch::Tensor& v) {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
+  return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true,
+                                          /*scale=*/c10::nullopt, /*enable_gqa=*/k.size(1) != q.size(1));
+#else
+  const auto n_rep = q.size(1) / k.size(1);
+  const auto kr = k.repeat_interleave(n_rep, /*dim=*/1), vr = v.repeat_interleave(n_rep, /*dim=*/1);
 #if TORCH_VERSION_MAJOR >= 2
-  return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0,
-                                          /*is_causal=*/true);
+  return at::scaled_dot_product_attention(q, kr, vr, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true);
 #else
   const auto T = q.size(-2);
-  auto scores = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(q.size(-1)));
+  auto scores = torch::matmul(q, kr.transpose(-2, -1)) / std::sqrt(static_cast<double>(q.size(-1)));
   auto mask = torch::ones({T, T}, torch::dtype(torch::kBool).device(q.device())).triu(1);
   scores = scores.masked_fill(mask, -std::numeric_limits<float>::infinity());
-  return torch::matmul(torch::softmax(scores, -1), v);
+  return torch::matmul(torch::softmax(scores, -1), vr);
+#endif
 #endif
 }
 

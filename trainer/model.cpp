@@ -32,20 +32,15 @@ std::pair<torch::Tensor, torch::Tensor> rope_tables(int64_t head_dim, int64_t se
 
 torch::Tensor apply_rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
   const auto T = x.size(1);
-  auto pairs = at_least_float32(x).unflatten(-1, {-1, 2});  // [B, T, H, Dh/2, 2]
-  auto x0 = pairs.select(-1, 0), x1 = pairs.select(-1, 1);    // [B, T, H, Dh/2]
-  auto c = cos.slice(0, 0, T).unsqueeze(1);                   // [T, 1, Dh/2]
-  auto s = sin.slice(0, 0, T).unsqueeze(1);
-  auto rotated = torch::stack({x0 * c - x1 * s, x0 * s + x1 * c}, -1);
-  return rotated.flatten(-2).to(x.scalar_type());
+  // torchtitan's form: each pair is a complex number, rotated by one complex multiply
+  // (three kernels each way, where the real-arithmetic form took ten).
+  auto rotation = torch::complex(cos.slice(0, 0, T), sin.slice(0, 0, T)).unsqueeze(1);            // [T, 1, Dh/2]
+  auto pairs = torch::view_as_complex(at_least_float32(x).unflatten(-1, {-1, 2}).contiguous());  // [B, T, H, Dh/2]
+  return torch::view_as_real(pairs * rotation).flatten(-2).to(x.scalar_type());
 }
 
 torch::Tensor gqa_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
-  const auto n_rep = q.size(2) / k.size(2);
-  // Each kv head serves n_rep consecutive query heads (torchtitan's repeat_kv).
-  auto kr = k.repeat_interleave(n_rep, /*dim=*/2);
-  auto vr = v.repeat_interleave(n_rep, /*dim=*/2);
-  auto out = compat::causal_attention(q.transpose(1, 2), kr.transpose(1, 2), vr.transpose(1, 2));
+  auto out = compat::causal_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2));
   return out.transpose(1, 2);  // [B, T, H, Dh]
 }
 

@@ -31,7 +31,7 @@ struct ReplicateComputation : torch::autograd::Function<ReplicateComputation> {
     auto grad = grads[0].to(layout->reduce_dtype);
     grad = layout->shard_group->reduce_scatter_sum_dim0(grad, layout->shard_rows);
     if (!injected(Fault::kHsdpReplicasUnsynced)) layout->replicate_group->all_reduce_sum(grad);
-    if (!injected(Fault::kGradSumNotMean)) grad.div_(layout->grad_divisor);
+    if (!injected(Fault::kGradSumNotMean) && layout->grad_divisor != 1.0) grad.div_(layout->grad_divisor);
     return {grad.to(dtype), torch::Tensor()};
   }
 };
@@ -246,7 +246,9 @@ double global_grad_norm(const ParallelModel& pm) {
   for (const auto& l : pm.layouts()) {
     auto p = pm.model->named_parameters()[l.name];
     // Every rank adds every key, so all issue the same collectives in the same order.
-    auto sq = p.grad().defined() ? p.grad().to(torch::kFloat64).pow(2).sum()
+    // One reduction per tensor (a float64 copy of every gradient cost more than the
+    // backward's elementwise work on GPU); the squares are summed in float64.
+    auto sq = p.grad().defined() ? torch::linalg_vector_norm(p.grad(), 2).to(torch::kFloat64).square()
                                  : torch::zeros({}, p.options().dtype(torch::kFloat64));
     auto& acc = partial[l.sharded_over];
     acc = acc.defined() ? acc + sq : sq;

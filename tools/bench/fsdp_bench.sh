@@ -5,7 +5,7 @@
 #     comm_bytes, over the NCCL kernel time in rank 0's trace of that step) against the peak a
 #     plain NCCL loop reaches (nccl_peer.py)
 #   - FSDP memory: peak GPU memory per rank of the 1B flavor under dp_shard=N vs one GPU
-# Usage: tools/bench/fsdp_bench.sh [N]   (results in $OUT/fsdp-bench-N, or build/cuda/fsdp-bench-N)
+# Usage: tools/bench/fsdp_bench.sh [N]   (results archived to $OUT/fsdp-bench-N.tgz)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source ci/gpu-env.sh
@@ -29,3 +29,5 @@ torchrun --standalone --nproc-per-node "$n" tools/bench/nccl_peer.py > "$out/ncc
 gzip -f "$work"/*/trace_step*.json 2>/dev/null
 cp -r "$work" "$out/work"
 python3 tools/bench/gpu_report.py --fsdp --work "$out/work" --out "$out" --world "$n" | tee "$out/table.md"
+# The device tool returns at most 8 files: one archive.
+(cd "$(dirname "$out")" && tar czf "fsdp-bench-$n.tgz" "fsdp-bench-$n" && rm -rf "fsdp-bench-$n")

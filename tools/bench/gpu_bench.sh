@@ -9,7 +9,7 @@
 #   5. peak GPU memory of (1)
 # A Chrome trace of one step of each trainer is kept, and the report splits it into
 # matmul / attention / other kernels and the gaps between them.
-# Usage: tools/bench/gpu_bench.sh [BATCH] [STEPS]   (results in $OUT/gpu-bench, or build/cuda/gpu-bench)
+# Usage: tools/bench/gpu_bench.sh [BATCH] [STEPS]   (results archived to $OUT/gpu-bench.tgz, or build/cuda/gpu-bench.tgz)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source ci/gpu-env.sh
@@ -67,3 +67,5 @@ rm -rf "$work/dcp" "$work/mt-ckpt" "$out/work"
 cp -r "$work" "$out/work"
 python3 tools/bench/gpu_report.py --work "$out/work" --out "$out" --batch "$batch" --seq 2048 | tee "$out/table.md"
 for log in "$out"/*.log; do echo "== $log"; tail -n 4 "$log"; done
+# The device tool returns at most 8 files: one archive.
+(cd "$(dirname "$out")" && tar czf gpu-bench.tgz "$(basename "$out")" && rm -rf "$(basename "$out")")
