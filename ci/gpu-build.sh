@@ -26,17 +26,16 @@ build/cuda/meshtrain train --model debugmodel --steps 20 --seq-len 2048 --local-
 smoke_rc=${PIPESTATUS[0]}
 cp build/cuda/smoke/metrics.jsonl "$out/smoke-metrics.jsonl" 2>/dev/null
 
-# The matrices over NCCL: the 2-GPU one where two GPUs exist (cases wider than the
-# machine are skipped with the reason). Reports and rank logs, not checkpoints, to $out.
+# The small matrices over NCCL: the one-GPU matrix, and the 2-GPU one where two GPUs
+# exist. Reports and rank logs (no checkpoints) go to $out as one archive each.
 matrix_rc=0
-if [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ]; then
-  build/cuda/meshtest run test_matrix/gpu2.yaml --backend nccl --out build/cuda/meshtest-gpu2 --grace 10 \
-    2>&1 | tee "$out/meshtest-gpu2.log" | tail -n 40
-  matrix_rc=${PIPESTATUS[0]}
-  mkdir -p "$out/meshtest-gpu2"
-  dest=$(cd "$out/meshtest-gpu2" && pwd)
-  (cd build/cuda/meshtest-gpu2 && find . \( -name 'rank*.log' -o -name metrics.jsonl -o -name generate.json \
-     -o -name summary.json -o -name junit.xml \) -not -path '*/checkpoint/*' -exec cp --parents {} "$dest/" \;)
-fi
-echo "gpu-build: tests exit $tests_rc, smoke exit $smoke_rc, gpu2 matrix exit $matrix_rc"
+ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
+for m in gpu1 gpu2; do
+  [ "$m" = gpu2 ] && [ "$ngpu" -lt 2 ] && continue
+  OUT=$out bash ci/gpu-matrix.sh "$m" "test_matrix/$m.yaml" --ngpu "${m#gpu}" > "$out/meshtest-$m.log" 2>&1
+  rc=$?
+  tail -n 30 "$out/meshtest-$m.log"
+  [ "$rc" -eq 0 ] || matrix_rc=$rc
+done
+echo "gpu-build: tests exit $tests_rc, smoke exit $smoke_rc, matrices exit $matrix_rc"
 [ "$tests_rc" -eq 0 ] && [ "$smoke_rc" -eq 0 ] && [ "$matrix_rc" -eq 0 ]

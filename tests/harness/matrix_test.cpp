@@ -292,7 +292,7 @@ TEST(MatrixValidate, DuplicateIdsAndBaselinesAcrossFiles) {
 namespace {
 std::vector<Suite> shipped() {
   std::vector<Suite> suites;
-  for (const char* f : {"cpu", "simplefsdp", "integration", "resharding", "gpu2"})
+  for (const char* f : {"cpu", "simplefsdp", "integration", "resharding", "gpu2", "gpu1"})
     suites.push_back(load_suite_file(std::string(MESHTEST_SOURCE_DIR) + "/test_matrix/" + f + ".yaml"));
   validate_suites(suites);
   return suites;
@@ -337,4 +337,9 @@ TEST(ShippedMatrices, LoadAndListEveryReferenceFlavor) {
     eight += c.ngpu > 4;
   }
   EXPECT_EQ(eight, 1);
+  // The one-GPU matrix: every case fits one GPU, and each canary names the check it must fail.
+  for (const auto& c : suites[5].cases) {
+    EXPECT_EQ(c.ngpu, 1) << c.id;
+    if (c.name.rfind("canary/", 0) == 0) EXPECT_FALSE(c.expect.check.empty()) << c.id;
+  }
 }
