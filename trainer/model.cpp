@@ -114,7 +114,7 @@ TransformerBlockImpl::TransformerBlockImpl(const ModelArgs& a) {
 torch::Tensor TransformerBlockImpl::body(const torch::Tensor& x, const torch::Tensor& cos,
                                          const torch::Tensor& sin) {
   auto h = x + attention(attention_norm(x), cos, sin);
-  return h + feed_forward(ffn_norm(h));
+  return hooks.out(h + feed_forward(ffn_norm(h)));
 }
 
 namespace {

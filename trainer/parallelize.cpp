@@ -11,6 +11,14 @@ namespace meshtrain {
 
 namespace {
 
+// The backward half shared by both data-parallel functions below: this rank's
+// reduce-scattered gradient becomes its piece of the mean gradient.
+torch::Tensor finish_gradient(torch::Tensor grad, const ParamLayout& layout) {
+  if (!injected(Fault::kHsdpReplicasUnsynced)) layout.replicate_group->all_reduce_sum(grad);
+  if (!injected(Fault::kGradSumNotMean) && layout.grad_divisor != 1.0) grad.div_(layout.grad_divisor);
+  return grad;
+}
+
 // SimpleFSDP's ReplicateComputation for one parameter: forward turns this rank's piece
 // into the full tensor (all-gather over dp_shard, cast to param_dtype); backward turns
 // the full gradient into this rank's piece of the mean gradient (reduce-scatter over
@@ -28,13 +36,107 @@ struct ReplicateComputation : torch::autograd::Function<ReplicateComputation> {
                                                  torch::autograd::variable_list grads) {
     const auto* layout = reinterpret_cast<const ParamLayout*>(ctx->saved_data["layout"].toInt());
     const auto dtype = static_cast<torch::ScalarType>(ctx->saved_data["dtype"].toInt());
-    auto grad = grads[0].to(layout->reduce_dtype);
-    grad = layout->shard_group->reduce_scatter_sum_dim0(grad, layout->shard_rows);
-    if (!injected(Fault::kHsdpReplicasUnsynced)) layout->replicate_group->all_reduce_sum(grad);
-    if (!injected(Fault::kGradSumNotMean) && layout->grad_divisor != 1.0) grad.div_(layout->grad_divisor);
-    return {grad.to(dtype), torch::Tensor()};
+    auto grad = layout->shard_group->reduce_scatter_sum_dim0(grads[0].to(layout->reduce_dtype), layout->shard_rows);
+    return {finish_gradient(grad, *layout).to(dtype), torch::Tensor()};
   }
 };
+
+// The parameters of one transformer block, gathered with one all-gather and reduced with
+// one reduce-scatter (and one all-reduce under HSDP or DDP), as SimpleFSDP's bucketing
+// and FSDP2's per-block groups do: a 1B block is ~116 MiB of bf16, where one weight is
+// 2-32 MiB, and NCCL reaches its bandwidth only on large messages. Each rank's pieces
+// travel back to back in one flat buffer, padded to the longest rank's; `full` holds
+// the gathered weights while the block runs (TransformerBlock's output hook clears it).
+struct Bucket {
+  std::vector<const ParamLayout*> layouts;
+  std::vector<torch::Tensor> pieces;  // the registered weights: this rank's pieces
+  std::vector<torch::Tensor> full;
+
+  int64_t row_numel(size_t i) const {
+    int64_t n = 1;
+    for (size_t d = 1; d < layouts[i]->tp_local_shape.size(); ++d) n *= layouts[i]->tp_local_shape[d];
+    return n;
+  }
+  // Elements rank r contributes, and where param i starts among them.
+  int64_t rank_numel(size_t r) const {
+    int64_t n = 0;
+    for (size_t i = 0; i < layouts.size(); ++i) n += layouts[i]->shard_rows[r] * row_numel(i);
+    return n;
+  }
+  int64_t offset(size_t i, size_t r) const {
+    int64_t n = 0;
+    for (size_t j = 0; j < i; ++j) n += layouts[j]->shard_rows[r] * row_numel(j);
+    return n;
+  }
+  int64_t padded_numel() const {
+    int64_t n = 0;
+    for (size_t r = 0; r < layouts.front()->shard_rows.size(); ++r) n = std::max(n, rank_numel(r));
+    return n;
+  }
+  const torch::Tensor& weight(size_t i);
+};
+
+// Communication of one bucket; its input is this rank's pieces back to back (float32,
+// concatenated outside, so autograd splits the gradient back into them).
+struct GatherBucket : torch::autograd::Function<GatherBucket> {
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& mine,
+                                                const Bucket* b) {
+    ctx->saved_data["bucket"] = reinterpret_cast<int64_t>(b);
+    ctx->saved_data["dtype"] = static_cast<int64_t>(mine.scalar_type());
+    const ParamLayout& first = *b->layouts.front();
+    const size_t ranks = first.shard_rows.size();
+    const int64_t width = b->padded_numel();
+    auto flat = mine.to(first.param_dtype);
+    if (flat.numel() < width) flat = torch::cat({flat, flat.new_zeros({width - flat.numel()})});
+    const auto gathered = first.shard_group->all_gather_dim0(flat, std::vector<int64_t>(ranks, width));
+    torch::autograd::variable_list full;
+    for (size_t i = 0; i < b->layouts.size(); ++i) {
+      std::vector<torch::Tensor> rows;
+      for (size_t r = 0; r < ranks; ++r)
+        rows.push_back(gathered.narrow(0, static_cast<int64_t>(r) * width + b->offset(i, r),
+                                       b->layouts[i]->shard_rows[r] * b->row_numel(i)));
+      full.push_back((ranks == 1 ? rows[0].clone() : torch::cat(rows)).view(b->layouts[i]->tp_local_shape));
+    }
+    return full;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto* b = reinterpret_cast<const Bucket*>(ctx->saved_data["bucket"].toInt());
+    const auto dtype = static_cast<torch::ScalarType>(ctx->saved_data["dtype"].toInt());
+    const ParamLayout& first = *b->layouts.front();
+    const size_t ranks = first.shard_rows.size();
+    const int64_t width = b->padded_numel();
+    // Rank-major, as the gather laid them out: rank r's rows of every weight, then padding.
+    std::vector<torch::Tensor> parts;
+    for (size_t r = 0; r < ranks; ++r) {
+      int64_t filled = 0;
+      for (size_t i = 0; i < grads.size(); ++i) {
+        const auto& shape = b->layouts[i]->tp_local_shape;
+        auto g = grads[i].defined() ? grads[i].to(first.reduce_dtype)
+                                    : torch::zeros(shape, b->pieces[i].options().dtype(first.reduce_dtype));
+        int64_t start = 0;
+        for (size_t q = 0; q < r; ++q) start += b->layouts[i]->shard_rows[q];
+        parts.push_back(g.narrow(0, start, b->layouts[i]->shard_rows[r]).flatten());
+        filled += b->layouts[i]->shard_rows[r] * b->row_numel(i);
+      }
+      if (filled < width) parts.push_back(torch::zeros({width - filled}, parts.back().options()));
+    }
+    auto mine = first.shard_group->reduce_scatter_sum_dim0(torch::cat(parts), std::vector<int64_t>(ranks, width));
+    mine = finish_gradient(mine, first);
+    const int64_t mine_numel = b->rank_numel(static_cast<size_t>(first.shard_group->rank()));
+    return {mine.narrow(0, 0, mine_numel).to(dtype), torch::Tensor()};
+  }
+};
+
+const torch::Tensor& Bucket::weight(size_t i) {
+  if (full.empty()) {
+    std::vector<torch::Tensor> flat;
+    for (const auto& p : pieces) flat.push_back(p.flatten());
+    full = GatherBucket::apply(torch::cat(flat), this);
+  }
+  return full[i];
+}
 
 }  // namespace
 
@@ -222,9 +324,12 @@ std::unique_ptr<ParallelModel> parallelize(Transformer model, MeshGroups& groups
   }
 
   // 3. Data parallel: every parameter keeps only its piece, and its module computes
-  // with ReplicateComputation(piece), then the TP weight transform if any.
+  // with the gathered weight -- one bucket per transformer block, ReplicateComputation
+  // for the rest -- then the TP weight transform if any.
   const bool needs_dp_function = mode != DataParallelMode::kNone || config.param_dtype != torch::kFloat32;
+  const bool talks = shape.dp_shard > 1 || shape.dp_replicate > 1;  // buckets save collectives only
   torch::NoGradGuard no_grad;
+  std::map<std::string, std::shared_ptr<Bucket>> bucket_of_block;  // "layers.<i>."
   for (const auto& item : model->named_modules()) {
     auto* wm = dynamic_cast<WeightModule*>(item.value().get());
     if (wm == nullptr) continue;
@@ -233,9 +338,29 @@ std::unique_ptr<ParallelModel> parallelize(Transformer model, MeshGroups& groups
     // Keep only this rank's piece between steps: the full tensor is dropped here.
     if (!layout->splits.empty()) wm->weight.set_data(slice(wm->weight, layout->chunk));
     Transform dp;
-    if (needs_dp_function)
+    const bool in_block = fqn.rfind("layers.", 0) == 0;
+    if (needs_dp_function && talks && in_block) {
+      const std::string block = fqn.substr(0, fqn.find('.', 7) + 1);
+      auto& bucket = bucket_of_block[block];
+      if (!bucket) bucket = std::make_shared<Bucket>();
+      const size_t index = bucket->layouts.size();
+      bucket->layouts.push_back(layout);
+      bucket->pieces.push_back(wm->weight);
+      dp = [bucket, index](const torch::Tensor&) { return bucket->weight(index); };
+    } else if (needs_dp_function) {
       dp = [layout](const torch::Tensor& piece) { return ReplicateComputation::apply(piece, layout); };
+    }
     wm->parametrization = then(dp, weight_tp.count(fqn) ? weight_tp.at(fqn) : Transform());
+  }
+  // A block's gathered weights live while it runs (its backward keeps what it needs).
+  int64_t block_id = 0;
+  for (const auto& layer : *model->layers) {
+    const auto it = bucket_of_block.find("layers." + std::to_string(block_id++) + ".");
+    if (it == bucket_of_block.end()) continue;
+    layer->as<TransformerBlock>()->hooks.output = [bucket = it->second](const torch::Tensor& y) {
+      bucket->full.clear();
+      return y;
+    };
   }
   return pm;
 }
