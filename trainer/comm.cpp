@@ -97,6 +97,7 @@ class C10dComm : public Comm {
     auto gathered = torch::empty(shape, input.options());
     backend_->_allgather_base(gathered, input)->wait();
     comm_volume().all_gather_bytes += static_cast<int64_t>(gathered.nbytes());
+    ++comm_volume().all_gather_calls;
     if (std::all_of(sizes.begin(), sizes.end(), [&](int64_t s) { return s == rows; })) return gathered;
     std::vector<torch::Tensor> pieces;
     for (int i = 0; i < size_; ++i) pieces.push_back(gathered.narrow(0, i * rows, sizes[i]));
@@ -107,6 +108,7 @@ class C10dComm : public Comm {
     for (int i = 0; i < size_; ++i) output[0].push_back(torch::empty_like(input));
     backend_->allgather(output, inputs)->wait();
     comm_volume().all_gather_bytes += static_cast<int64_t>(input.nbytes()) * size_;
+    ++comm_volume().all_gather_calls;
     std::vector<torch::Tensor> pieces;
     for (int i = 0; i < size_; ++i) pieces.push_back(output[0][i].narrow(0, 0, sizes[i]));
 #endif
@@ -133,11 +135,16 @@ class C10dComm : public Comm {
     opts.reduceOp = c10d::ReduceOp::SUM;
     backend_->_reduce_scatter_base(output, input, opts)->wait();
     comm_volume().reduce_scatter_bytes += static_cast<int64_t>(input.nbytes());
+    ++comm_volume().reduce_scatter_calls;
     return output.narrow(0, 0, sizes[rank_]);
 #else
     // Gloo in LibTorch 1.13 has no reduce-scatter: all-reduce, keep our rows.
     auto summed = full.contiguous().clone();
-    all_reduce_sum(summed);  // counted as an all-reduce
+    all_reduce_sum(summed);
+    // Counted as the reduce-scatter it stands for, not as an all-reduce.
+    auto& v = comm_volume();
+    v.all_reduce_bytes -= static_cast<int64_t>(summed.nbytes()), --v.all_reduce_calls;
+    v.reduce_scatter_bytes += static_cast<int64_t>(summed.nbytes()), ++v.reduce_scatter_calls;
     return summed.narrow(0, offset, sizes[rank_]).clone();
 #endif
   }
@@ -166,6 +173,7 @@ class C10dComm : public Comm {
     opts.reduceOp = op;
     backend_->allreduce(tensors, opts)->wait();
     comm_volume().all_reduce_bytes += static_cast<int64_t>(t.nbytes());
+    ++comm_volume().all_reduce_calls;
   }
 
   c10::intrusive_ptr<compat::Backend> backend_;

@@ -52,7 +52,7 @@ class Comm {
   virtual void barrier() = 0;
 };
 
-// Bytes this process's collectives produced (all-gather: the gathered output;
+// Calls and bytes of this process's collectives (all-gather: the gathered output;
 // reduce-scatter: the input reduced; all-reduce: the tensor), counted over groups of
 // two or more ranks since the last reset. tools/bench divides them by the NCCL kernel
 // time in a step's trace to get bus bandwidth.
@@ -60,6 +60,9 @@ struct CommVolume {
   int64_t all_gather_bytes = 0;
   int64_t reduce_scatter_bytes = 0;
   int64_t all_reduce_bytes = 0;
+  int64_t all_gather_calls = 0;
+  int64_t reduce_scatter_calls = 0;
+  int64_t all_reduce_calls = 0;
 };
 CommVolume& comm_volume();
 

@@ -270,7 +270,10 @@ int train(const TrainConfig& cfg) {
                             {"host_peak_rss_bytes", host_peak_rss_bytes()},
                             {"comm_bytes", {{"all_gather", comm_volume().all_gather_bytes},
                                             {"reduce_scatter", comm_volume().reduce_scatter_bytes},
-                                            {"all_reduce", comm_volume().all_reduce_bytes}}}};
+                                            {"all_reduce", comm_volume().all_reduce_bytes}}},
+                            {"comm_calls", {{"all_gather", comm_volume().all_gather_calls},
+                                            {"reduce_scatter", comm_volume().reduce_scatter_calls},
+                                            {"all_reduce", comm_volume().all_reduce_calls}}}};
       if (device.is_cuda()) row["device_peak_bytes"] = compat::device_peak_bytes(device);
       metrics->write(row);
       if (!cfg.quiet)
