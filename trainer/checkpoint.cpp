@@ -70,7 +70,10 @@ class DurableFile {
   void sync_and_close() {
     const int fd = fd_;
     fd_ = -1;
-    if (::fsync(fd) != 0 || ::close(fd) != 0) fail("checkpoint: cannot sync '" + path_ + "': " + std::strerror(errno));
+    const bool synced = ::fsync(fd) == 0;
+    const int sync_errno = errno;
+    if (::close(fd) != 0 || !synced)
+      fail("checkpoint: cannot sync '" + path_ + "': " + std::strerror(synced ? errno : sync_errno));
   }
 
  private:
@@ -125,6 +128,7 @@ int64_t pread_fully(int fd, char* out, int64_t size, int64_t at) {
   int64_t done = 0;
   while (done < size) {
     const ssize_t n = ::pread(fd, out + done, static_cast<size_t>(size - done), at + done);
+    if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
     done += n;
   }
@@ -480,6 +484,18 @@ json Checkpointer::load(int64_t step, const std::vector<CheckpointTensor>& tenso
     auto local = torch::empty(want.sizes, torch::kFloat32);  // every element is read below
     auto* out = static_cast<char*>(local.data_ptr());
     const auto local_strides = strides_of(want.sizes);
+    // Every element is read exactly once (the buffer starts uninitialised): chunks that
+    // overlap could make the count come out right with elements missing.
+    std::vector<Box> saved_boxes;
+    for (const auto& c : k.at("chunks")) {
+      const auto offsets = c.at("offsets").get<std::vector<int64_t>>(), sizes = c.at("sizes").get<std::vector<int64_t>>();
+      if (offsets.size() != shape.size() || sizes.size() != shape.size()) continue;  // reported below
+      const Box box = box_of(offsets, sizes);
+      for (const auto& other : saved_boxes)
+        if (!intersect(box, other).empty())
+          fail("checkpoint: '" + meta_path + "': chunks of '" + key + "' overlap: the metadata is corrupt");
+      saved_boxes.push_back(box);
+    }
     int64_t filled = 0;
     for (const auto& c : k.at("chunks")) {
       const auto offsets = c.at("offsets").get<std::vector<int64_t>>(), sizes = c.at("sizes").get<std::vector<int64_t>>();

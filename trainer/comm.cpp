@@ -121,16 +121,24 @@ class C10dComm : public Comm {
     int64_t offset = 0;
     for (int i = 0; i < rank_; ++i) offset += sizes[i];
 #ifdef MESHTEST_CUDA
-    // NCCL: a real reduce-scatter over pieces padded to equal size.
+    // NCCL: a real reduce-scatter over pieces padded to equal size (already equal for
+    // a bucket, whose input is then sent as it is).
     const int64_t rows = max_of(sizes);
-    std::vector<torch::Tensor> padded;
-    int64_t start = 0;
-    for (int i = 0; i < size_; ++i) {
-      padded.push_back(pad_rows(full.narrow(0, start, sizes[i]), rows));
-      start += sizes[i];
+    torch::Tensor input;
+    if (std::all_of(sizes.begin(), sizes.end(), [&](int64_t s) { return s == rows; })) {
+      input = full.contiguous();
+    } else {
+      std::vector<torch::Tensor> padded;
+      int64_t start = 0;
+      for (int i = 0; i < size_; ++i) {
+        padded.push_back(pad_rows(full.narrow(0, start, sizes[i]), rows));
+        start += sizes[i];
+      }
+      input = torch::cat(padded, 0);
     }
-    auto input = torch::cat(padded, 0);
-    auto output = torch::empty_like(padded[0]);
+    auto piece_shape = input.sizes().vec();
+    piece_shape[0] = rows;
+    auto output = torch::empty(piece_shape, input.options());
     c10d::ReduceScatterOptions opts;
     opts.reduceOp = c10d::ReduceOp::SUM;
     backend_->_reduce_scatter_base(output, input, opts)->wait();

@@ -35,16 +35,21 @@ using Backend = c10d::ProcessGroup;
 
 // Causal attention of q [B, H, T, D] over k, v [B, K, T, D], H a multiple of K: each kv
 // head serves H/K consecutive query heads (torchtitan's repeat_kv). From 2.5 the flash
-// kernel reads the shared kv heads itself (enable_gqa); before, they are repeated; 1.13
+// kernel reads shared kv heads itself (enable_gqa), for bf16/fp16 only: in fp32 that flag
+// would force the math kernel, so there, and before 2.5, the kv heads are repeated; 1.13
 // has no public SDPA, so the plain formula runs.
 inline torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k,
                                       const torch::Tensor& v) {
+  const bool grouped = k.size(1) != q.size(1);
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
-  return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true,
-                                          /*scale=*/c10::nullopt, /*enable_gqa=*/k.size(1) != q.size(1));
-#else
+  const bool half = q.scalar_type() == torch::kBFloat16 || q.scalar_type() == torch::kHalf;
+  if (grouped && half)
+    return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true,
+                                            /*scale=*/c10::nullopt, /*enable_gqa=*/true);
+#endif
   const auto n_rep = q.size(1) / k.size(1);
-  const auto kr = k.repeat_interleave(n_rep, /*dim=*/1), vr = v.repeat_interleave(n_rep, /*dim=*/1);
+  const auto kr = grouped ? k.repeat_interleave(n_rep, /*dim=*/1) : k;
+  const auto vr = grouped ? v.repeat_interleave(n_rep, /*dim=*/1) : v;
 #if TORCH_VERSION_MAJOR >= 2
   return at::scaled_dot_product_attention(q, kr, vr, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true);
 #else
@@ -53,7 +58,6 @@ inline torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tenso
   auto mask = torch::ones({T, T}, torch::dtype(torch::kBool).device(q.device())).triu(1);
   scores = scores.masked_fill(mask, -std::numeric_limits<float>::infinity());
   return torch::matmul(torch::softmax(scores, -1), vr);
-#endif
 #endif
 }
 

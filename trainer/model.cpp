@@ -111,8 +111,9 @@ TransformerBlockImpl::TransformerBlockImpl(const ModelArgs& a) {
   attention_norm = register_module("attention_norm", RMSNorm(a.dim, a.norm_eps));
   ffn_norm = register_module("ffn_norm", RMSNorm(a.dim, a.norm_eps));
 }
-torch::Tensor TransformerBlockImpl::body(const torch::Tensor& x, const torch::Tensor& cos,
+torch::Tensor TransformerBlockImpl::body(const torch::Tensor& input, const torch::Tensor& cos,
                                          const torch::Tensor& sin) {
+  const auto x = hooks.in(input);
   auto h = x + attention(attention_norm(x), cos, sin);
   return hooks.out(h + feed_forward(ffn_norm(h)));
 }

@@ -101,7 +101,7 @@ struct TransformerBlockImpl : torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
   torch::Tensor body(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
   bool recompute = false;
-  ModuleHooks hooks;  // output: called once the block's body has run (forward or recompute)
+  ModuleHooks hooks;  // around each run of the body (forward, and the recompute in backward)
   Attention attention{nullptr};
   FeedForward feed_forward{nullptr};
   RMSNorm attention_norm{nullptr}, ffn_norm{nullptr};

@@ -30,6 +30,7 @@ void AdamW::step(double lr) {
       exp_avgs.push_back(state_.at(name).exp_avg), exp_avg_sqs.push_back(state_.at(name).exp_avg_sq);
       steps.push_back(step_tensor_);
     }
+    if (ps.empty()) return;  // the fused kernel needs at least one tensor
     step_tensor_.fill_(static_cast<double>(step_));
     compat::fused_adamw(ps, grads, exp_avgs, exp_avg_sqs, steps, lr, config_.beta1, config_.beta2,
                         config_.weight_decay, config_.eps);

@@ -46,7 +46,8 @@ struct ReplicateComputation : torch::autograd::Function<ReplicateComputation> {
 // and FSDP2's per-block groups do: a 1B block is ~116 MiB of bf16, where one weight is
 // 2-32 MiB, and NCCL reaches its bandwidth only on large messages. Each rank's pieces
 // travel back to back in one flat buffer, padded to the longest rank's; `full` holds
-// the gathered weights while the block runs (TransformerBlock's output hook clears it).
+// the gathered weights while the block runs (TransformerBlock's hooks clear it on the
+// way in and out).
 struct Bucket {
   std::vector<const ParamLayout*> layouts;
   std::vector<torch::Tensor> pieces;  // the registered weights: this rank's pieces
@@ -107,17 +108,19 @@ struct GatherBucket : torch::autograd::Function<GatherBucket> {
     const ParamLayout& first = *b->layouts.front();
     const size_t ranks = first.shard_rows.size();
     const int64_t width = b->padded_numel();
+    std::vector<torch::Tensor> wide;  // each gradient once in reduce_dtype
+    for (size_t i = 0; i < grads.size(); ++i)
+      wide.push_back(grads[i].defined() ? grads[i].to(first.reduce_dtype)
+                                        : torch::zeros(b->layouts[i]->tp_local_shape,
+                                                       b->pieces[i].options().dtype(first.reduce_dtype)));
     // Rank-major, as the gather laid them out: rank r's rows of every weight, then padding.
     std::vector<torch::Tensor> parts;
     for (size_t r = 0; r < ranks; ++r) {
       int64_t filled = 0;
       for (size_t i = 0; i < grads.size(); ++i) {
-        const auto& shape = b->layouts[i]->tp_local_shape;
-        auto g = grads[i].defined() ? grads[i].to(first.reduce_dtype)
-                                    : torch::zeros(shape, b->pieces[i].options().dtype(first.reduce_dtype));
         int64_t start = 0;
         for (size_t q = 0; q < r; ++q) start += b->layouts[i]->shard_rows[q];
-        parts.push_back(g.narrow(0, start, b->layouts[i]->shard_rows[r]).flatten());
+        parts.push_back(wide[i].narrow(0, start, b->layouts[i]->shard_rows[r]).flatten());
         filled += b->layouts[i]->shard_rows[r] * b->row_numel(i);
       }
       if (filled < width) parts.push_back(torch::zeros({width - filled}, parts.back().options()));
@@ -357,10 +360,13 @@ std::unique_ptr<ParallelModel> parallelize(Transformer model, MeshGroups& groups
   for (const auto& layer : *model->layers) {
     const auto it = bucket_of_block.find("layers." + std::to_string(block_id++) + ".");
     if (it == bucket_of_block.end()) continue;
-    layer->as<TransformerBlock>()->hooks.output = [bucket = it->second](const torch::Tensor& y) {
+    // Cleared on the way in as well, so a body that threw cannot leave stale weights.
+    auto clear = [bucket = it->second](const torch::Tensor& t) {
       bucket->full.clear();
-      return y;
+      return t;
     };
+    layer->as<TransformerBlock>()->hooks.input = clear;
+    layer->as<TransformerBlock>()->hooks.output = clear;
   }
   return pm;
 }

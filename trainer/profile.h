@@ -8,6 +8,8 @@
 
 namespace meshtrain {
 
+// Whether this build can trace (CUDA builds link Kineto); checked before a run starts.
+bool tracing_available();
 void start_trace();
 // Stops the trace started by start_trace and writes it to `path`.
 void stop_trace(const std::string& path);

@@ -39,6 +39,8 @@ int train(const TrainConfig& cfg) {
   validate(args, cfg.seq_len);
   if (cfg.steps < 0) throw std::invalid_argument("--steps must be >= 0");
   if (cfg.local_batch_size < 1) throw std::invalid_argument("--local-batch-size must be >= 1");
+  if (cfg.profile_step >= 0 && !tracing_available())
+    throw std::invalid_argument("--profile-step needs the CUDA build (Kineto)");
   const MeshShape shape = parse_mesh(cfg.mesh, env.world_size);
   ParallelConfig parallel;
   parallel.reshard_after_forward = parse_reshard(cfg.reshard_after_forward);

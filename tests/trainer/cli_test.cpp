@@ -141,6 +141,9 @@ TEST(MeshtrainCli, BadInputGetsOneLineErrors) {
   expect_one_line_error(meshtrain({"train", "--mesh", "dp=2", "--dump-folder", dump.string()}),
                         "unknown dimension 'dp' (known: dp_replicate, dp_shard, tp)");
   expect_one_line_error(meshtrain({"train", "--ac", "some", "--dump-folder", dump.string()}), "unknown --ac 'some'");
+  if (std::string(MESHTRAIN_TEST_BACKEND) == "gloo")  // the CPU build: refused before any step runs
+    expect_one_line_error(meshtrain({"train", "--profile-step", "2", "--dump-folder", dump.string()}),
+                          "--profile-step needs the CUDA build (Kineto)");
   // An impossible TP degree is rejected before any rendezvous (no peer ever starts here).
   const std::map<std::string, std::string> rank0_of_4{{"RANK", "0"}, {"WORLD_SIZE", "4"}, {"MASTER_PORT", "1"}};
   expect_one_line_error(
