@@ -118,10 +118,11 @@ struct GatherBucket : torch::autograd::Function<GatherBucket> {
     for (size_t r = 0; r < ranks; ++r) {
       int64_t filled = 0;
       for (size_t i = 0; i < grads.size(); ++i) {
-        int64_t start = 0;
-        for (size_t q = 0; q < r; ++q) start += b->layouts[i]->shard_rows[q];
-        parts.push_back(wide[i].narrow(0, start, b->layouts[i]->shard_rows[r]).flatten());
-        filled += b->layouts[i]->shard_rows[r] * b->row_numel(i);
+        // Rank r's rows of the TP-local weight: the dp_shard split of the placement algebra.
+        const Extent rows = shard_extent(b->layouts[i]->tp_local_shape[0], static_cast<int64_t>(ranks),
+                                         static_cast<int64_t>(r));
+        parts.push_back(wide[i].narrow(0, rows.offset, rows.size).flatten());
+        filled += rows.size * b->row_numel(i);
       }
       if (filled < width) parts.push_back(torch::zeros({width - filled}, parts.back().options()));
     }
