@@ -1,0 +1,55 @@
+// One read-only view over a sharded checkpoint step, whatever wrote it: PyTorch DCP
+// (`.metadata` is a pickle; read natively, never executed, see dcp.h) or meshtrain's own format
+// (`.metadata` is JSON, docs/checkpoint.md). It lists every key with its kind, dtype, global
+// shape and storage, and reassembles a whole tensor from its chunks, refusing gaps and overlaps.
+//
+// Copies share the parsed metadata, so pointers into entries() stay valid across copies and moves.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace meshtest {
+
+// Thrown for any unreadable checkpoint; the message names the file and, where known, the key.
+class CheckpointError : public std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct CheckpointEntry {
+  std::string key;
+  bool is_tensor = false;       // false: a bytes/object item
+  std::string dtype;            // "float32", "bfloat16", ... ("" for non-tensors)
+  std::vector<int64_t> shape;   // global shape
+  size_t chunks = 0;
+  uint64_t bytes = 0;           // stored bytes over all chunks/records
+};
+
+class CheckpointView {
+ public:
+  // `path`: a step folder (holds .metadata) or a folder of step-<N> folders (the newest complete
+  // one, i.e. with .metadata, is chosen; `step` >= 0 picks step-<step>). Format detected from
+  // .metadata: a pickle (0x80) is PyTorch DCP, JSON is meshtrain's format.
+  static CheckpointView open(const std::string& path, long long step = -1);
+
+  const std::string& step_dir() const;
+  const std::string& format() const;                   // "pytorch-dcp" or "meshtrain"
+  const std::vector<CheckpointEntry>& entries() const;  // sorted by key
+  const CheckpointEntry* find(const std::string& key) const;
+  // The whole global tensor reassembled from its chunks, row-major, as float64. Throws when a
+  // chunk is missing or overlapping (coverage must be exact), a record lies outside its file, etc.
+  std::vector<double> read_tensor(const std::string& key) const;
+  std::vector<std::string> warnings() const;  // e.g. unknown pickle globals
+
+  struct Impl;
+
+ private:
+  explicit CheckpointView(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
+  std::shared_ptr<const Impl> impl_;
+};
+
+}  // namespace meshtest
