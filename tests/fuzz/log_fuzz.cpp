@@ -1,0 +1,23 @@
+// libFuzzer: the torchtitan log parser and a user pattern on arbitrary text. Only MetricsError
+// may escape them (and neither should throw it for a stream's content).
+#include <cstddef>
+#include <cstdint>
+#include <sstream>
+#include <string>
+
+#include "log_metrics.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  static const meshtest::LogPattern pattern(
+      R"(^(?:\[rank\d+\]:)?.*?step[:= ]\s*(?P<step>[\d,]+)(?:.*loss[:=]\s*(?<loss>\S+))?(?:.*grad_norm[:=]\s*(?P<grad_norm>[^\s(]+))?)");
+  std::string text(reinterpret_cast<const char*>(data), size);
+  std::vector<std::string> warnings;
+  try {
+    std::istringstream titan(text);
+    meshtest::parse_torchtitan_log(titan, "fuzz", &warnings);
+    std::istringstream user(text);
+    meshtest::parse_log_with_pattern(user, "fuzz", pattern, &warnings);
+  } catch (const meshtest::MetricsError&) {
+  }
+  return 0;
+}

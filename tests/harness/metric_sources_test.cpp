@@ -1,0 +1,566 @@
+// Metrics from foreign trainers: torchtitan's console line, a user's log pattern, and
+// TensorBoard event files (built here by a tiny protobuf + TFRecord writer, and, when present,
+// files made by PyTorch's SummaryWriter with their values as TensorBoard's reader returned them).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+
+#include "log_metrics.h"
+#include "tensorboard.h"
+
+namespace meshtest {
+namespace {
+
+namespace fs = std::filesystem;
+using Warnings = std::vector<std::string>;
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+bool any_contains(const Warnings& warnings, const std::string& part) {
+  for (const auto& w : warnings)
+    if (contains(w, part)) return true;
+  return false;
+}
+
+// ---- torchtitan's line ---------------------------------------------------------------
+
+MetricSeries titan(const std::string& text, Warnings* warnings = nullptr) {
+  std::istringstream in(text);
+  return parse_torchtitan_log(in, "train.log", warnings);
+}
+
+// The three lines of foreign-trainers.md section 1, as torchtitan PRs quote them (colours stripped).
+const char* kReferenceLines =
+    "[rank0]:[titan] 2026-05-18 16:04:46,338 - root - INFO - step: 14  loss:  3.24405  grad_norm:  0.8319  memory:  "
+    "9.46GiB(64.99%)  tps: 7,282  tflops: 0.52  mfu: 0.17%\n"
+    "[titan] 2026-02-24 19:46:17,508 - root - INFO - step:  4  loss:  7.62585  grad_norm: 26.6250  memory: "
+    "66.91GiB(37.51%)  tps: 10,050  tflops: 314.71  mfu: 13.99%\n"
+    "[rank0]:[titan] 2025-06-16 22:30:50,322 - root - INFO - step: 200  loss:  6.1384  memory: 49.66GiB(52.28%)  tps: "
+    "5,856  tflops: 339.16  mfu: 34.29%\n";
+
+TEST(TorchtitanLog, ReadsTheReferenceLines) {
+  Warnings warnings;
+  MetricSeries s = titan(kReferenceLines, &warnings);
+  EXPECT_TRUE(warnings.empty()) << warnings.front();
+  ASSERT_EQ(s.size(), 3u);
+  const auto& step14 = s.at(14);
+  EXPECT_DOUBLE_EQ(step14.at("loss"), 3.24405);
+  EXPECT_DOUBLE_EQ(step14.at("grad_norm"), 0.8319);
+  EXPECT_DOUBLE_EQ(step14.at("memory_gib"), 9.46);
+  EXPECT_DOUBLE_EQ(step14.at("memory_pct"), 64.99);
+  EXPECT_DOUBLE_EQ(step14.at("tps"), 7282);
+  EXPECT_DOUBLE_EQ(step14.at("tflops"), 0.52);
+  EXPECT_DOUBLE_EQ(step14.at("mfu_pct"), 0.17);
+  EXPECT_DOUBLE_EQ(s.at(4).at("loss"), 7.62585);
+  EXPECT_DOUBLE_EQ(s.at(4).at("grad_norm"), 26.625);
+  EXPECT_DOUBLE_EQ(s.at(4).at("tps"), 10050);
+  EXPECT_DOUBLE_EQ(s.at(200).at("loss"), 6.1384);  // 7.4f, before grad_norm was logged
+  EXPECT_EQ(s.at(200).count("grad_norm"), 0u);
+  EXPECT_DOUBLE_EQ(s.at(200).at("tflops"), 339.16);
+}
+
+TEST(TorchtitanLog, ReadsTheLineWithTorchtitansColours) {
+  // metrics.py's f-string with utils.py's escapes; the reset is \033[39m, orange/turquoise are 24-bit.
+  std::string line =
+      "[rank0]:[titan] 2026-05-18 16:04:46,338 - root - INFO - \033[31mstep: 14  \033[32mloss:  3.24405  "
+      "\033[38;2;180;60;0mgrad_norm:  0.8319  \033[38;2;54;234;195mmemory:  9.46GiB(64.99%)  "
+      "\033[34mtps: 7,282  \033[36mtflops: 1,234.56  \033[35mmfu: N/A\033[39m\r\n";
+  Warnings warnings;
+  MetricSeries s = titan(line, &warnings);
+  EXPECT_TRUE(warnings.empty()) << warnings.front();
+  ASSERT_EQ(s.count(14), 1u);
+  EXPECT_DOUBLE_EQ(s[14].at("loss"), 3.24405);
+  EXPECT_DOUBLE_EQ(s[14].at("grad_norm"), 0.8319);
+  EXPECT_DOUBLE_EQ(s[14].at("tps"), 7282);
+  EXPECT_DOUBLE_EQ(s[14].at("tflops"), 1234.56);
+  EXPECT_EQ(s[14].count("mfu_pct"), 0u);  // N/A (FP8) is absent, not an error
+}
+
+TEST(TorchtitanLog, ValidationLinesGoUnderValidatePrefix) {
+  MetricSeries s = titan(
+      "[titan] 2026-02-24 19:46:17,508 - root - INFO - step: 10  loss:  2.12345  grad_norm:  1.0000\n"
+      "[titan] 2026-02-24 19:46:18,000 - root - INFO - validate step: 10  loss: 2.5000  memory:  1.00GiB(2.00%)  "
+      "tps: 1,000\n");
+  ASSERT_EQ(s.size(), 1u);
+  EXPECT_DOUBLE_EQ(s[10].at("loss"), 2.12345);  // not replaced by the validation loss
+  EXPECT_DOUBLE_EQ(s[10].at("validate_loss"), 2.5);
+  EXPECT_DOUBLE_EQ(s[10].at("validate_tps"), 1000);
+  EXPECT_DOUBLE_EQ(s[10].at("validate_memory_gib"), 1.0);
+}
+
+TEST(TorchtitanLog, NanInfAndMissingSteps) {
+  MetricSeries s = titan(
+      "step:  1  loss:      nan  grad_norm:     inf\n"
+      "some other line\n"
+      "step: 10  loss: -inf  grad_norm: 0.5\n"
+      "step: 20  loss:  1.00000\n");
+  ASSERT_EQ(s.size(), 3u);
+  EXPECT_TRUE(std::isnan(s[1].at("loss")));
+  EXPECT_EQ(s[1].at("grad_norm"), std::numeric_limits<double>::infinity());
+  EXPECT_EQ(s[10].at("loss"), -std::numeric_limits<double>::infinity());
+  EXPECT_EQ(s.count(2), 0u);
+}
+
+TEST(TorchtitanLog, LaterDuplicateStepWinsWithWarning) {
+  Warnings warnings;
+  MetricSeries s = titan(
+      "step: 5  loss: 3.0  grad_norm: 9.0\n"
+      "step: 6  loss: 2.9\n"
+      "[titan] 2026-01-01 00:00:00,000 - root - INFO - Resuming from step 5\n"
+      "step: 5  loss: 3.1\n",
+      &warnings);
+  EXPECT_DOUBLE_EQ(s[5].at("loss"), 3.1);
+  EXPECT_EQ(s[5].count("grad_norm"), 0u);  // the later line wins whole
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_TRUE(contains(warnings[0], "train.log:4:")) << warnings[0];
+  EXPECT_TRUE(contains(warnings[0], "line 1")) << warnings[0];
+}
+
+TEST(TorchtitanLog, UnparsableNumberIsLeftOutWithWarning) {
+  Warnings warnings;
+  MetricSeries s = titan("step: 3  loss: 2.5  grad_norm: 0.1.2  tps: 12,34\nstep: x  loss: 1\n", &warnings);
+  EXPECT_DOUBLE_EQ(s[3].at("loss"), 2.5);
+  EXPECT_EQ(s[3].count("grad_norm"), 0u);
+  EXPECT_EQ(s[3].count("tps"), 0u);
+  EXPECT_EQ(s.size(), 1u);
+  EXPECT_TRUE(any_contains(warnings, "grad_norm '0.1.2'"));
+  EXPECT_TRUE(any_contains(warnings, "train.log:2:"));
+}
+
+TEST(TorchtitanLog, OtherLevelsAndMessagesAreNotSteps) {
+  MetricSeries s = titan(
+      "[titan] 2026-01-01 00:00:00,000 - root - WARNING - step: 7  loss: 1.0\n"
+      "[titan] 2026-01-01 00:00:00,000 - root - INFO - Training starts at step 1\n"
+      "[rank3]:something step: 8 loss: 1.0\n");
+  EXPECT_TRUE(s.empty());
+}
+
+TEST(TorchtitanLog, HostileInputNeverCrashes) {
+  std::mt19937 random(7);
+  std::string garbage;
+  for (int i = 0; i < 200000; ++i) garbage.push_back(static_cast<char>(random()));
+  garbage += "\x1b[";  // an escape cut at the end
+  EXPECT_NO_THROW(titan(garbage));
+  std::string fragments = "[rank\n[rank0]:\n[titan]\nstep:\nstep: \nvalidate step:\nstep: 1 loss:\nstep: 2 :\n"
+                          "step: 3 loss: 1,\nstep: 4 memory: GiB(\nstep: 5 memory: 1GiB(%)\nstep: 1e400\n\x1b";
+  EXPECT_NO_THROW(titan(fragments));
+  Warnings warnings;
+  std::string long_line(1 << 20, 'x');
+  MetricSeries s = titan("step: 1  loss: 1.0\n" + long_line + "\nstep: 2  loss: 2.0\n", &warnings);
+  EXPECT_EQ(s.size(), 2u);
+  EXPECT_TRUE(any_contains(warnings, "train.log:2: line of 1048576 bytes skipped")) << warnings.front();
+}
+
+TEST(TorchtitanLog, WarningsAreBounded) {
+  std::string text;
+  for (int i = 0; i < 500; ++i) text += "step: 1  loss: 1.0\n";
+  Warnings warnings;
+  titan(text, &warnings);
+  EXPECT_EQ(warnings.size(), kMaxLogWarnings + 1);
+  EXPECT_TRUE(contains(warnings.back(), "449 more warnings")) << warnings.back();
+}
+
+TEST(TorchtitanLog, MissingFileIsAnError) {
+  try {
+    read_torchtitan_log("/nonexistent/train.log", nullptr);
+    FAIL();
+  } catch (const MetricsError& e) {
+    EXPECT_EQ(std::string(e.what()), "cannot read /nonexistent/train.log");
+  }
+}
+
+TEST(LogNumbers, SeparatorsSpecialsAndJunk) {
+  double v = 0;
+  EXPECT_TRUE(parse_log_number("7,282", v) && v == 7282);
+  EXPECT_TRUE(parse_log_number("1,234,567.5", v) && v == 1234567.5);
+  EXPECT_TRUE(parse_log_number("-0.5e-3", v) && v == -0.5e-3);
+  EXPECT_TRUE(parse_log_number(".5", v) && v == 0.5);
+  EXPECT_TRUE(parse_log_number("NaN", v) && std::isnan(v));
+  EXPECT_TRUE(parse_log_number("-inf", v) && v == -std::numeric_limits<double>::infinity());
+  EXPECT_TRUE(parse_log_number("1e999", v) && v == std::numeric_limits<double>::infinity());
+  for (const char* bad : {"", "N/A", "12,34", ",123", "1,2345", "1234,567", ".", "1e", "1.2.3", "0x10", "1 2", "-"})
+    EXPECT_FALSE(parse_log_number(bad, v)) << bad;
+}
+
+TEST(LogNumbers, StripAnsi) {
+  EXPECT_EQ(strip_ansi("\x1b[38;2;180;60;0mgrad\x1b[39m \x1b[1;31mX\x1b[0m"), "grad X");
+  EXPECT_EQ(strip_ansi("a\x1b[38;2"), "a");
+  EXPECT_EQ(strip_ansi("a\x1b"), "a");
+  EXPECT_EQ(strip_ansi("a\x1b(Bb"), "ab");         // ESC, intermediate, final
+  EXPECT_EQ(strip_ansi("a\x1b]0;title\x07" "b"), "ab");  // OSC to BEL
+  EXPECT_EQ(strip_ansi("a\x1b]8;;x\x1b\\b"), "ab");  // OSC to ST
+}
+
+// ---- the user's pattern --------------------------------------------------------------
+
+MetricSeries patterned(const std::string& pattern, const std::string& text, Warnings* warnings = nullptr) {
+  std::istringstream in(text);
+  return parse_log_with_pattern(in, "job.out", LogPattern(pattern), warnings);
+}
+
+TEST(LogPattern, PythonAndJavaScriptNamedGroups) {
+  LogPattern pattern(R"(it (?P<step>[\d,]+) .*loss=(?<loss>\S+)(?: gn=(?P<grad_norm>\S+))?)");
+  EXPECT_EQ(pattern.names(), (std::vector<std::string>{"step", "loss", "grad_norm"}));
+  std::istringstream in("\x1b[32mit 1,000 | loss=2.5 gn=0.25\x1b[0m\nit 1001 | loss=nan\nnoise\n");
+  MetricSeries s = parse_log_with_pattern(in, "job.out", pattern, nullptr);
+  ASSERT_EQ(s.size(), 2u);
+  EXPECT_DOUBLE_EQ(s[1000].at("loss"), 2.5);
+  EXPECT_DOUBLE_EQ(s[1000].at("grad_norm"), 0.25);
+  EXPECT_TRUE(std::isnan(s[1001].at("loss")));
+  EXPECT_EQ(s[1001].count("grad_norm"), 0u);  // the optional group did not take part
+}
+
+TEST(LogPattern, ParensInClassesEscapesAndNonCapturingGroupsAreNotCounted) {
+  // Every `(` here but the named ones and `(b)` is literal, non-capturing or a lookahead.
+  LogPattern pattern(
+      R"(^\((?:a|(b))\) [(](?P<step>\d+)[)] [^()\]]*(?=l)loss\[(?<loss>[\d.]+)\] [[:alpha:](]+ (?P<lr>[\d.e-]+)$)");
+  EXPECT_EQ(pattern.names(), (std::vector<std::string>{"step", "loss", "lr"}));
+  MetricSeries s = patterned(pattern.pattern(), "(b) (42) xy loss[1.5] ab(c 3e-4\n");
+  ASSERT_EQ(s.count(42), 1u);
+  EXPECT_DOUBLE_EQ(s[42].at("loss"), 1.5);
+  EXPECT_DOUBLE_EQ(s[42].at("lr"), 3e-4);
+}
+
+TEST(LogPattern, NamedBackReferences) {
+  MetricSeries s = patterned(R"((?P<q>["'])(?P<step>\d+)(?P=q) loss (?P<loss>\S+) \k<q>)", "'7' loss 0.5 '\n\"8' loss 1 '\n");
+  ASSERT_EQ(s.size(), 1u);
+  EXPECT_DOUBLE_EQ(s[7].at("loss"), 0.5);
+  EXPECT_FALSE(s[7].count("q"));  // `'` is not a number: left out (with a warning)
+}
+
+TEST(LogPattern, BadPatternsNameThePattern) {
+  for (const char* bad : {R"(loss=(?P<loss>\S+))", R"((?P<step>\d+)", R"((?P<step>\d+) (?P<step>\d+))",
+                          R"((?P<1x>\d+) (?P<step>\d+))", R"((?P<step>\d+)[)", R"((?P<step>\d+) (?P=nope))",
+                          R"((?P<step\d+))", "(?P<step>\\d+)\\"}) {
+    try {
+      LogPattern pattern(bad);
+      ADD_FAILURE() << "accepted " << bad;
+    } catch (const MetricsError& e) {
+      EXPECT_TRUE(contains(e.what(), std::string("'") + bad + "'")) << e.what();
+    }
+  }
+}
+
+TEST(LogPattern, LongLinesSkipDuplicatesWinAndJunkWarns) {
+  // 60 KiB between step and loss: `.*` recurses per character in libstdc++; this must not overflow.
+  std::string long_ok = "step 1 " + std::string(60 * 1024, 'x') + " loss=1.5";
+  std::string too_long = "step 2 " + std::string(kMaxLogLineBytes, 'x') + " loss=2.5";
+  Warnings warnings;
+  MetricSeries s = patterned(R"(step (?P<step>\d+).*loss=(?P<loss>\S+))",
+                             long_ok + "\n" + too_long + "\nstep 3 loss=abc\nstep 1 loss=N/A\n", &warnings);
+  ASSERT_EQ(s.size(), 2u);
+  EXPECT_TRUE(s[1].empty());  // line 4 re-logged step 1 and wins; N/A is absent
+  EXPECT_TRUE(s[3].empty());
+  EXPECT_TRUE(any_contains(warnings, "job.out:2: line of"));
+  EXPECT_TRUE(any_contains(warnings, "job.out:3: loss 'abc' is not a number"));
+  EXPECT_TRUE(any_contains(warnings, "job.out:4: step 1 logged again (before at line 1)"));
+}
+
+TEST(LogPattern, GarbageNeverCrashes) {
+  std::mt19937 random(11);
+  std::string garbage;
+  for (int i = 0; i < 300000; ++i) garbage.push_back(static_cast<char>(random() % 7 == 0 ? '\n' : random()));
+  EXPECT_NO_THROW(patterned(R"((?P<step>-?\d+)\D*(?P<loss>[-+.\deE]+))", garbage));
+}
+
+// ---- TensorBoard: a tiny protobuf + TFRecord writer --------------------------------------
+
+std::string varint(uint64_t v) {
+  std::string out;
+  for (; v >= 0x80; v >>= 7) out.push_back(static_cast<char>((v & 0x7f) | 0x80));
+  out.push_back(static_cast<char>(v));
+  return out;
+}
+
+std::string le(uint64_t v, int bytes) {
+  std::string out;
+  for (int i = 0; i < bytes; ++i) out.push_back(static_cast<char>(v >> (8 * i)));
+  return out;
+}
+
+std::string key(int field, int wire) { return varint(uint64_t(field) << 3 | wire); }
+std::string varint_field(int field, uint64_t v) { return key(field, 0) + varint(v); }
+std::string bytes_field(int field, const std::string& b) { return key(field, 2) + varint(b.size()) + b; }
+std::string float_field(int field, float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  return key(field, 5) + le(bits, 4);
+}
+std::string double_bits(double d) {
+  uint64_t bits;
+  std::memcpy(&bits, &d, 8);
+  return le(bits, 8);
+}
+
+// Summary.Value with simple_value (add_scalar's default).
+std::string simple_value(const std::string& tag, float v) { return bytes_field(1, tag) + float_field(2, v); }
+// Summary.Value with a tensor (add_scalar(new_style=True)) and scalars-plugin metadata.
+std::string tensor_value(const std::string& tag, const std::string& tensor_proto) {
+  std::string metadata = bytes_field(1, bytes_field(1, "scalars"));
+  return bytes_field(1, tag) + bytes_field(8, tensor_proto) + bytes_field(9, metadata);
+}
+std::string event(long long step, const std::vector<std::string>& values) {
+  std::string summary;
+  for (const auto& v : values) summary += bytes_field(1, v);
+  std::string e = key(1, 1) + double_bits(1.7e9);
+  if (step != 0) e += varint_field(2, static_cast<uint64_t>(step));
+  return e + bytes_field(5, summary);
+}
+std::string file_version_event() { return key(1, 1) + double_bits(1.7e9) + bytes_field(3, "brain.Event:2"); }
+
+std::string masked_crc(const std::string& b) {
+  return le(mask_crc32c(crc32c(reinterpret_cast<const uint8_t*>(b.data()), b.size())), 4);
+}
+std::string tfrecord(const std::string& data) {
+  std::string length = le(data.size(), 8);
+  return length + masked_crc(length) + data + masked_crc(data);
+}
+
+MetricSeries parse(const std::string& bytes, Warnings* warnings = nullptr,
+                   const std::map<std::string, std::string>& tags = default_tensorboard_tags()) {
+  return parse_tfrecord_events(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), "events.out.tfevents.1",
+                               tags, warnings);
+}
+
+// A file as torchtitan writes it: file_version, then per step a few scalars.
+std::string torchtitan_file(double loss_offset = 0) {
+  std::string f = tfrecord(file_version_event());
+  for (int step = 1; step <= 3; ++step)
+    f += tfrecord(event(step, {simple_value("loss_metrics/global_avg_loss", float(10 - step + loss_offset)),
+                               simple_value("grad_norm", float(step) / 4), simple_value("tflops", 1.5f)}));
+  return f;
+}
+
+TEST(TensorBoard, Crc32cKnownValue) {
+  const char* digits = "123456789";
+  EXPECT_EQ(crc32c(reinterpret_cast<const uint8_t*>(digits), 9), 0xE3069283u);
+}
+
+TEST(TensorBoard, SimpleValuesUnderTheDefaultTagMap) {
+  Warnings warnings;
+  MetricSeries s = parse(torchtitan_file(), &warnings);
+  EXPECT_TRUE(warnings.empty());
+  ASSERT_EQ(s.size(), 3u);
+  EXPECT_EQ(s[1].at("loss"), 9.0);
+  EXPECT_EQ(s[2].at("grad_norm"), 0.5);
+  EXPECT_EQ(s[3].count("tflops"), 0u);  // not mapped
+  MetricSeries all = parse(torchtitan_file(), nullptr, {});
+  EXPECT_EQ(all[3].at("tflops"), 1.5);
+  EXPECT_EQ(all[3].at("loss_metrics/global_avg_loss"), 7.0);
+}
+
+TEST(TensorBoard, TensorScalarsOfEveryDtype) {
+  std::string scalar_shape = bytes_field(2, "");                                   // rank 0
+  std::string one_by_one = bytes_field(2, bytes_field(2, varint_field(1, 1)) + bytes_field(2, varint_field(1, 1)));
+  std::string packed_float = bytes_field(5, le(0x3fc00000, 4));                    // 1.5f, packed
+  std::string f = tfrecord(file_version_event());
+  f += tfrecord(event(0, {tensor_value("f32", varint_field(1, 1) + packed_float)}));  // step 0 is left out
+  f += tfrecord(event(1, {tensor_value("f32", varint_field(1, 1) + scalar_shape + float_field(5, 0.1f)),
+                          tensor_value("f64", varint_field(1, 2) + one_by_one + key(6, 1) + double_bits(0.1)),
+                          tensor_value("f64c", varint_field(1, 2) + bytes_field(4, double_bits(-2.25))),
+                          tensor_value("i64", varint_field(1, 9) + varint_field(10, static_cast<uint64_t>(-5))),
+                          tensor_value("i32", varint_field(1, 3) + bytes_field(7, varint(7))),
+                          tensor_value("f16", varint_field(1, 19) + varint_field(13, 0x3e00)),        // 1.5
+                          tensor_value("bf16", varint_field(1, 14) + bytes_field(4, le(0xc0a0, 2))),  // -5
+                          tensor_value("empty", varint_field(1, 1)),                                  // zeros
+                          tensor_value("text", varint_field(1, 7) + bytes_field(8, "hello")),
+                          tensor_value("vector", varint_field(1, 1) + bytes_field(5, le(0, 8))),
+                          bytes_field(1, "image") + bytes_field(4, "png")}));
+  Warnings warnings;
+  MetricSeries s = parse(f, &warnings, {});
+  EXPECT_TRUE(warnings.empty());
+  EXPECT_EQ(s[0].at("f32"), 1.5);
+  EXPECT_EQ(s[1].at("f32"), double(0.1f));  // float32 widened, not rounded to 0.1
+  EXPECT_EQ(s[1].at("f64"), 0.1);
+  EXPECT_EQ(s[1].at("f64c"), -2.25);
+  EXPECT_EQ(s[1].at("i64"), -5.0);
+  EXPECT_EQ(s[1].at("i32"), 7.0);
+  EXPECT_EQ(s[1].at("f16"), 1.5);
+  EXPECT_EQ(s[1].at("bf16"), -5.0);
+  EXPECT_EQ(s[1].at("empty"), 0.0);
+  EXPECT_EQ(s[1].size(), 8u);  // vector, text and image passed over
+  Warnings asked;
+  parse(f, &asked, {{"vector", "v"}, {"text", "t"}});
+  ASSERT_EQ(asked.size(), 2u);
+  EXPECT_TRUE(contains(asked[0], "tag 'text' at step 1: tensor of dtype 7 is not a number")) << asked[0];
+  EXPECT_TRUE(contains(asked[1], "tag 'vector' at step 1: tensor of one element holds 2 values")) << asked[1];
+}
+
+TEST(TensorBoard, NonFiniteAndDuplicateStepsLastWins) {
+  std::string f = tfrecord(event(4, {simple_value("grad_norm", std::numeric_limits<float>::quiet_NaN()),
+                                     simple_value("loss_metrics/global_avg_loss", 1.0f)}));
+  f += tfrecord(event(4, {simple_value("loss_metrics/global_avg_loss", -std::numeric_limits<float>::infinity())}));
+  Warnings warnings;
+  MetricSeries s = parse(f, &warnings);
+  EXPECT_TRUE(std::isnan(s[4].at("grad_norm")));
+  EXPECT_EQ(s[4].at("loss"), -std::numeric_limits<double>::infinity());
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_TRUE(contains(warnings[0], "1 (step, metric) pairs written again")) << warnings[0];
+}
+
+TEST(TensorBoard, FlippedDataByteNamesFileRecordAndOffset) {
+  std::string f = torchtitan_file();
+  size_t second = tfrecord(file_version_event()).size();
+  f[second + 12 + 5] ^= 0x01;
+  try {
+    parse(f);
+    FAIL();
+  } catch (const MetricsError& e) {
+    EXPECT_TRUE(contains(e.what(), "events.out.tfevents.1: record 2 at byte " + std::to_string(second) +
+                                       ": data CRC mismatch"))
+        << e.what();
+  }
+}
+
+TEST(TensorBoard, FlippedLengthByteIsAnError) {
+  std::string f = torchtitan_file();
+  f[0] ^= 0x40;
+  try {
+    parse(f);
+    FAIL();
+  } catch (const MetricsError& e) {
+    EXPECT_TRUE(contains(e.what(), "record 1 at byte 0: length CRC mismatch")) << e.what();
+  }
+}
+
+TEST(TensorBoard, TruncatedTailWarnsAndKeepsWhatCameBefore) {
+  std::string whole = torchtitan_file();
+  for (size_t cut : {size_t(1), size_t(5), size_t(13), size_t(30)}) {
+    Warnings warnings;
+    MetricSeries s = parse(whole.substr(0, whole.size() - cut), &warnings);
+    EXPECT_EQ(s.size(), 2u) << cut;
+    ASSERT_EQ(warnings.size(), 1u) << cut;
+    EXPECT_TRUE(contains(warnings[0], "record 4 at byte")) << warnings[0];
+    EXPECT_TRUE(contains(warnings[0], "cut short")) << warnings[0];
+  }
+}
+
+TEST(TensorBoard, MalformedProtobufInAGoodFrameIsAnError) {
+  std::string f = tfrecord(file_version_event()) + tfrecord(key(5, 2) + varint(100) + "short");
+  try {
+    parse(f);
+    FAIL();
+  } catch (const MetricsError& e) {
+    EXPECT_TRUE(contains(e.what(), "record 2 at byte")) << e.what();
+    EXPECT_TRUE(contains(e.what(), "malformed Event")) << e.what();
+  }
+}
+
+TEST(TensorBoard, RandomBytesAndRandomEventsNeverCrash) {
+  std::mt19937 random(3);
+  for (int i = 0; i < 2000; ++i) {
+    std::string bytes(random() % 200, '\0');
+    for (char& c : bytes) c = static_cast<char>(random());
+    // Half the time framed properly, so the protobuf reader sees the junk.
+    if (i % 2) bytes = tfrecord(bytes) + tfrecord(event(1, {tensor_value("x", bytes)}));
+    try {
+      parse(bytes, nullptr, {});
+    } catch (const MetricsError&) {
+    }
+  }
+}
+
+// A temporary folder, removed at the end of the test.
+class TempDir {
+ public:
+  TempDir() {
+    path_ = fs::temp_directory_path() /
+            ("metric_sources_test." + std::to_string(getpid()) + "." +
+             ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(path_);
+    fs::create_directories(path_);
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+void write(const fs::path& path, const std::string& bytes) {
+  fs::create_directories(path.parent_path());
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+TEST(TensorBoard, LatestRunFolderIsRead) {
+  TempDir tmp;
+  fs::path tb = tmp.path() / "tb";
+  write(tb / "20260101-0000" / "events.out.tfevents.1700000000.host.1.0", torchtitan_file(100));
+  write(tb / "20260102-0930" / "events.out.tfevents.1700000100.host.2.0", torchtitan_file(0));
+  // A second writer in the same minute: its file sorts later, its values win.
+  write(tb / "20260102-0930" / "events.out.tfevents.1700000160.host.3.0",
+        tfrecord(event(3, {simple_value("loss_metrics/global_avg_loss", 0.5f)})));
+  write(tb / "20260102-0930" / "not-an-event-file.txt", "junk");
+  EXPECT_EQ(fs::path(tensorboard_run_folder(tb.string())).filename(), "20260102-0930");
+  Warnings warnings;
+  MetricSeries s = read_tensorboard_scalars(tb.string(), default_tensorboard_tags(), &warnings);
+  ASSERT_EQ(s.size(), 3u);
+  EXPECT_EQ(s[1].at("loss"), 9.0);
+  EXPECT_EQ(s[3].at("loss"), 0.5);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_TRUE(contains(warnings[0], "1700000160.host.3.0: 1 (step, metric) pairs written again by this file"))
+      << warnings[0];
+  // The run folder itself reads the same.
+  EXPECT_EQ(read_tensorboard_scalars((tb / "20260102-0930").string(), default_tensorboard_tags(), nullptr), s);
+}
+
+TEST(TensorBoard, FoldersWithoutEventFilesAreErrors) {
+  TempDir tmp;
+  EXPECT_THROW(read_tensorboard_scalars((tmp.path() / "absent").string(), {}, nullptr), MetricsError);
+  EXPECT_THROW(read_tensorboard_scalars(tmp.path().string(), {}, nullptr), MetricsError);
+  write(tmp.path() / "20260101-0000" / "rank_0" / "events.out.tfevents.1", torchtitan_file());
+  try {
+    read_tensorboard_scalars(tmp.path().string(), {}, nullptr);
+    FAIL();
+  } catch (const MetricsError& e) {
+    EXPECT_TRUE(contains(e.what(), "20260101-0000: no events.out.tfevents.* files (subfolders: rank_0"))
+        << e.what();
+  }
+}
+
+// Files written by torch.utils.tensorboard.SummaryWriter (tools/fixtures/make_tb_fixtures.py),
+// with every scalar as TensorBoard's own reader returned it.
+TEST(TensorBoard, MatchesTensorBoardsReaderOnFilesMadeByPyTorch) {
+  fs::path made = fs::path(MESHTEST_SOURCE_DIR) / "tests" / "fixtures" / "tb-made";
+  if (!fs::exists(made / "expected.json")) GTEST_SKIP() << made << " not made yet (tools/fixtures/make_tb_fixtures.py)";
+  nlohmann::json expected = nlohmann::json::parse(std::ifstream(made / "expected.json"));
+  std::string tb = (made / "tb").string();
+  EXPECT_EQ(fs::path(tensorboard_run_folder(tb)).filename().string(), expected.at("run").get<std::string>());
+  MetricSeries got = read_tensorboard_scalars(tb, {}, nullptr);
+  size_t compared = 0;
+  for (const auto& [tag, points] : expected.at("scalars").items()) {
+    std::map<long long, double> want;  // the last value of a step wins, as in the reader
+    for (const auto& point : points) {
+      const auto& v = point.at(1);
+      double value = v.is_string() ? (v == "nan"   ? std::numeric_limits<double>::quiet_NaN()
+                                       : v == "inf" ? std::numeric_limits<double>::infinity()
+                                                    : -std::numeric_limits<double>::infinity())
+                                   : v.get<double>();
+      want[point.at(0).get<long long>()] = value;
+    }
+    for (const auto& [step, value] : want) {
+      ASSERT_TRUE(got.count(step) && got[step].count(tag)) << tag << " at step " << step;
+      double mine = got[step][tag];
+      if (std::isnan(value))
+        EXPECT_TRUE(std::isnan(mine)) << tag << " at step " << step;
+      else
+        EXPECT_EQ(mine, value) << tag << " at step " << step;
+      ++compared;
+    }
+  }
+  size_t mine = 0;
+  for (const auto& [step, metrics] : got) mine += metrics.size();
+  EXPECT_EQ(mine, compared) << "scalars the C++ reader found that TensorBoard's did not";
+  EXPECT_GT(compared, 0u);
+}
+
+}  // namespace
+}  // namespace meshtest
