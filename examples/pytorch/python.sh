@@ -1,0 +1,10 @@
+#!/bin/sh
+# Runs its arguments with the first python that can import torch: $MESHTEST_PYTHON if set, else
+# python3, else /usr/bin/python3 (Debian's python3-torch lives there when a pyenv shadows it).
+for py in ${MESHTEST_PYTHON:+"$MESHTEST_PYTHON"} python3 /usr/bin/python3; do
+  if command -v "$py" >/dev/null 2>&1 && "$py" -c 'import torch' >/dev/null 2>&1; then
+    exec "$py" "$@"
+  fi
+done
+echo "python.sh: no python that can import torch (tried \$MESHTEST_PYTHON, python3, /usr/bin/python3)" >&2
+exit 3
