@@ -3,7 +3,7 @@
 
 #include <pthread.h>
 
-#include <cerrno>
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
@@ -13,6 +13,7 @@
 #include <istream>
 #include <limits>
 #include <map>
+#include <string>
 #include <string_view>
 
 namespace meshtest {
@@ -205,19 +206,22 @@ std::string_view trim_left(std::string_view text) {
 
 bool starts_with(std::string_view text, std::string_view prefix) { return text.substr(0, prefix.size()) == prefix; }
 
-// Removes torchrun's `[rankN]:` (from --tee) when present.
-std::string_view drop_rank_prefix(std::string_view text) {
+// Removes torchrun's `[rankN]:` (from --tee) when present, setting `rank` (else -1).
+std::string_view drop_rank_prefix(std::string_view text, long& rank) {
+  rank = -1;
   if (!starts_with(text, "[rank")) return text;
   std::size_t i = 5;
-  while (i < text.size() && is_digit(text[i])) ++i;
+  long number = 0;
+  for (; i < text.size() && is_digit(text[i]) && i < 14; ++i) number = number * 10 + (text[i] - '0');
   if (i == 5 || text.substr(i, 2) != "]:") return text;
+  rank = number;
   return text.substr(i + 2);
 }
 
 // The logged message of a line, after the `[rankN]:` and `[titan] <asctime> - <name> - INFO - `
 // prefixes; empty for a torchtitan line of another level (metrics are logged at INFO).
-std::string_view message_of(std::string_view line) {
-  std::string_view text = trim_left(drop_rank_prefix(trim_left(line)));
+std::string_view message_of(std::string_view line, long& rank) {
+  std::string_view text = trim_left(drop_rank_prefix(trim_left(line), rank));
   if (!starts_with(text, "[titan]")) return text;
   std::size_t at = text.find(" - INFO - ");
   if (at == std::string_view::npos) return {};
@@ -326,7 +330,8 @@ bool valid_group_name(const std::string& name) {
 // characters, bracket classes (where `(` is literal) and `(?:`, `(?=`, `(?!` are not counted.
 class GroupTranslator {
  public:
-  explicit GroupTranslator(const std::string& pattern) : in_(pattern) {}
+  // Translates `pattern` from `start` on (past a leading flag group the caller took).
+  GroupTranslator(const std::string& pattern, std::size_t start) : in_(pattern), i_(start) {}
 
   void run() {
     while (i_ < in_.size()) {
@@ -427,7 +432,7 @@ class GroupTranslator {
   }
 
   const std::string& in_;
-  std::size_t i_ = 0;
+  std::size_t i_;
   std::string out_;
   std::size_t captures_ = 0;
   std::vector<std::pair<std::string, std::size_t>> groups_;
@@ -554,7 +559,8 @@ std::string strip_ansi(const std::string& line) {
 
 bool parse_log_number(const std::string& token, double& value) { return parse_number(token, value); }
 
-MetricSeries parse_torchtitan_log(std::istream& in, const std::string& file, std::vector<std::string>* warnings) {
+MetricSeries parse_torchtitan_log(std::istream& in, const std::string& file, std::vector<std::string>* warnings,
+                                  int rank) {
   Warnings warn(warnings, file);
   StepRecorder training(warn);
   StepRecorder validation(warn);
@@ -567,7 +573,10 @@ MetricSeries parse_torchtitan_log(std::istream& in, const std::string& file, std
       continue;
     }
     std::string clean = strip_ansi(line);
-    TitanLine titan = read_titan_line(message_of(clean), reader.number(), warn);
+    long line_rank = -1;
+    std::string_view message = message_of(clean, line_rank);
+    if (rank >= 0 && line_rank >= 0 && line_rank != rank) continue;
+    TitanLine titan = read_titan_line(message, reader.number(), warn);
     if (titan.kind == TitanLine::kTraining) training.record(titan.step, std::move(titan.metrics), reader.number());
     if (titan.kind == TitanLine::kValidation)
       validation.record(titan.step, std::move(titan.metrics), reader.number());
@@ -581,13 +590,14 @@ MetricSeries parse_torchtitan_log(std::istream& in, const std::string& file, std
   return series;
 }
 
-MetricSeries read_torchtitan_log(const std::string& path, std::vector<std::string>* warnings) {
+MetricSeries read_torchtitan_log(const std::string& path, std::vector<std::string>* warnings, int rank) {
   std::ifstream in = open_or_throw(path);
-  return parse_torchtitan_log(in, path, warnings);
+  return parse_torchtitan_log(in, path, warnings, rank);
 }
 
 LogPattern::LogPattern(const std::string& pattern) : pattern_(pattern) {
-  GroupTranslator translator(pattern);
+  bool ignore_case = pattern.compare(0, 4, "(?i)") == 0;  // Python's inline flag; std::regex has a flag
+  GroupTranslator translator(pattern, ignore_case ? 4 : 0);
   translator.run();
   translated_ = translator.translated();
   groups_ = translator.groups();
@@ -595,7 +605,7 @@ LogPattern::LogPattern(const std::string& pattern) : pattern_(pattern) {
   for (const auto& group : groups_) has_step = has_step || group.first == "step";
   if (!has_step) throw MetricsError("log pattern '" + pattern + "' has no (?P<step>...) group");
   try {
-    regex_ = std::regex(translated_, std::regex::ECMAScript);
+    regex_ = std::regex(translated_, ignore_case ? std::regex::ECMAScript | std::regex::icase : std::regex::ECMAScript);
   } catch (const std::regex_error& e) {
     throw MetricsError("log pattern '" + pattern + "' is not a valid regular expression: " + e.what());
   }

@@ -36,18 +36,24 @@ constexpr std::size_t kMaxLogWarnings = 50;
 // Validation lines (`validate step: N  loss: ...`) are not training steps: their fields go under
 // step N with a "validate_" prefix ("validate_loss", "validate_memory_gib", "validate_tps", ...),
 // next to (never replacing) the training metrics of step N.
+// A console of several ranks (torchrun --local-ranks-filter 0,1,...) prints every step once per
+// rank: `rank` >= 0 keeps only the lines prefixed `[rank<rank>]:` (and lines without a prefix).
+// Under pipeline parallelism pick the first rank of the last stage (where torchtitan's TensorBoard
+// writer runs): other stages log a loss of -1. With `rank` -1 every line counts.
 // The fields are taken apart by hand, not with std::regex (which recurses per character).
-MetricSeries parse_torchtitan_log(std::istream& in, const std::string& file,
-                                  std::vector<std::string>* warnings);
+MetricSeries parse_torchtitan_log(std::istream& in, const std::string& file, std::vector<std::string>* warnings,
+                                  int rank = -1);
 // The same for a file; throws MetricsError("cannot read <path>") when it cannot be opened.
-MetricSeries read_torchtitan_log(const std::string& path, std::vector<std::string>* warnings);
+MetricSeries read_torchtitan_log(const std::string& path, std::vector<std::string>* warnings, int rank = -1);
 
 // A user pattern (ECMAScript syntax, as std::regex reads it) with Python- or JS-style named
 // groups `(?P<name>...)` / `(?<name>...)`. `step` is required (an integer, `,` separators
 // allowed); every other named group is a metric under its name ("loss", "grad_norm", ...).
-// Named back-references `(?P=name)` and `\k<name>` work too. The pattern is SEARCHED for in each
-// line (like Python's re.search): anchor it with ^ when needed. A named group that did not take
-// part in the match, or matched `N/A`, leaves its metric absent.
+// Named back-references `(?P=name)` and `\k<name>` work too; a leading `(?i)` ignores case.
+// The pattern is SEARCHED for in each line, colours stripped (like Python's re.search): anchor
+// it with ^ when needed. A named group that did not take part in the match, or matched `N/A`,
+// leaves its metric absent; one that matched something else than a number is left out with a
+// warning (so a group used only for a back-reference costs a warning per line: use a plain group).
 // Throws MetricsError, quoting the pattern, when it is not a valid regular expression, lacks a
 // `step` group, or names a group twice or badly.
 class LogPattern {
@@ -61,7 +67,9 @@ class LogPattern {
   const std::string& translated() const { return translated_; }
 
   // Searches one (already cleaned) line; on a match, fills name -> matched text for the
-  // named groups that took part.
+  // named groups that took part. It runs on the caller's stack, and std::regex may take over
+  // 1 KiB of it per character: keep such lines short (the parse functions run it on a thread
+  // with a 512 MiB stack).
   bool match(const std::string& line, std::vector<std::pair<std::string, std::string>>& groups) const;
 
  private:

@@ -168,6 +168,21 @@ TEST(TorchtitanLog, WarningsAreBounded) {
   EXPECT_TRUE(contains(warnings.back(), "449 more warnings")) << warnings.back();
 }
 
+TEST(TorchtitanLog, RankFilterKeepsOneRanksLines) {
+  // LOG_RANK=0,1 under PP: the first stage (rank 0) logs a loss of -1, the last stage the loss.
+  std::string two_ranks =
+      "[rank0]:[titan] 2026-01-01 00:00:00,000 - root - INFO - step:  1  loss: -1.00000  grad_norm:  0.5000\n"
+      "[rank1]:[titan] 2026-01-01 00:00:00,000 - root - INFO - step:  1  loss:  8.04910  grad_norm:  0.5000\n";
+  std::istringstream in(two_ranks);
+  Warnings warnings;
+  MetricSeries s = parse_torchtitan_log(in, "train.log", &warnings, 1);
+  EXPECT_DOUBLE_EQ(s.at(1).at("loss"), 8.0491);
+  EXPECT_TRUE(warnings.empty());
+  MetricSeries all = titan(two_ranks, &warnings);  // every rank: the later line wins, with a warning
+  EXPECT_DOUBLE_EQ(all.at(1).at("loss"), 8.0491);
+  EXPECT_EQ(warnings.size(), 1u);
+}
+
 TEST(TorchtitanLog, MissingFileIsAnError) {
   try {
     read_torchtitan_log("/nonexistent/train.log", nullptr);
@@ -227,6 +242,11 @@ TEST(LogPattern, ParensInClassesEscapesAndNonCapturingGroupsAreNotCounted) {
   ASSERT_EQ(s.count(42), 1u);
   EXPECT_DOUBLE_EQ(s[42].at("loss"), 1.5);
   EXPECT_DOUBLE_EQ(s[42].at("lr"), 3e-4);
+}
+
+TEST(LogPattern, LeadingIgnoreCaseFlag) {
+  MetricSeries s = patterned(R"((?i)STEP (?P<step>\d+) LOSS (?P<loss>\S+))", "Step 3 Loss 0.75\n");
+  EXPECT_DOUBLE_EQ(s.at(3).at("loss"), 0.75);
 }
 
 TEST(LogPattern, NamedBackReferences) {
