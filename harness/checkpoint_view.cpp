@@ -17,7 +17,10 @@ namespace {
 
 [[noreturn]] void fail(const std::string& message) { throw CheckpointError(message); }
 
-std::string key_label(const std::string& key) { return "key '" + key + "'"; }
+// Keys are short in practice; a damaged file's may not be.
+std::string key_label(const std::string& key) {
+  return "key '" + (key.size() <= 200 ? key : key.substr(0, 200) + "...") + "'";
+}
 
 std::string dims_text(const std::vector<int64_t>& dims) {
   std::string s = "[";

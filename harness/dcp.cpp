@@ -22,7 +22,10 @@ using Kind = pickle::Value::Kind;
 
 [[noreturn]] void fail(const std::string& message) { throw CheckpointError(message); }
 
-std::string key_label(const std::string& key) { return "key '" + key + "'"; }
+// Keys are short in practice; a damaged file's may not be.
+std::string key_label(const std::string& key) {
+  return "key '" + (key.size() <= 200 ? key : key.substr(0, 200) + "...") + "'";
+}
 
 // ---- the globals a DCP folder may name ----------------------------------------------------------
 
@@ -129,7 +132,17 @@ void check_shape(const std::vector<int64_t>& shape, const Where& where) {
     if (d < 0 || __builtin_mul_overflow(numel, d, &numel)) where.fail("size has a negative or overflowing dim");
 }
 
-Item tensor_item(const std::string& key, const Value& meta, const Where& where) {
+// What interpreting a pickle may build: no more chunk dims than the pickle has bytes (a real
+// .metadata spends far more than a byte per dim), however often the memo repeats one list.
+struct Budget {
+  uint64_t left;
+  void spend(uint64_t units, const Where& where) {
+    if (units > left) where.fail("expands to more chunks than its bytes can describe (a list shared many times?)");
+    left -= units;
+  }
+};
+
+Item tensor_item(const std::string& key, const Value& meta, const Where& where, Budget& budget) {
   Item item;
   item.key = key;
   item.is_tensor = true;
@@ -140,6 +153,7 @@ Item tensor_item(const std::string& key, const Value& meta, const Where& where) 
   if (!chunks || !chunks->is(Kind::List)) where.fail("chunks is missing or not a list");
   for (const Value* c : chunks->items) {
     if (!c->is_instance_of("ChunkStorageMetadata")) where.fail("a chunk is " + pickle::describe(*c, 2, 80));
+    budget.spend(1 + 2 * item.shape.size(), where);
     Chunk chunk;
     chunk.offsets = as_dims(c->attribute("offsets"), where, "chunk offsets");
     chunk.sizes = as_dims(c->attribute("sizes"), where, "chunk sizes");
@@ -152,7 +166,7 @@ Item tensor_item(const std::string& key, const Value& meta, const Where& where) 
 // storage_data's key: a MetadataIndex's fqn and, for tensor chunks, its offset.
 using RecordKey = std::tuple<std::string, bool, std::vector<int64_t>>;
 
-std::map<RecordKey, Record> storage_records(const Value* storage_data, const std::string& file) {
+std::map<RecordKey, Record> storage_records(const Value* storage_data, const std::string& file, Budget& budget) {
   std::map<RecordKey, Record> out;
   if (!storage_data || storage_data->is(Kind::None)) return out;
   if (!storage_data->is(Kind::Dict)) Where{file, ""}.fail("storage_data is not a dict");
@@ -168,6 +182,7 @@ std::map<RecordKey, Record> storage_records(const Value* storage_data, const std
     if (!info->is_instance_of("_StorageInfo")) at.fail("storage info is " + pickle::describe(*info, 2, 80));
     Record r;
     r.file = as_str(info->attribute("relative_path"), at, "relative_path");
+    budget.spend(1 + r.file.size() / 16 + std::get<2>(rk).size(), at);
     const int64_t off = as_int(info->attribute("offset"), at, "offset");
     const int64_t len = as_int(info->attribute("length"), at, "length");
     if (off < 0 || len < 0) at.fail("record offset " + std::to_string(off) + " or length " + std::to_string(len) + " is negative");
@@ -556,14 +571,15 @@ Metadata interpret_metadata(const pickle::Pickle& metadata, const std::string& f
   if (const Value* v = root.attribute("version"); v && v->is(Kind::Str)) out.version = v->text;
   const Value* sdm = root.attribute("state_dict_metadata");
   if (!sdm || !sdm->is(Kind::Dict)) Where{file, ""}.fail("state_dict_metadata is missing or not a dict");
+  Budget budget{metadata.input_size() + 64};
   std::map<std::string, Item> items;  // a repeated key keeps its last entry, as Python's dict does
   for (const auto& [k, meta] : sdm->pairs) {
     const std::string& key = as_str(k, Where{file, "state_dict_metadata"}, "a key");
     const Where where{file, key_label(key)};
     if (meta->is_instance_of("TensorStorageMetadata")) {
-      items[key] = tensor_item(key, *meta, where);
+      items[key] = tensor_item(key, *meta, where, budget);
     } else {
-      if (!meta->is_instance_of("BytesStorageMetadata"))
+      if (!meta->is_instance_of("BytesStorageMetadata") && out.warnings.size() < 100)
         out.warnings.push_back(file + ": " + key_label(key) + " has metadata " + pickle::describe(*meta, 2, 80) +
                                "; listed as a non-tensor item");
       Item item;
@@ -571,7 +587,7 @@ Metadata interpret_metadata(const pickle::Pickle& metadata, const std::string& f
       items[key] = std::move(item);
     }
   }
-  const auto records = storage_records(root.attribute("storage_data"), file);
+  const auto records = storage_records(root.attribute("storage_data"), file, budget);
   for (auto& [key, item] : items) {
     attach_records(item, records);
     out.items.push_back(std::move(item));

@@ -126,6 +126,7 @@ class Unpickler {
       step();
     }
     out_.root_ = pop();
+    out_.input_size_ = pos_;
     return std::move(out_);
   }
 
@@ -440,6 +441,8 @@ class Unpickler {
     Value* module = pop();
     if (!name->is(Kind::Str) || !module->is(Kind::Str))
       fail(std::string("needs two str (module, name), got ") + kind_name(module->kind) + " and " + kind_name(name->kind));
+    // The memo could otherwise hand one huge string to every global: copies must stay small.
+    if (module->text.size() + name->text.size() > 1024) fail("module and name longer than 1024 bytes");
     push(make_global(module->text, name->text));
   }
 

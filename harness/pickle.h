@@ -64,12 +64,16 @@ class Pickle {
   const Value& root() const { return *root_; }
   // Every Global the pickle names, in order of appearance (for reporting unknown ones).
   const std::vector<const Value*>& globals() const { return globals_; }
+  // Bytes read up to STOP: readers bound what they build from the value by it (the memo lets a
+  // small pickle reference one big list many times).
+  size_t input_size() const { return input_size_; }
 
  private:
   friend class Unpickler;
   std::vector<std::unique_ptr<Value>> arena_;
   std::vector<const Value*> globals_;
   const Value* root_ = nullptr;
+  size_t input_size_ = 0;
 };
 
 // Parses `data` up to its STOP opcode. `file_label` names the input in errors.

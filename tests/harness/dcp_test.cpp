@@ -1,0 +1,684 @@
+// CheckpointView over real PyTorch DCP folders (torch 2.11, checked in under shared/fixtures),
+// over hand-built ones (protocol-2 pickles, torch 1.13's TensorProperties, bf16, strided and
+// ZIP64 records, a record beyond 2 GiB) and over meshtrain's own format; and every kind of damage
+// yielding one clear error that names the file and the key, never a crash.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <cctype>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "checkpoint_view.h"
+#include "dcp.h"
+#include "hash.h"
+#include "pickle.h"
+
+namespace fs = std::filesystem;
+using meshtest::CheckpointError;
+using meshtest::CheckpointView;
+using Dims = std::vector<int64_t>;
+
+namespace {
+
+// ---- files --------------------------------------------------------------------------------------
+
+class TempDir {
+ public:
+  TempDir() {
+    char tmpl[] = "/tmp/meshtest-dcp-XXXXXX";
+    path_ = ::mkdtemp(tmpl);
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+void write_file(const std::string& path, const std::string& bytes) {
+  fs::create_directories(fs::path(path).parent_path());
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+std::string shared_fixtures() { return MESHTEST_SOURCE_DIR "/../shared/fixtures/dcp-torch-2.11"; }
+
+// ---- a tiny pickle writer -----------------------------------------------------------------------
+
+std::string le_bytes(uint64_t v, int n) {
+  std::string s;
+  for (int i = 0; i < n; ++i) s += static_cast<char>((v >> (8 * i)) & 0xFF);
+  return s;
+}
+
+// Emits opcodes by name; enough for DCP metadata and torch.save's data.pkl.
+class PickleWriter {
+ public:
+  std::string bytes;
+  PickleWriter& proto(int v) { return raw(std::string("\x80") + static_cast<char>(v)); }
+  PickleWriter& raw(const std::string& s) {
+    bytes += s;
+    return *this;
+  }
+  PickleWriter& op(char c) { return raw(std::string(1, c)); }
+  PickleWriter& global(const std::string& module, const std::string& name) { return raw("c" + module + "\n" + name + "\n"); }
+  PickleWriter& str(const std::string& s) { return raw("X" + le_bytes(s.size(), 4) + s); }
+  PickleWriter& integer(int64_t v) {
+    if (v >= INT32_MIN && v <= INT32_MAX) return raw("J" + le_bytes(static_cast<uint64_t>(v), 4));
+    return raw("\x8a\x08" + le_bytes(static_cast<uint64_t>(v), 8));  // LONG1
+  }
+  PickleWriter& put(uint8_t i) { return raw(std::string("q") + static_cast<char>(i)); }
+  PickleWriter& get(uint8_t i) { return raw(std::string("h") + static_cast<char>(i)); }
+  PickleWriter& mark() { return op('('); }
+  PickleWriter& tuple() { return op('t'); }
+  PickleWriter& ints(const Dims& dims) {
+    mark();
+    for (int64_t d : dims) integer(d);
+    return tuple();
+  }
+  PickleWriter& no_args_new() { return op(')').op('\x81'); }  // EMPTY_TUPLE NEWOBJ
+  PickleWriter& stop() { return op('.'); }
+};
+
+// ---- torch.save records --------------------------------------------------------------------------
+
+uint32_t crc32(const std::string& data) {
+  uint32_t c = 0xFFFFFFFFu;
+  for (unsigned char b : data) {
+    c ^= b;
+    for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+  }
+  return c ^ 0xFFFFFFFFu;
+}
+
+// A STORED zip; with `zip64` every size and offset is saturated and given in ZIP64 extra fields.
+std::string make_zip(const std::vector<std::pair<std::string, std::string>>& entries, bool zip64) {
+  std::string out, cd;
+  const uint64_t sat = 0xFFFFFFFF;
+  for (const auto& [name, data] : entries) {
+    const uint64_t local_at = out.size();
+    const std::string local_extra = zip64 ? le_bytes(1, 2) + le_bytes(16, 2) + le_bytes(data.size(), 8) + le_bytes(data.size(), 8) : "";
+    out += le_bytes(0x04034b50, 4) + le_bytes(45, 2) + le_bytes(0, 2) + le_bytes(0, 2) + le_bytes(0, 4) +
+           le_bytes(crc32(data), 4) + le_bytes(zip64 ? sat : data.size(), 4) + le_bytes(zip64 ? sat : data.size(), 4) +
+           le_bytes(name.size(), 2) + le_bytes(local_extra.size(), 2) + name + local_extra + data;
+    const std::string extra =
+        zip64 ? le_bytes(1, 2) + le_bytes(24, 2) + le_bytes(data.size(), 8) + le_bytes(data.size(), 8) + le_bytes(local_at, 8) : "";
+    cd += le_bytes(0x02014b50, 4) + le_bytes(45, 2) + le_bytes(45, 2) + le_bytes(0, 2) + le_bytes(0, 2) + le_bytes(0, 4) +
+          le_bytes(crc32(data), 4) + le_bytes(zip64 ? sat : data.size(), 4) + le_bytes(zip64 ? sat : data.size(), 4) +
+          le_bytes(name.size(), 2) + le_bytes(extra.size(), 2) + le_bytes(0, 2) + le_bytes(0, 2) + le_bytes(0, 2) +
+          le_bytes(0, 4) + le_bytes(zip64 ? sat : local_at, 4) + name + extra;
+  }
+  const uint64_t cd_at = out.size();
+  out += cd;
+  if (zip64) {
+    const uint64_t eocd64_at = out.size();
+    out += le_bytes(0x06064b50, 4) + le_bytes(44, 8) + le_bytes(45, 2) + le_bytes(45, 2) + le_bytes(0, 4) + le_bytes(0, 4) +
+           le_bytes(entries.size(), 8) + le_bytes(entries.size(), 8) + le_bytes(cd.size(), 8) + le_bytes(cd_at, 8);
+    out += le_bytes(0x07064b50, 4) + le_bytes(0, 4) + le_bytes(eocd64_at, 8) + le_bytes(1, 4);
+  }
+  out += le_bytes(0x06054b50, 4) + le_bytes(0, 2) + le_bytes(0, 2) + le_bytes(zip64 ? 0xFFFF : entries.size(), 2) +
+         le_bytes(zip64 ? 0xFFFF : entries.size(), 2) + le_bytes(zip64 ? sat : cd.size(), 4) +
+         le_bytes(zip64 ? sat : cd_at, 4) + le_bytes(0, 2);
+  return out;
+}
+
+// What torch.save(tensor) writes: _rebuild_tensor_v2(persid(storage), offset, size, stride, ...).
+struct TensorBlob {
+  std::string storage_class = "FloatStorage";
+  std::string storage;  // raw little-endian elements
+  int64_t storage_numel = 0;
+  int64_t storage_offset = 0;
+  Dims size, stride;
+};
+
+std::string make_record(const TensorBlob& t, bool zip64 = false) {
+  PickleWriter p;
+  p.proto(2).global("torch._utils", "_rebuild_tensor_v2").put(0).mark();
+  p.mark().str("storage").global("torch", t.storage_class).str("0").str("cpu").integer(t.storage_numel).tuple().op('Q');
+  p.integer(t.storage_offset).ints(t.size).ints(t.stride).op('\x89');
+  p.global("collections", "OrderedDict").op(')').op('R').tuple().op('R').stop();
+  return make_zip({{"archive/data.pkl", p.bytes}, {"archive/byteorder", "little"}, {"archive/data/0", t.storage}}, zip64);
+}
+
+std::string floats(const std::vector<float>& values) {
+  std::string s(values.size() * 4, '\0');
+  std::memcpy(s.data(), values.data(), s.size());
+  return s;
+}
+
+// A contiguous float32 record of `size` holding 0, 1, 2, ... plus `base`.
+std::string counting_record(const Dims& size, float base = 0) {
+  int64_t n = 1;
+  for (int64_t d : size) n *= d;
+  std::vector<float> v(static_cast<size_t>(n));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = base + static_cast<float>(i);
+  Dims stride(size.size(), 1);
+  for (size_t d = size.size(); d-- > 1;) stride[d - 1] = stride[d] * size[d];
+  return make_record({"FloatStorage", floats(v), n, 0, size, stride});
+}
+
+// ---- hand-built DCP folders ---------------------------------------------------------------------
+
+struct TestChunk {
+  Dims offsets, sizes;
+  std::string record;  // its bytes, appended to `file`
+  std::string file = "__0_0.distcp";
+  int64_t offset_override = -1, length_override = -1;  // to point a record somewhere wrong
+};
+
+struct TestItem {
+  std::string key;
+  bool tensor = true;
+  std::string dtype = "float32";
+  Dims shape;
+  std::vector<TestChunk> chunks;  // bytes items: one, with the pickled object as its record
+};
+
+struct MetadataStyle {
+  bool old_properties = false;  // torch 1.13: a dataclass with a dict state in _shard.sharded_tensor
+  std::string unknown_global;   // "module name" placed in planner_data
+};
+
+class MetadataWriter {
+ public:
+  explicit MetadataWriter(MetadataStyle style) : style_(std::move(style)) {}
+
+  std::string write(const std::vector<TestItem>& items, const std::vector<std::vector<std::pair<uint64_t, uint64_t>>>& where) {
+    const std::string m = "torch.distributed.checkpoint.metadata";
+    p_.proto(2).global(m, "Metadata").no_args_new().op('}').mark();
+    p_.str("state_dict_metadata").op('}').mark();
+    for (const auto& item : items) {
+      p_.str(item.key);
+      if (item.tensor) tensor_metadata(item);
+      else p_.global(m, "BytesStorageMetadata").no_args_new();
+    }
+    p_.op('u').str("storage_data").op('}').mark();
+    for (size_t i = 0; i < items.size(); ++i)
+      for (size_t c = 0; c < items[i].chunks.size(); ++c) storage_entry(items[i], items[i].chunks[c], where[i][c]);
+    p_.op('u').str("planner_data");
+    if (style_.unknown_global.empty()) {
+      p_.op('N');
+    } else {
+      const size_t space = style_.unknown_global.find(' ');
+      p_.global(style_.unknown_global.substr(0, space), style_.unknown_global.substr(space + 1)).mark().integer(1).tuple().op('R');
+    }
+    p_.str("version").str("1.0.0").op('u').op('b').stop();
+    return p_.bytes;
+  }
+
+ private:
+  void size(const Dims& dims) {  // torch.Size((dims,)) with the global memoized at 1
+    if (size_memoized_) p_.get(1);
+    else p_.global("torch", "Size").put(1);
+    size_memoized_ = true;
+    p_.mark().ints(dims).tuple().op('R');
+  }
+  void properties(const std::string& dtype) {
+    if (style_.old_properties) {
+      p_.global("torch.distributed._shard.sharded_tensor.metadata", "TensorProperties").no_args_new().op('}').mark();
+      p_.str("dtype").global("torch", dtype).str("layout").global("torch", "strided").str("requires_grad").op('\x89');
+      p_.str("memory_format").global("torch", "contiguous_format").str("pin_memory").op('\x89').op('u').op('b');
+      return;
+    }
+    const std::string m = "torch.distributed.checkpoint.metadata";
+    p_.global(m, "TensorProperties").no_args_new().mark().global("torch", dtype);
+    p_.global("torch.serialization", "_get_layout").mark().str("torch.strided").tuple().op('R').op('\x89');
+    p_.global(m, "_MEM_FORMAT_ENCODING").mark().integer(0).tuple().op('R').op('\x89').tuple().op('b');
+  }
+  void tensor_metadata(const TestItem& item) {
+    const std::string m = "torch.distributed.checkpoint.metadata";
+    p_.global(m, "TensorStorageMetadata").no_args_new().op('}').mark();
+    p_.str("properties");
+    properties(item.dtype);
+    p_.str("size");
+    size(item.shape);
+    p_.str("chunks").op(']').mark();
+    for (const auto& c : item.chunks) {
+      p_.global(m, "ChunkStorageMetadata").no_args_new().op('}').mark().str("offsets");
+      size(c.offsets);
+      p_.str("sizes");
+      size(c.sizes);
+      p_.op('u').op('b');
+    }
+    p_.op('e').op('u').op('b');
+  }
+  void storage_entry(const TestItem& item, const TestChunk& c, std::pair<uint64_t, uint64_t> at) {
+    p_.global("torch.distributed.checkpoint.metadata", "MetadataIndex").no_args_new().op('}').mark();
+    p_.str("fqn").str(item.key);
+    if (item.tensor) {
+      p_.str("offset");
+      size(c.offsets);
+    }
+    p_.str("index").integer(0).op('u').op('b');
+    p_.global("torch.distributed.checkpoint.filesystem", "_StorageInfo").no_args_new().op('}').mark();
+    p_.str("relative_path").str(c.file).str("offset").integer(static_cast<int64_t>(at.first));
+    p_.str("length").integer(static_cast<int64_t>(at.second)).op('u').op('b');
+  }
+
+  MetadataStyle style_;
+  PickleWriter p_;
+  bool size_memoized_ = false;
+};
+
+// Writes every chunk's record into its file (in order) and the .metadata that points at them.
+void write_dcp(const std::string& dir, const std::vector<TestItem>& items, const MetadataStyle& style = {}) {
+  std::map<std::string, std::string> files;
+  std::vector<std::vector<std::pair<uint64_t, uint64_t>>> where;
+  for (const auto& item : items) {
+    where.emplace_back();
+    for (const auto& c : item.chunks) {
+      std::string& f = files[c.file];
+      const uint64_t offset = c.offset_override >= 0 ? static_cast<uint64_t>(c.offset_override) : f.size();
+      const uint64_t length = c.length_override >= 0 ? static_cast<uint64_t>(c.length_override) : c.record.size();
+      where.back().emplace_back(offset, length);
+      f += c.record;
+    }
+  }
+  for (const auto& [name, bytes] : files) write_file(dir + "/" + name, bytes);
+  write_file(dir + "/.metadata", MetadataWriter(style).write(items, where));
+}
+
+
+// Runs `f`, expecting a CheckpointError whose message holds every one of `parts`.
+template <class F>
+std::string expect_error(F&& f, const std::vector<std::string>& parts) {
+  try {
+    f();
+  } catch (const CheckpointError& e) {
+    for (const auto& part : parts) EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << "missing '" << part << "' in: " << e.what();
+    return e.what();
+  }
+  ADD_FAILURE() << "no CheckpointError";
+  return "";
+}
+
+// ---- fixtures written by PyTorch ----------------------------------------------------------------
+
+// Every key, kind, dtype and shape as expected.json says, and each tensor's float64 sum and sum of
+// squares after reassembly.
+void check_against_expected(const std::string& folder) {
+  const nlohmann::json expected = nlohmann::json::parse(read_file(folder + "/expected.json"));
+  const CheckpointView view = CheckpointView::open(folder);
+  EXPECT_EQ(view.format(), "pytorch-dcp");
+  EXPECT_EQ(view.entries().size(), expected["metadata_keys"].size());
+  for (const auto& [key, cls] : expected["metadata_keys"].items()) {
+    const meshtest::CheckpointEntry* e = view.find(key);
+    ASSERT_NE(e, nullptr) << key;
+    EXPECT_EQ(e->is_tensor, cls == "TensorStorageMetadata") << key;
+    EXPECT_GT(e->bytes, 0u) << key;
+    EXPECT_GT(e->chunks, 0u) << key;
+  }
+  for (const auto& [key, want] : expected["tensors"].items()) {
+    const meshtest::CheckpointEntry* e = view.find(key);
+    ASSERT_NE(e, nullptr) << key;
+    EXPECT_EQ(e->dtype, want["dtype"].get<std::string>()) << key;
+    EXPECT_EQ(e->shape, want["shape"].get<Dims>()) << key;
+    const std::vector<double> values = view.read_tensor(key);
+    double s = 0, sq = 0;
+    for (double x : values) {
+      s += x;
+      sq += x * x;
+    }
+    const double want_sum = want["sum"], want_sumsq = want["sumsq"];
+    EXPECT_LE(std::fabs(s - want_sum), 1e-12 * std::max(1.0, std::fabs(want_sum))) << key;
+    EXPECT_LE(std::fabs(sq - want_sumsq), 1e-12 * std::max(1.0, std::fabs(want_sumsq))) << key;
+  }
+}
+
+class TorchFixture : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(TorchFixture, KeysShapesAndSumsMatchExpected) {
+  const std::string folder = shared_fixtures() + "/" + GetParam();
+  if (!fs::exists(folder + "/expected.json")) GTEST_SKIP() << folder << " is absent (the shared fixtures are not checked out)";
+  check_against_expected(folder);
+  EXPECT_TRUE(CheckpointView::open(folder).warnings().empty());
+}
+
+INSTANTIATE_TEST_SUITE_P(Dcp, TorchFixture, ::testing::Values("canonical", "parametrize"));
+
+// Made by tools/fixtures/make_dcp_fixtures.py on a machine with PyTorch.
+class MadeFixture : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(MadeFixture, KeysShapesAndSumsMatchExpected) {
+  const std::string folder = MESHTEST_SOURCE_DIR "/tests/fixtures/dcp-made/" + GetParam();
+  if (!fs::exists(folder + "/expected.json"))
+    GTEST_SKIP() << folder << " is absent: run tools/fixtures/make_dcp_fixtures.py tests/fixtures/dcp-made with PyTorch";
+  check_against_expected(folder);
+}
+
+INSTANTIATE_TEST_SUITE_P(Dcp, MadeFixture, ::testing::Values("bf16", "uneven-shard0", "mesh-2x2", "protocol2"),
+                         [](const auto& info) {
+                           std::string s = info.param;
+                           for (char& c : s) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+                           return s;
+                         });
+
+// A copy of the canonical fixture's step folder to damage.
+class DamagedFixture : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    source_ = shared_fixtures() + "/canonical/step-5";
+    if (!fs::exists(source_ + "/.metadata")) GTEST_SKIP() << source_ << " is absent";
+    step_ = tmp_.path() + "/step-5";
+    fs::copy(source_, step_);
+  }
+  // The key whose record starts at `offset` of `file`.
+  std::string key_at(const std::string& file, uint64_t offset) {
+    for (const auto& item : meshtest::dcp::read_metadata(source_).items)
+      for (const auto& c : item.chunks)
+        if (c.record.file == file && c.record.offset == offset) return item.key;
+    return "";
+  }
+  void damage(const std::string& file, size_t at, const std::string& bytes) {
+    std::string data = read_file(step_ + "/" + file);
+    data.replace(at, bytes.size(), bytes);
+    fs::permissions(step_ + "/" + file, fs::perms::owner_write, fs::perm_options::add);
+    write_file(step_ + "/" + file, data);
+  }
+
+  TempDir tmp_;
+  std::string source_, step_;
+};
+
+TEST_F(DamagedFixture, TruncatedMetadataNamesTheFileAndOffset) {
+  const std::string meta = read_file(step_ + "/.metadata");
+  fs::permissions(step_ + "/.metadata", fs::perms::owner_write, fs::perm_options::add);
+  for (size_t cut : {size_t{1}, size_t{11}, meta.size() / 2, meta.size() - 1}) {
+    write_file(step_ + "/.metadata", meta.substr(0, cut));
+    expect_error([&] { CheckpointView::open(step_); }, {step_ + "/.metadata", "byte "});
+  }
+}
+
+TEST_F(DamagedFixture, UnknownOpcodeNamesTheByteAndOpcode) {
+  damage(".metadata", 11, "\xff");  // the first opcode after PROTO and FRAME
+  expect_error([&] { CheckpointView::open(step_); }, {step_ + "/.metadata", "byte 11", "0xff", "unknown opcode"});
+}
+
+TEST_F(DamagedFixture, RecordBeyondTheEndOfTheFileNamesFileAndKey) {
+  const std::string file = step_ + "/__1_0.distcp";
+  fs::permissions(file, fs::perms::owner_write, fs::perm_options::add);
+  fs::resize_file(file, fs::file_size(file) / 2);
+  const CheckpointView view = CheckpointView::open(step_);
+  size_t failed = 0;
+  for (const auto& e : view.entries()) {
+    if (!e.is_tensor) continue;
+    try {
+      view.read_tensor(e.key);
+    } catch (const CheckpointError& err) {
+      ++failed;
+      const std::string msg = err.what();
+      EXPECT_NE(msg.find("__1_0.distcp"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("key '" + e.key + "'"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("lies beyond the end of the file"), std::string::npos) << msg;
+    }
+  }
+  EXPECT_GT(failed, 0u);
+}
+
+TEST_F(DamagedFixture, DamagedZipNamesFileAndKey) {
+  const std::string key = key_at("__0_0.distcp", 0);
+  ASSERT_FALSE(key.empty());
+  const std::string original = read_file(source_ + "/__0_0.distcp");
+  const size_t eocd = original.find(std::string("PK\x05\x06", 4));
+  const size_t central = original.find(std::string("PK\x01\x02", 4));
+  struct Case {
+    size_t at;
+    std::string bytes, says;
+  };
+  for (const Case& c : {Case{eocd, "XXXX", "end-of-central-directory"}, Case{central + 10, std::string("\x08", 1), "compressed"},
+                        Case{central, "XXXX", "bad signature"}}) {
+    fs::remove_all(step_);
+    fs::copy(source_, step_);
+    damage("__0_0.distcp", c.at, c.bytes);
+    const CheckpointView view = CheckpointView::open(step_);
+    expect_error([&] { view.read_tensor(key); }, {"__0_0.distcp", "key '" + key + "'", c.says});
+  }
+}
+
+TEST_F(DamagedFixture, FlippedDataByteFailsTheCrc) {
+  const std::string key = key_at("__0_0.distcp", 0);
+  const std::string original = read_file(source_ + "/__0_0.distcp");
+  // The first record's tensor entry: its local header, then name, extra and the data.
+  const size_t header = original.find("archive/data/0") - 30;
+  const size_t data = header + 30 + static_cast<uint8_t>(original[header + 26]) + 256 * static_cast<uint8_t>(original[header + 27]) +
+                      static_cast<uint8_t>(original[header + 28]) + 256 * static_cast<uint8_t>(original[header + 29]);
+  damage("__0_0.distcp", data + 5, std::string(1, static_cast<char>(original[data + 5] ^ 0x40)));
+  expect_error([&] { CheckpointView::open(step_).read_tensor(key); }, {"__0_0.distcp", "key '" + key + "'", "CRC-32"});
+}
+
+// ---- hand-built checkpoints ---------------------------------------------------------------------
+
+TEST(DcpHandBuilt, Protocol2WithTorch113TensorPropertiesAndStridedBf16Records) {
+  TempDir tmp;
+  // A transposed view: storage holds 0..5 as [2, 3] row-major; the tensor is its [3, 2] transpose.
+  TensorBlob transposed{"FloatStorage", floats({0, 1, 2, 3, 4, 5}), 6, 0, {3, 2}, {1, 3}};
+  // bf16 with a storage offset: storage [9, 1.5, -2, 0.25], the tensor is its last 3.
+  std::string bf;
+  for (float f : {9.0f, 1.5f, -2.0f, 0.25f}) {
+    uint32_t bits;
+    std::memcpy(&bits, &f, 4);
+    bf += le_bytes(bits >> 16, 2);
+  }
+  TensorBlob bf16{"BFloat16Storage", bf, 4, 1, {3}, {1}};
+  write_dcp(tmp.path(),
+            {{"a", true, "float32", {3, 2}, {{{0, 0}, {3, 2}, make_record(transposed)}}},
+             {"b", true, "bfloat16", {3}, {{{0}, {3}, make_record(bf16, /*zip64=*/true)}}},
+             {"train_state.step", false, "", {}, {{{}, {}, "not parsed"}}}},
+            MetadataStyle{/*old_properties=*/true, ""});
+  const CheckpointView view = CheckpointView::open(tmp.path());
+  ASSERT_EQ(view.entries().size(), 3u);
+  EXPECT_EQ(view.find("a")->dtype, "float32");
+  EXPECT_EQ(view.find("b")->dtype, "bfloat16");
+  EXPECT_FALSE(view.find("train_state.step")->is_tensor);
+  EXPECT_EQ(view.find("train_state.step")->bytes, 10u);
+  EXPECT_EQ(view.read_tensor("a"), (std::vector<double>{0, 3, 1, 4, 2, 5}));
+  EXPECT_EQ(view.read_tensor("b"), (std::vector<double>{1.5, -2, 0.25}));
+  EXPECT_TRUE(view.warnings().empty()) << view.warnings()[0];
+  expect_error([&] { view.read_tensor("train_state.step"); }, {"key 'train_state.step'", "not a tensor"});
+  expect_error([&] { view.read_tensor("nope"); }, {"key 'nope'"});
+}
+
+TEST(DcpHandBuilt, ReassemblesA2DMeshOfUnevenChunks) {
+  TempDir tmp;
+  // [5, 4] split into rows 0-2 x cols 0-1, rows 0-2 x cols 2-3, rows 3-4 x all cols.
+  write_dcp(tmp.path(), {{"w", true, "float32", {5, 4},
+                          {{{0, 0}, {3, 2}, counting_record({3, 2}, 0)},
+                           {{0, 2}, {3, 2}, counting_record({3, 2}, 100)},
+                           {{3, 0}, {2, 4}, counting_record({2, 4}, 200)}}}});
+  const auto v = CheckpointView::open(tmp.path()).read_tensor("w");
+  EXPECT_EQ(v, (std::vector<double>{0, 1, 100, 101, 2, 3, 102, 103, 4, 5, 104, 105, 200, 201, 202, 203, 204, 205, 206, 207}));
+}
+
+TEST(DcpHandBuilt, UnknownGlobalIsAWarningNotAnError) {
+  TempDir tmp;
+  write_dcp(tmp.path(), {{"w", true, "float32", {2}, {{{0}, {2}, counting_record({2})}}}}, MetadataStyle{false, "mylib.sub Weird"});
+  const CheckpointView view = CheckpointView::open(tmp.path());
+  ASSERT_EQ(view.warnings().size(), 1u);
+  EXPECT_NE(view.warnings()[0].find("mylib.sub.Weird"), std::string::npos) << view.warnings()[0];
+  EXPECT_EQ(view.read_tensor("w"), (std::vector<double>{0, 1}));
+}
+
+TEST(DcpHandBuilt, MissingAndOverlappingChunksAreRefused) {
+  TempDir tmp;
+  write_dcp(tmp.path() + "/missing", {{"w", true, "float32", {4, 2}, {{{0, 0}, {2, 2}, counting_record({2, 2})}}}});
+  expect_error([&] { CheckpointView::open(tmp.path() + "/missing").read_tensor("w"); }, {".metadata", "key 'w'", "cover 4 of the 8"});
+  write_dcp(tmp.path() + "/overlap", {{"w", true, "float32", {4, 2},
+                                        {{{0, 0}, {3, 2}, counting_record({3, 2})}, {{2, 0}, {2, 2}, counting_record({2, 2})}}}});
+  expect_error([&] { CheckpointView::open(tmp.path() + "/overlap").read_tensor("w"); }, {"key 'w'", "overlap"});
+}
+
+TEST(DcpHandBuilt, RecordOutsideTheFileNamesFileKeyOffsetAndSize) {
+  TempDir tmp;
+  TestChunk c{{0}, {2}, counting_record({2})};
+  c.offset_override = 123456;
+  write_dcp(tmp.path(), {{"w", true, "float32", {2}, {c}}});
+  const std::string size = std::to_string(counting_record({2}).size());
+  expect_error([&] { CheckpointView::open(tmp.path()).read_tensor("w"); },
+               {tmp.path() + "/__0_0.distcp", "key 'w'", "offset 123456", "beyond the end of the file (size " + size + ")"});
+}
+
+TEST(DcpHandBuilt, RecordBeyondTwoGiBIsRead) {
+  TempDir tmp;
+  const std::string record = counting_record({3, 4}, 7);
+  const uint64_t offset = (uint64_t{1} << 31) + 4096 + 3;
+  const std::string file = tmp.path() + "/__0_0.distcp";
+  const int fd = ::open(file.c_str(), O_CREAT | O_WRONLY | O_TRUNC, 0644);
+  ASSERT_GE(fd, 0);
+  const bool wrote = ::pwrite(fd, record.data(), record.size(), static_cast<off_t>(offset)) == static_cast<ssize_t>(record.size());
+  struct stat st {};
+  ::fstat(fd, &st);
+  ::close(fd);
+  if (!wrote || static_cast<uint64_t>(st.st_blocks) * 512 > (uint64_t{64} << 20))
+    GTEST_SKIP() << tmp.path() << " cannot hold a sparse 2 GiB file";
+  TestChunk c{{0, 0}, {3, 4}, record, "__0_0.distcp", static_cast<int64_t>(offset), -1};
+  std::vector<std::vector<std::pair<uint64_t, uint64_t>>> where{{{offset, record.size()}}};
+  write_file(tmp.path() + "/.metadata", MetadataWriter({}).write({{"w", true, "float32", {3, 4}, {c}}}, where));
+  const auto v = CheckpointView::open(tmp.path()).read_tensor("w");
+  ASSERT_EQ(v.size(), 12u);
+  EXPECT_EQ(v.front(), 7);
+  EXPECT_EQ(v.back(), 18);
+}
+
+TEST(DcpHandBuilt, FixtureRecordCopiedBeyondTwoGiBReadsTheSame) {
+  const std::string source = shared_fixtures() + "/canonical/step-5";
+  if (!fs::exists(source + "/.metadata")) GTEST_SKIP() << source << " is absent";
+  const auto meta = meshtest::dcp::read_metadata(source);
+  const auto& item = *std::find_if(meta.items.begin(), meta.items.end(), [](const auto& i) { return i.is_tensor && i.shape.size() == 2; });
+  const auto& chunk = item.chunks[0];
+  const std::string record = read_file(source + "/" + chunk.record.file).substr(chunk.record.offset, chunk.record.length);
+  TempDir tmp;
+  const uint64_t offset = (uint64_t{5} << 30) + 17;
+  const int fd = ::open((tmp.path() + "/__0_0.distcp").c_str(), O_CREAT | O_WRONLY | O_TRUNC, 0644);
+  ASSERT_GE(fd, 0);
+  const bool wrote = ::pwrite(fd, record.data(), record.size(), static_cast<off_t>(offset)) == static_cast<ssize_t>(record.size());
+  ::close(fd);
+  if (!wrote) GTEST_SKIP() << "cannot write at 5 GiB in " << tmp.path();
+  TestChunk c{Dims(chunk.sizes.size(), 0), chunk.sizes, record};
+  write_file(tmp.path() + "/.metadata",
+             MetadataWriter({}).write({{"w", true, "float32", chunk.sizes, {c}}}, {{{offset, record.size()}}}));
+  EXPECT_EQ(CheckpointView::open(tmp.path()).read_tensor("w"), meshtest::dcp::read_chunk(source, item, chunk));
+}
+
+// ---- folders of steps ---------------------------------------------------------------------------
+
+TEST(CheckpointFolders, NewestCompleteStepOrTheOneAskedFor) {
+  TempDir tmp;
+  write_dcp(tmp.path() + "/step-2", {{"w", true, "float32", {2}, {{{0}, {2}, counting_record({2}, 2)}}}});
+  write_dcp(tmp.path() + "/step-10", {{"w", true, "float32", {2}, {{{0}, {2}, counting_record({2}, 10)}}}});
+  fs::create_directories(tmp.path() + "/step-20");  // a save that died
+  EXPECT_EQ(CheckpointView::open(tmp.path()).step_dir(), tmp.path() + "/step-10");
+  EXPECT_EQ(CheckpointView::open(tmp.path(), 2).read_tensor("w"), (std::vector<double>{2, 3}));
+  expect_error([&] { CheckpointView::open(tmp.path(), 20); }, {"step-20", "no .metadata"});
+  expect_error([&] { CheckpointView::open(tmp.path(), 7); }, {"no step-7", "step-2, step-10, step-20 (no .metadata)"});
+  expect_error([&] { CheckpointView::open(tmp.path() + "/none"); }, {"no such folder"});
+  write_file(tmp.path() + "/junk/.metadata", "hello");
+  expect_error([&] { CheckpointView::open(tmp.path() + "/junk"); }, {"junk/.metadata", "neither a pickle"});
+}
+
+// ---- meshtrain's format -------------------------------------------------------------------------
+
+// A [3, 2] float32 tensor in two row chunks with mix64 leaf checksums, and one object key.
+void write_meshtrain(const std::string& dir) {
+  const std::string a = floats({1, 2, 3, 4}), b = floats({5, 6});
+  auto hashes = [](const std::string& data, size_t leaf) {
+    std::string out;
+    for (size_t at = 0; at < data.size(); at += leaf)
+      out += le_bytes(meshtrain::mix64(data.data() + at, std::min(leaf, data.size() - at)), 8);
+    return out;
+  };
+  const std::string file = a + b + hashes(a, 8) + hashes(b, 8);
+  write_file(dir + "/__0_0.distcp", file);
+  nlohmann::json chunk0 = {{"offsets", {0, 0}}, {"sizes", {2, 2}}, {"file", "__0_0.distcp"}, {"byte_offset", 0},
+                           {"byte_length", 16}, {"leaf_bytes", 8}, {"hash_offset", 24}};
+  nlohmann::json chunk1 = {{"offsets", {2, 0}}, {"sizes", {1, 2}}, {"file", "__0_0.distcp"}, {"byte_offset", 16},
+                           {"byte_length", 8}, {"leaf_bytes", 8}, {"hash_offset", 40}};
+  nlohmann::json doc = {{"format_version", 2}, {"step", 3},
+                        {"keys", {{"model.w", {{"kind", "tensor"}, {"dtype", "float32"}, {"shape", {3, 2}}, {"chunks", {chunk0, chunk1}}}},
+                                  {"train_state", {{"kind", "object"}, {"value", {{"step", 3}}}}}}}};
+  write_file(dir + "/.metadata", doc.dump());
+}
+
+TEST(Meshtrain, ReadsKeysAndReassemblesChunks) {
+  TempDir tmp;
+  write_meshtrain(tmp.path() + "/step-3");
+  const CheckpointView view = CheckpointView::open(tmp.path());
+  EXPECT_EQ(view.format(), "meshtrain");
+  ASSERT_EQ(view.entries().size(), 2u);
+  EXPECT_EQ(view.entries()[0].key, "model.w");
+  EXPECT_EQ(view.entries()[0].shape, (Dims{3, 2}));
+  EXPECT_EQ(view.entries()[0].chunks, 2u);
+  EXPECT_EQ(view.entries()[0].bytes, 24u);
+  EXPECT_FALSE(view.find("train_state")->is_tensor);
+  EXPECT_EQ(view.read_tensor("model.w"), (std::vector<double>{1, 2, 3, 4, 5, 6}));
+}
+
+TEST(Meshtrain, DamagedDataFailsItsChecksumAndFormat1IsRefused) {
+  TempDir tmp;
+  write_meshtrain(tmp.path());
+  std::string data = read_file(tmp.path() + "/__0_0.distcp");
+  data[17] ^= 1;
+  write_file(tmp.path() + "/__0_0.distcp", data);
+  expect_error([&] { CheckpointView::open(tmp.path()).read_tensor("model.w"); },
+               {"__0_0.distcp", "key 'model.w'", "leaf 0", "checksum"});
+  write_file(tmp.path() + "/.metadata", R"({"format_version": 1, "keys": {}})");
+  expect_error([&] { CheckpointView::open(tmp.path()); }, {".metadata", "format_version 1"});
+}
+
+// ---- the unpickler on its own -------------------------------------------------------------------
+
+std::string pickle_error(const std::string& bytes) {
+  try {
+    meshtest::pickle::parse(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), "x.pkl");
+  } catch (const meshtest::pickle::PickleError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Pickle, DamageIsAnErrorNamingFileOffsetAndOpcode) {
+  EXPECT_NE(pickle_error("\x80\x04\x8c\x05" "ab").find("x.pkl: byte 2 (opcode 0x8c SHORT_BINUNICODE)"), std::string::npos);
+  EXPECT_NE(pickle_error(std::string("\x80\x04\x8d", 3) + le_bytes(uint64_t{1} << 60, 8)).find("BINUNICODE8"), std::string::npos);
+  EXPECT_NE(pickle_error("\x80\x02" "a.").find("byte 2 (opcode 0x61 APPEND): stack underflow"), std::string::npos);
+  EXPECT_NE(pickle_error("\x80\x02h\x07.").find("memo has no entry 7"), std::string::npos);
+  EXPECT_NE(pickle_error("\x80\x02K\x01t.").find("needs a MARK"), std::string::npos);
+  EXPECT_NE(pickle_error("\x80\x02K\x01").find("without a STOP"), std::string::npos);
+  EXPECT_NE(pickle_error("\x80\x02\xfe.").find("byte 2 (opcode 0xfe): unknown opcode"), std::string::npos);
+  EXPECT_NE(pickle_error(std::string("\x80\x02\x8a\x09", 4) + le_bytes(1, 8) + std::string(1, '\x01') + ".").find("wider than 64 bits"),
+            std::string::npos);
+  EXPECT_NE(pickle_error(std::string("\x95", 1) + le_bytes(1000, 8) + "N.").find("truncated"), std::string::npos);
+  EXPECT_NE(pickle_error("").find("x.pkl"), std::string::npos);
+}
+
+TEST(Pickle, ValuesOfEveryProtocol) {
+  // Protocol 0 text opcodes, then protocol 2-4 binary ones.
+  const std::string p0 = "(I42\nF2.5\nS'a\\nb'\nVcaf\\u00e9\nL-7L\nI01\ntp0\n.";
+  const auto v0 = meshtest::pickle::parse(reinterpret_cast<const uint8_t*>(p0.data()), p0.size(), "p0");
+  ASSERT_EQ(v0.root().items.size(), 6u);
+  EXPECT_EQ(v0.root().items[0]->integer, 42);
+  EXPECT_EQ(v0.root().items[1]->real, 2.5);
+  EXPECT_EQ(v0.root().items[2]->text, "a\nb");
+  EXPECT_EQ(v0.root().items[3]->text, "caf\xc3\xa9");
+  EXPECT_EQ(v0.root().items[4]->integer, -7);
+  EXPECT_TRUE(v0.root().items[5]->is(meshtest::pickle::Value::Kind::Bool));
+  // LONG1 of 2^40 and of -1 (one 0xff byte), a memoized list appended to itself (a cycle).
+  const std::string p4 = std::string("\x80\x04\x8a\x06", 4) + le_bytes(uint64_t{1} << 40, 6) + std::string("\x8a\x01\xff]\x94h\x00" "a\x87.", 10);
+  const auto v4 = meshtest::pickle::parse(reinterpret_cast<const uint8_t*>(p4.data()), p4.size(), "p4");
+  ASSERT_EQ(v4.root().items.size(), 3u);
+  EXPECT_EQ(v4.root().items[0]->integer, int64_t{1} << 40);
+  EXPECT_EQ(v4.root().items[1]->integer, -1);
+  EXPECT_EQ(v4.root().items[2]->items[0], v4.root().items[2]);
+  EXPECT_LT(meshtest::pickle::describe(v4.root(), 50, 100).size(), 110u);  // the cycle is cut by the bounds
+}
+
+}  // namespace
