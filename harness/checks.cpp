@@ -9,7 +9,13 @@
 #include <fstream>
 #include <map>
 #include <optional>
+#include <regex>
+#include <set>
 #include <sstream>
+
+#include "checkpoint_view.h"
+#include "log_metrics.h"
+#include "tensorboard.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -61,8 +67,7 @@ struct StepMetrics {
 };
 using Curve = std::map<long long, StepMetrics>;
 
-Curve read_metrics(const std::string& dir) {
-  const std::string path = dir + "/metrics.jsonl";
+Curve read_metrics_jsonl(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw Failure{"cannot read " + path, ""};
   Curve curve;
@@ -86,6 +91,8 @@ Curve read_metrics(const std::string& dir) {
   if (curve.empty()) throw Failure{path + " has no steps", ""};
   return curve;
 }
+
+Curve read_metrics(const std::string& dir) { return read_metrics_jsonl(dir + "/metrics.jsonl"); }
 
 // "<step> <value>" per line, torchtitan's tests/assets/losses/*.txt format.
 Curve read_golden(const std::string& path) {
@@ -113,7 +120,20 @@ struct Target {
   std::string dir;
   std::string label;  // "phase load" or "baseline s/fsdp (phase train)"
   const PhaseOutcome* phase = nullptr;
+  const Phase* spec = nullptr;  // where its outputs are (outputs: in the matrix)
+  std::string case_dir;
+  RunPaths paths() const { return {"", "", case_dir, dir}; }
 };
+
+const Phase* phase_spec(const CaseOutcome& o, const std::string& name) {
+  for (const auto& p : o.spec->phases)
+    if (p.name == name) return &p;
+  return nullptr;
+}
+
+Target target_of(const CaseOutcome& o, const PhaseOutcome& p, std::string label) {
+  return {p.dir, std::move(label), &p, phase_spec(o, p.name), o.dir};
+}
 
 const PhaseOutcome& phase_named(const CaseOutcome& o, const std::string& name) {
   for (const auto& p : o.phases)
@@ -129,7 +149,7 @@ const PhaseOutcome& phase_of(const CaseOutcome& o, const json& params, const cha
 Target subject(const CaseOutcome& o, const CheckSpec& spec) {
   const PhaseOutcome& p = phase_of(o, spec.params, "phase");
   if (!p.ran) throw Failure{"phase " + p.name + " did not run (an earlier phase failed)", ""};
-  return {p.dir, "phase " + p.name, &p};
+  return target_of(o, p, "phase " + p.name);
 }
 
 // The reference: `against` (a phase of this case) or `baseline` (another case).
@@ -137,7 +157,7 @@ std::optional<Target> reference(const CaseOutcome& o, const CheckSpec& spec, con
   if (spec.params.contains("against")) {
     const PhaseOutcome& p = phase_named(o, spec.params["against"].get<std::string>());
     if (!p.ran) throw Failure{"phase " + p.name + " (the reference) did not run", ""};
-    return Target{p.dir, "phase " + p.name, &p};
+    return target_of(o, p, "phase " + p.name);
   }
   if (spec.params.contains("baseline")) {
     const std::string id = spec.params["baseline"];
@@ -148,9 +168,52 @@ std::optional<Target> reference(const CaseOutcome& o, const CheckSpec& spec, con
       throw Failure{"baseline " + id + " did not run (" + status_name(base->status) + ": " + base->reason + ")", ""};
     const PhaseOutcome& p = phase_of(*base, spec.params, "baseline_phase");
     if (!p.ran) throw Failure{"baseline " + id + " did not reach phase " + p.name, ""};
-    return Target{p.dir, "baseline " + id + " (phase " + p.name + ")", &p};
+    return target_of(*base, p, "baseline " + id + " (phase " + p.name + ")");
   }
   return std::nullopt;
+}
+
+// The loss curve from wherever the phase's `outputs.metrics` says: metrics.jsonl, a log, TensorBoard.
+Curve read_metrics(const Target& t) {
+  const MetricsSource source = t.spec ? t.spec->outputs.metrics : MetricsSource{};
+  if (source.kind == MetricsSource::kJsonl) return read_metrics_jsonl(resolve_path(source.path, t.paths()));
+  MetricSeries series;
+  std::string where;
+  try {
+    if (source.kind == MetricsSource::kTensorboard) {
+      where = resolve_path(source.path, t.paths());
+      std::map<std::string, std::string> tag_to_metric = default_tensorboard_tags();
+      for (const auto& [metric, tag] : source.tags) {
+        for (auto it = tag_to_metric.begin(); it != tag_to_metric.end();)
+          it = it->second == metric ? tag_to_metric.erase(it) : std::next(it);
+        tag_to_metric[tag] = metric;
+      }
+      series = read_tensorboard_scalars(where, tag_to_metric, nullptr);
+    } else {
+      where = t.phase->log_path(source.rank);
+      if (source.rank >= t.phase->nproc)
+        throw Failure{t.label + " has " + std::to_string(t.phase->nproc) + " ranks; outputs.metrics.rank is " +
+                          std::to_string(source.rank), ""};
+      series = source.kind == MetricsSource::kTorchtitanLog
+                   ? read_torchtitan_log(where, nullptr)
+                   : read_log_with_pattern(where, LogPattern(source.pattern), nullptr);
+    }
+  } catch (const MetricsError& e) {
+    throw Failure{e.what(), ""};
+  }
+  Curve curve;
+  for (const auto& [step, values] : series) {
+    auto loss = values.find("loss");
+    if (loss == values.end()) continue;
+    StepMetrics m;
+    m.loss = loss->second;
+    auto grad_norm = values.find("grad_norm");
+    m.has_grad_norm = grad_norm != values.end();
+    m.grad_norm = m.has_grad_norm ? grad_norm->second : NAN;
+    curve[step] = m;
+  }
+  if (curve.empty()) throw Failure{"no loss values in " + source.describe() + " (" + where + ")", ""};
+  return curve;
 }
 
 double param_or(const CheckSpec& spec, const char* key, double fallback) {
@@ -200,7 +263,7 @@ void compare_curves(const Curve& got, const Curve& want, const std::string& metr
 
 void check_loss_finite(const CaseOutcome& o, const CheckSpec& spec, const FindCase&) {
   const Target t = subject(o, spec);
-  for (const auto& [step, m] : read_metrics(t.dir)) {
+  for (const auto& [step, m] : read_metrics(t)) {
     if (!std::isfinite(m.loss)) throw Finding{t.label + ": loss is " + num(m.loss) + " at step " + std::to_string(step), ""};
     if (m.has_grad_norm && !std::isfinite(m.grad_norm))
       throw Finding{t.label + ": grad_norm is " + num(m.grad_norm) + " at step " + std::to_string(step), ""};
@@ -209,7 +272,7 @@ void check_loss_finite(const CaseOutcome& o, const CheckSpec& spec, const FindCa
 
 void check_loss_decreases(const CaseOutcome& o, const CheckSpec& spec, const FindCase&) {
   const Target t = subject(o, spec);
-  const Curve c = read_metrics(t.dir);
+  const Curve c = read_metrics(t);
   const double factor = param_or(spec, "factor", 0.9);
   const double first = c.begin()->second.loss, last = c.rbegin()->second.loss;
   if (!(last <= factor * first))
@@ -221,7 +284,7 @@ void check_loss_decreases(const CaseOutcome& o, const CheckSpec& spec, const Fin
 
 void check_loss_matches(const CaseOutcome& o, const CheckSpec& spec, const FindCase& find) {
   const Target t = subject(o, spec);
-  const Curve got = read_metrics(t.dir);
+  const Curve got = read_metrics(t);
   const std::string metric = spec.params.value("metric", std::string("loss"));
   if (metric != "loss" && metric != "grad_norm") throw Failure{"metric must be loss or grad_norm, got " + metric, ""};
   Curve want;
@@ -234,7 +297,7 @@ void check_loss_matches(const CaseOutcome& o, const CheckSpec& spec, const FindC
   } else {
     const auto ref = reference(o, spec, find);
     if (!ref) throw Failure{"loss_matches needs baseline, against or golden", ""};
-    want = read_metrics(ref->dir);
+    want = read_metrics(*ref);
     want_label = ref->label;
   }
   compare_curves(got, want, metric, t.label, want_label, param_or(spec, "rtol", 1e-5),
@@ -245,16 +308,66 @@ void check_resume_matches(const CaseOutcome& o, const CheckSpec& spec, const Fin
   const Target t = subject(o, spec);
   const auto ref = reference(o, spec, find);
   if (!ref) throw Failure{"resume_matches needs baseline (the uninterrupted run) or against", ""};
-  const Curve got = read_metrics(t.dir);
+  const Curve got = read_metrics(t);
   if (got.begin()->first <= 1)
     throw Finding{t.label + " started at step " + std::to_string(got.begin()->first) +
                       ": it did not resume from a checkpoint",
                   ""};
-  compare_curves(got, read_metrics(ref->dir), "loss", t.label + " (resumed)", ref->label + " (uninterrupted)",
+  compare_curves(got, read_metrics(*ref), "loss", t.label + " (resumed)", ref->label + " (uninterrupted)",
                  param_or(spec, "rtol", 1e-5), param_or(spec, "atol", 0), spec.params.value("exact", false));
 }
 
 using KeyShapes = std::map<std::string, std::string>;  // tensor key -> "[258, 64]"
+
+KeyShapes read_keys(const std::string& dir);
+
+const char* const kStateNamespaces[] = {"model.", "optimizer.", "lr_scheduler", "dataloader", "train_state"};
+
+// A checkpoint key as the matrix says to compare it: `rename` rules in order, then the model
+// prefix for keys outside every namespace of a trainer's state (torchtitan's model keys).
+std::string mapped_key(const CheckpointSource& source, std::string key) {
+  for (const auto& [pattern, to] : source.rename) key = std::regex_replace(key, std::regex(pattern), to);
+  if (source.model_prefix.empty()) return key;
+  for (const char* ns : kStateNamespaces)
+    if (key.rfind(ns, 0) == 0) return key;
+  return source.model_prefix + key;
+}
+
+// A phase's checkpoint with its tensor keys mapped: mapped key -> the entry.
+struct MappedCheckpoint {
+  CheckpointView view;
+  std::map<std::string, const CheckpointEntry*> tensors;
+};
+
+MappedCheckpoint open_checkpoint(const Target& t, const char* check) {
+  if (!t.spec || !t.spec->outputs.checkpoint)
+    throw Failure{std::string(check) + " needs outputs.checkpoint on " + t.label + " (where its checkpoint is)", ""};
+  const CheckpointSource& source = *t.spec->outputs.checkpoint;
+  const std::string path = resolve_path(source.path, t.paths());
+  try {
+    MappedCheckpoint out{CheckpointView::open(path, source.step), {}};
+    for (const auto& e : out.view.entries()) {
+      if (!e.is_tensor) continue;
+      const std::string key = mapped_key(source, e.key);
+      auto [it, fresh] = out.tensors.emplace(key, &e);
+      if (!fresh)
+        throw Failure{t.label + ": outputs.checkpoint maps both '" + it->second->key + "' and '" + e.key + "' to '" +
+                          key + "' in " + out.view.step_dir(), ""};
+    }
+    return out;
+  } catch (const CheckpointError& e) {
+    throw Failure{t.label + ": " + e.what(), ""};
+  }
+}
+
+KeyShapes read_keys(const Target& t) {
+  if (t.spec && t.spec->outputs.checkpoint) {
+    KeyShapes out;
+    for (const auto& [key, entry] : open_checkpoint(t, "keys_match").tensors) out[key] = json(entry->shape).dump();
+    return out;
+  }
+  return read_keys(t.dir);
+}
 
 KeyShapes read_keys(const std::string& dir) {
   const json j = read_json(dir + "/state_dict_keys.json");
@@ -269,7 +382,11 @@ void check_keys_match(const CaseOutcome& o, const CheckSpec& spec, const FindCas
   const Target t = subject(o, spec);
   const auto ref = reference(o, spec, find);
   if (!ref) throw Failure{"keys_match needs against or baseline", ""};
-  const KeyShapes got = read_keys(t.dir), want = read_keys(ref->dir);
+  KeyShapes got = read_keys(t), want = read_keys(*ref);
+  // `prefix`: only the keys both trainers save (e.g. model.* when one keeps AdamW's step per tensor).
+  const std::string prefix = spec.params.value("prefix", std::string());
+  for (KeyShapes* keys : {&got, &want})
+    for (auto it = keys->begin(); it != keys->end();) it = it->first.rfind(prefix, 0) == 0 ? std::next(it) : keys->erase(it);
   std::vector<std::string> missing, unexpected, reshaped;
   for (const auto& [k, shape] : want)
     if (!got.count(k)) missing.push_back(k);
@@ -361,6 +478,78 @@ void check_params_match(const CaseOutcome& o, const CheckSpec& spec, const FindC
   }
 }
 
+// "[3, 17]": the coordinates of flat element `index` in a row-major tensor of `shape`.
+std::string coordinates(size_t index, const std::vector<int64_t>& shape) {
+  std::vector<int64_t> at(shape.size());
+  for (size_t d = shape.size(); d-- > 0;) {
+    const auto extent = static_cast<size_t>(std::max<int64_t>(shape[d], 1));
+    at[d] = static_cast<int64_t>(index % extent);
+    index /= extent;
+  }
+  std::string out;
+  for (auto v : at) out += (out.empty() ? "" : ", ") + std::to_string(v);
+  return "[" + out + "]";
+}
+
+// Two checkpoints' tensors element by element (torch.allclose's rule: |a - b| <= atol + rtol x |b|,
+// b the reference), over the reference's tensor keys after each side's key mapping.
+void check_tensors_match(const CaseOutcome& o, const CheckSpec& spec, const FindCase& find) {
+  const Target t = subject(o, spec);
+  const auto ref = reference(o, spec, find);
+  if (!ref) throw Failure{"tensors_match needs against or baseline", ""};
+  const MappedCheckpoint got = open_checkpoint(t, "tensors_match"), want = open_checkpoint(*ref, "tensors_match");
+  const double rtol = param_or(spec, "rtol", 1e-5), atol = param_or(spec, "atol", 1e-8);
+  const std::string prefix = spec.params.value("prefix", std::string());
+  std::optional<Finding> worst;
+  double worst_excess = -1;
+  size_t tensors = 0, tensors_differing = 0, elements_differing = 0;
+  std::string table;
+  for (const auto& [key, want_entry] : want.tensors) {
+    if (key.rfind(prefix, 0) != 0) continue;
+    ++tensors;
+    auto it = got.tensors.find(key);
+    if (it == got.tensors.end())
+      throw Finding{key + " is in " + ref->label + " (" + want.view.step_dir() + ") but not in " + t.label + " (" +
+                        got.view.step_dir() + ")", ""};
+    if (it->second->shape != want_entry->shape)
+      throw Finding{key + ": shape " + json(it->second->shape).dump() + " in " + t.label + " vs " +
+                        json(want_entry->shape).dump() + " in " + ref->label, ""};
+    std::vector<double> a, b;
+    try {
+      a = got.view.read_tensor(it->second->key);
+      b = want.view.read_tensor(want_entry->key);
+    } catch (const CheckpointError& e) {
+      throw Failure{e.what(), ""};
+    }
+    size_t differing = 0;
+    double max_diff = 0;
+    for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+      const double diff = std::fabs(a[i] - b[i]), bound = atol + rtol * std::fabs(b[i]);
+      max_diff = std::max(max_diff, std::isnan(diff) ? INFINITY : diff);
+      if (diff <= bound || (a[i] == b[i])) continue;  // equal infinities are equal
+      ++differing;
+      const double excess = std::isnan(diff) ? INFINITY : diff - bound;
+      if (excess > worst_excess) {
+        worst_excess = excess;
+        worst = Finding{key + coordinates(i, want_entry->shape) + ": " + num(a[i]) + " in " + t.label + " vs " +
+                            num(b[i]) + " in " + ref->label + ": |diff| " + sci(diff) + " > " +
+                            tolerance_text(atol, rtol, b[i]), ""};
+      }
+    }
+    if (differing) ++tensors_differing, elements_differing += differing;
+    char row[256];
+    std::snprintf(row, sizeof(row), "  %-56s max |diff| %.3e%s\n", key.c_str(), max_diff,
+                  differing ? ("  " + std::to_string(differing) + " of " + std::to_string(b.size()) + " differ").c_str() : "");
+    table += row;
+  }
+  if (tensors == 0) throw Failure{ref->label + " has no tensor keys" + (prefix.empty() ? "" : " starting with '" + prefix + "'"), ""};
+  if (!worst) return;
+  worst->message += " (" + std::to_string(elements_differing) + " elements in " + std::to_string(tensors_differing) +
+                    " of " + std::to_string(tensors) + " tensors differ)";
+  worst->details = t.label + ": " + got.view.step_dir() + "\n" + ref->label + ": " + want.view.step_dir() + "\n" + table;
+  throw *worst;
+}
+
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::stringstream s;
@@ -434,6 +623,7 @@ const std::map<std::string, CheckFn>& implementations() {
       {"loss_matches", check_loss_matches}, {"resume_matches", check_resume_matches},
       {"keys_match", check_keys_match},     {"tokens_match", check_tokens_match},
       {"replicas_equal", check_replicas_equal}, {"params_match", check_params_match},
+      {"tensors_match", check_tensors_match},
       {"log_contains", check_log_contains}, {"error_matches", check_error_matches},
   };
   return fns;

@@ -15,6 +15,7 @@
 #include <map>
 
 #include "checks.h"
+#include "ckpt_cli.h"
 #include "default_matrix.h"
 #include "launch.h"
 #include "matrix.h"
@@ -66,6 +67,36 @@ std::vector<Suite> load_all(const std::vector<std::string>& files) {
 }
 
 bool contains(const std::string& hay, const std::string& needle) { return hay.find(needle) != std::string::npos; }
+
+// --skip-tag TAG[=REASON]: cases with the tag are reported as skipped, for machines that lack
+// what those cases need (a newer PyTorch, a package, more memory); so are the cases judged
+// against them, since nothing could judge those.
+void apply_skip_tags(std::vector<Suite>& suites, const std::vector<std::string>& specs) {
+  std::map<std::string, Case*> tagged;  // id -> case skipped by a tag
+  for (const auto& spec : specs) {
+    const auto eq = spec.find('=');
+    const std::string tag = spec.substr(0, eq);
+    const std::string why = eq == std::string::npos ? "" : ": " + spec.substr(eq + 1);
+    if (tag.empty()) throw std::invalid_argument("--skip-tag '" + spec + "' names no tag (TAG or TAG=REASON)");
+    for (auto& suite : suites)
+      for (auto& c : suite.cases)
+        if (c.expect.kind != Expectation::kSkip && std::find(c.tags.begin(), c.tags.end(), tag) != c.tags.end()) {
+          c.expect = {Expectation::kSkip, "--skip-tag " + tag + why, ""};
+          tagged[c.id] = &c;
+        }
+  }
+  for (bool grew = !tagged.empty(); grew;) {
+    grew = false;
+    for (auto& suite : suites)
+      for (auto& c : suite.cases)
+        for (const auto& b : c.baselines())
+          if (tagged.count(b) && !tagged.count(c.id)) {
+            c.expect = {Expectation::kSkip, "baseline " + b + " skipped (" + tagged[b]->expect.reason + ")", ""};
+            tagged[c.id] = &c;
+            grew = true;
+          }
+  }
+}
 
 // Filters, then adds back the baselines the chosen cases compare against, then shards.
 std::vector<const Case*> select(const std::vector<Suite>& suites, const Selection& s,
@@ -191,8 +222,11 @@ int run_launch(int nproc, const std::string& log_dir, double timeout_s, double g
 int render_reports(const std::string& dir, bool exit_by_expectations);
 
 // `meshtest run`: select, plan, launch, check, report.
-int run_matrix(Selection sel, RunOptions opt, bool dry_run, int ngpu, const char* argv0) {
-  const auto suites = load_all(sel.matrices);
+int run_matrix(Selection sel, RunOptions opt, bool dry_run, int ngpu, const char* argv0,
+               const std::vector<std::string>& skip_tags = {}) {
+  if (!opt.meshtrain.empty()) ::setenv("MESHTEST_MESHTRAIN", opt.meshtrain.c_str(), 1);  // the adapter asks it
+  auto suites = load_all(sel.matrices);
+  apply_skip_tags(suites, skip_tags);
   if (ngpu < 0) ngpu = default_devices(opt.backend);
   opt.devices = ngpu;
   if (opt.meshtrain.empty()) opt.meshtrain = (fs::path(self_dir()) / "meshtrain").string();
@@ -366,6 +400,7 @@ int main(int argc, char** argv) {
   RunOptions opt;
   bool dry_run = false;
   int ngpu = -1;
+  std::vector<std::string> skip_tags;
   auto* run_cmd = app.add_subcommand("run", "Run the selected cases and write <out>/summary.json");
   run_cmd->add_option("MATRIX", sel.matrices, "Matrix YAML files (default: the built-in test_matrix/cpu.yaml)")
       ->check(CLI::ExistingFile);
@@ -378,6 +413,9 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--meshtrain", opt.meshtrain, "The meshtrain binary (default: next to meshtest)");
   run_cmd->add_option("--history", opt.history, "summary.json whose durations order the cases (default: <out>/summary.json)");
   run_cmd->add_flag("--dry-run", dry_run, "Print the plan and the commands; run nothing");
+  run_cmd->add_option("--skip-tag", skip_tags,
+                      "TAG[=REASON]: report cases with this tag as skipped (repeatable), e.g. on a machine without "
+                      "what they need");
   run_cmd->add_option("--retries", opt.retries, "Reruns of a case that misses its expectation (reported as flaky)")
       ->capture_default_str();
 
@@ -437,6 +475,24 @@ int main(int argc, char** argv) {
   export_cmd->add_option("--phase", golden_phase, "Phase (default: the last)");
   export_cmd->add_option("--out", golden_dir, "The run's --out folder")->capture_default_str();
 
+  CkptOptions ckpt;
+  std::string ckpt_a, ckpt_b;
+  auto* ckpt_cmd = app.add_subcommand("ckpt", "Look inside PyTorch DCP and meshtrain checkpoints");
+  ckpt_cmd->require_subcommand(1);
+  auto* ckpt_inspect_cmd = ckpt_cmd->add_subcommand("inspect", "Keys, kinds, dtypes, global shapes, chunks, bytes");
+  ckpt_inspect_cmd->add_option("PATH", ckpt_a, "A step folder, or a folder of step-<N> (the newest is read)")->required();
+  ckpt_inspect_cmd->add_option("--step", ckpt.step, "Which step-<N> of a folder of steps");
+  ckpt_inspect_cmd->add_flag("--json", ckpt.json, "One JSON document");
+  auto* ckpt_diff_cmd = ckpt_cmd->add_subcommand("diff", "Keys, dtypes and shapes that differ (and values with --values); exit 1 if any");
+  ckpt_diff_cmd->add_option("A", ckpt_a, "Checkpoint A")->required();
+  ckpt_diff_cmd->add_option("B", ckpt_b, "Checkpoint B")->required();
+  ckpt_diff_cmd->add_option("--step", ckpt.step, "Which step-<N> of a folder of steps");
+  ckpt_diff_cmd->add_option("--model-prefix", ckpt.model_prefix,
+                            "Add this to keys outside model./optimizer./... on both sides (e.g. model. for torchtitan)");
+  ckpt_diff_cmd->add_flag("--values", ckpt.values, "Compare common tensors element by element");
+  ckpt_diff_cmd->add_option("--rtol", ckpt.rtol, "With --values: |A-B| <= atol + rtol x |B|")->capture_default_str();
+  ckpt_diff_cmd->add_option("--atol", ckpt.atol, "With --values")->capture_default_str();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -476,6 +532,8 @@ int main(int argc, char** argv) {
       return 0;
     }
 
+    if (*ckpt_inspect_cmd) return ckpt_inspect(ckpt_a, ckpt, stdout);
+    if (*ckpt_diff_cmd) return ckpt_diff(ckpt_a, ckpt_b, ckpt, stdout);
     if (*report_cmd) return render_reports(report_dir, true);
     if (*merge_cmd) return merge_runs(merge_out, merge_in);
     if (*rerun_cmd) {
@@ -496,7 +554,7 @@ int main(int argc, char** argv) {
     }
     if (*diff_cmd) return diff_cases(diff_dir, diff_a, diff_b);
     if (*golden_cmd) return export_golden(golden_dir, golden_id, golden_phase);
-    return run_matrix(sel, opt, dry_run, ngpu, argv[0]);
+    return run_matrix(sel, opt, dry_run, ngpu, argv[0], skip_tags);
   } catch (const MatrixError& e) {
     for (const auto& line : e.errors()) std::fprintf(stderr, "%s\n", line.c_str());
     std::fprintf(stderr, "meshtest: %zu error%s in the matrix; nothing was run\n", e.errors().size(),

@@ -5,8 +5,9 @@
 #include <set>
 #include <stdexcept>
 
+#include "adapters.h"
 #include "check_kinds.h"
-#include "flavors.h"
+#include "log_metrics.h"
 
 namespace meshtest {
 
@@ -14,16 +15,9 @@ namespace {
 
 const std::vector<std::string> kFileKeys = {"suite", "description", "defaults", "cases"};
 // Keys a case and `defaults` share; a case adds name, phases and matrix.
-const std::vector<std::string> kCommonKeys = {"command", "model",  "mesh",   "ngpu",   "options", "tags",
-                                              "timeout", "env",    "expect", "checks", "duration"};
-const std::vector<std::string> kPhaseKeys = {"name", "action", "command", "mesh", "options", "env", "timeout"};
-// Options the harness sets itself through the command template.
-const std::vector<std::string> kReservedOptions = {"mesh", "backend", "dump-folder", "model"};
-
-// The command every case runs unless it names its own: meshtrain, told where to write.
-const std::vector<std::string> kMeshtrainCommand = {
-    "{meshtrain}", "{action}",      "--model",      "{model}",    "--mesh", "{mesh}", "--backend", "{backend}",
-    "--dump-folder", "{phase_dir}", "--checkpoint.folder", "{case_dir}/checkpoint"};
+const std::vector<std::string> kCommonKeys = {"command", "model",  "mesh",   "ngpu",   "options",  "tags",
+                                              "timeout", "env",    "expect", "checks", "duration", "outputs"};
+const std::vector<std::string> kPhaseKeys = {"name", "action", "command", "mesh", "options", "env", "timeout", "outputs"};
 const std::vector<std::string> kLoadTimePlaceholders = {"action", "model", "mesh", "nproc", "phase"};
 const std::vector<std::string> kRunTimePlaceholders = {"meshtrain", "backend", "case_dir", "phase_dir"};
 
@@ -71,6 +65,8 @@ struct Fields {
   std::optional<Expectation> expect;
   std::optional<std::vector<CheckSpec>> checks;
   std::optional<double> duration;
+  std::optional<MetricsSource> metrics;  // outputs.metrics
+  std::optional<CheckpointSource> checkpoint;  // outputs.checkpoint
 };
 
 std::optional<meshtrain::MeshShape> read_mesh(const ReadContext& ctx, const YAML::Node& node) {
@@ -105,7 +101,8 @@ void read_options(const ReadContext& ctx, const YAML::Node& node, Options& into)
       ctx.error(value, "option '" + key + "' is not a flag name (letters, digits, '.', '_', '-')");
       continue;
     }
-    if (std::find(kReservedOptions.begin(), kReservedOptions.end(), key) != kReservedOptions.end()) {
+    const auto reserved = meshtrain_adapter().reserved_options();
+    if (std::find(reserved.begin(), reserved.end(), key) != reserved.end()) {
       ctx.error(value, "option '" + key + "' is set by meshtest; use the case's '" +
                            (key == "dump-folder" || key == "backend" ? std::string("command") : key) + "' key");
       continue;
@@ -233,6 +230,100 @@ std::optional<CheckSpec> read_check(const ReadContext& ctx, const YAML::Node& it
   return needs();
 }
 
+std::optional<MetricsSource> read_metrics_source(const ReadContext& ctx, const YAML::Node& node) {
+  MapReader m(ctx, node, "outputs.metrics", {"from", "rank", "pattern", "path", "tags"});
+  if (!m.ok()) return std::nullopt;
+  const YAML::Node* from = m.get("from");
+  if (!from) {
+    ctx.error(node, "outputs.metrics needs from: torchtitan-log, log-pattern, tensorboard or metrics-jsonl");
+    return std::nullopt;
+  }
+  static const std::vector<std::pair<std::string, MetricsSource::Kind>> kinds = {
+      {"metrics-jsonl", MetricsSource::kJsonl},
+      {"torchtitan-log", MetricsSource::kTorchtitanLog},
+      {"log-pattern", MetricsSource::kLogPattern},
+      {"tensorboard", MetricsSource::kTensorboard}};
+  auto name = read_string(ctx, *from, "outputs.metrics.from");
+  if (!name) return std::nullopt;
+  MetricsSource src;
+  bool known = false;
+  std::vector<std::string> names;
+  for (const auto& [n, k] : kinds) names.push_back(n), known |= n == *name, src.kind = n == *name ? k : src.kind;
+  if (!known) {
+    const std::string hint = did_you_mean(*name, names);
+    ctx.error(*from, "outputs.metrics.from '" + *name + "' is not one of torchtitan-log, log-pattern, tensorboard, "
+                     "metrics-jsonl" + (hint.empty() ? "" : "; did you mean '" + hint + "'?"));
+    return std::nullopt;
+  }
+  const bool is_log = src.kind == MetricsSource::kTorchtitanLog || src.kind == MetricsSource::kLogPattern;
+  const auto only_for = [&](const char* key, bool allowed, const char* sources) {
+    if (m.get(key) && !allowed) ctx.error(*m.get(key), std::string("outputs.metrics.") + key + " applies to " + sources);
+    return m.get(key) && allowed ? m.get(key) : nullptr;
+  };
+  if (auto* n = only_for("rank", is_log, "log sources (torchtitan-log, log-pattern)"))
+    if (auto r = read_int(ctx, *n, "outputs.metrics.rank", 0)) src.rank = static_cast<int>(*r);
+  if (auto* n = only_for("pattern", src.kind == MetricsSource::kLogPattern, "from: log-pattern")) {
+    if (auto p = read_string(ctx, *n, "outputs.metrics.pattern")) {
+      src.pattern = *p;
+      try {
+        LogPattern check(*p);
+      } catch (const std::exception& e) {
+        ctx.error(*n, e.what());
+      }
+    }
+  } else if (src.kind == MetricsSource::kLogPattern) {
+    ctx.error(node, "outputs.metrics from log-pattern needs a pattern with named groups (?P<step>...) (?P<loss>...)");
+  }
+  if (auto* n = only_for("path", !is_log, "tensorboard and metrics-jsonl")) {
+    if (auto p = read_string(ctx, *n, "outputs.metrics.path")) src.path = *p;
+  } else if (src.kind == MetricsSource::kTensorboard) {
+    src.path = "tb";
+  }
+  if (auto* n = only_for("tags", src.kind == MetricsSource::kTensorboard, "from: tensorboard")) {
+    MapReader tags(ctx, *n, "outputs.metrics.tags", {});
+    for (const auto& [metric, tag] : tags.entries())
+      if (auto t = read_string(ctx, tag, "outputs.metrics.tags." + metric)) src.tags[metric] = *t;
+  }
+  return src;
+}
+
+std::optional<CheckpointSource> read_checkpoint_source(const ReadContext& ctx, const YAML::Node& node) {
+  MapReader m(ctx, node, "outputs.checkpoint", {"path", "step", "model_prefix", "rename"});
+  if (!m.ok()) return std::nullopt;
+  CheckpointSource src;
+  if (auto* n = m.get("path")) {
+    if (auto p = read_string(ctx, *n, "outputs.checkpoint.path")) src.path = *p;
+  } else {
+    ctx.error(node, "outputs.checkpoint needs a path (a step folder or a folder of step-<N>)");
+  }
+  if (auto* n = m.get("step"))
+    if (auto v = read_int(ctx, *n, "outputs.checkpoint.step", 0)) src.step = *v;
+  if (auto* n = m.get("model_prefix"))
+    if (auto p = read_string(ctx, *n, "outputs.checkpoint.model_prefix")) src.model_prefix = *p;
+  if (auto* n = m.get("rename")) {
+    MapReader r(ctx, *n, "outputs.checkpoint.rename", {});
+    for (const auto& [pattern, to] : r.entries()) {
+      try {
+        std::regex check(pattern);
+      } catch (const std::regex_error& e) {
+        ctx.error(to, "outputs.checkpoint.rename: '" + pattern + "' is not a regular expression: " + e.what());
+        continue;
+      }
+      if (auto t = read_string(ctx, to, "outputs.checkpoint.rename")) src.rename.emplace_back(pattern, *t);
+    }
+  }
+  return src;
+}
+
+void read_outputs(const ReadContext& ctx, const YAML::Node& node, Fields& f) {
+  MapReader m(ctx, node, "outputs", {"metrics", "checkpoint"});
+  if (!m.ok()) return;
+  if (auto* n = m.get("metrics"))
+    if (auto src = read_metrics_source(ctx, *n)) f.metrics = *src;
+  if (auto* n = m.get("checkpoint"))
+    if (auto src = read_checkpoint_source(ctx, *n)) f.checkpoint = *src;
+}
+
 // Reads the keys a case and `defaults` share into `f`, on top of what it holds.
 void read_common(const ReadContext& ctx, const MapReader& m, Fields& f) {
   if (auto* n = m.get("command")) {
@@ -277,6 +368,7 @@ void read_common(const ReadContext& ctx, const MapReader& m, Fields& f) {
   if (auto* n = m.get("duration")) {
     if (auto d = read_number(ctx, *n, "duration")) f.duration = *d;
   }
+  if (auto* n = m.get("outputs")) read_outputs(ctx, *n, f);
 }
 
 std::string option_text(const Options& options, const std::string& key) {
@@ -329,6 +421,9 @@ Phase build_phase(const ReadContext& ctx, const YAML::Node& where_node, const st
   p.mesh = f.mesh;
   p.timeout_s = f.timeout.value_or(kDefaultTimeoutS);
   p.env = f.env;
+  if (!f.command) p.outputs = meshtrain_adapter().default_outputs();
+  if (f.metrics) p.outputs.metrics = *f.metrics;
+  if (f.checkpoint) p.outputs.checkpoint = f.checkpoint;
   if (f.mesh) {
     p.nproc = static_cast<int>(f.mesh->world_size());
     if (f.ngpu && *f.ngpu != p.nproc)
@@ -345,7 +440,7 @@ Phase build_phase(const ReadContext& ctx, const YAML::Node& where_node, const st
   if (f.mesh) values["mesh"] = f.mesh->to_compact_string();
   if (meshtrain_command && !f.mesh) values["mesh"] = "dp_shard=" + std::to_string(p.nproc);
   const YAML::Node& command_node = f.command ? f.command_node : where_node;
-  p.argv = fill_command(ctx, command_node, f.command.value_or(kMeshtrainCommand), values);
+  p.argv = fill_command(ctx, command_node, f.command.value_or(meshtrain_adapter().default_command()), values);
   for (const auto& [key, v] : f.options) {
     if (v.is_flag) {
       if (v.flag) p.argv.push_back("--" + key);
@@ -357,21 +452,13 @@ Phase build_phase(const ReadContext& ctx, const YAML::Node& where_node, const st
   return p;
 }
 
-// Rejects meshes the model cannot be split along (tp must divide the heads).
+// Rejects meshes the model cannot be split along (the adapter knows the rules).
 void check_mesh_fits(const ReadContext& ctx, const Fields& f, const YAML::Node& mesh_node) {
   if (!f.model || !f.mesh || f.command) return;
-  const auto known = meshtrain::model_flavor_names();
-  if (std::find(known.begin(), known.end(), *f.model) == known.end()) return;  // reported already
-  try {
-    const auto args = meshtrain::model_flavor(*f.model);
-    const std::string seq = option_text(f.options, "seq-len");
-    const bool sp = option_text(f.options, "sequence-parallel") == "true" && !seq.empty();
-    meshtrain::validate_tp(args, *f.mesh, sp, sp ? std::stoll(seq) : 0);
-  } catch (const std::invalid_argument& e) {
-    ctx.error(mesh_node, "mesh " + f.mesh->to_compact_string() + " does not fit the model: " + e.what());
-  } catch (const std::exception&) {
-    // a malformed seq-len is meshtrain's to report
-  }
+  const std::string problem = meshtrain_adapter().mesh_problem(
+      *f.model, *f.mesh, [&](const std::string& key) { return option_text(f.options, key); });
+  if (!problem.empty())
+    ctx.error(mesh_node, "mesh " + f.mesh->to_compact_string() + " does not fit the model: " + problem);
 }
 
 std::string combination_label(const Combination& combo) {
@@ -417,9 +504,9 @@ std::optional<Case> build_case(const ReadContext& ctx, const YAML::Node& node, c
   c.checks = f.checks.value_or(std::vector<CheckSpec>{});
   c.duration_hint_s = f.duration.value_or(0);
   if (f.model && !f.command) {
-    const auto known = meshtrain::model_flavor_names();
-    if (std::find(known.begin(), known.end(), *f.model) == known.end()) {
-      const std::string hint = did_you_mean(*f.model, known);
+    const auto known = meshtrain_adapter().models();
+    if (known && std::find(known->begin(), known->end(), *f.model) == known->end()) {
+      const std::string hint = did_you_mean(*f.model, *known);
       ctx.error(f.model_node, "unknown model '" + *f.model + "'" +
                                   (hint.empty() ? "" : "; did you mean '" + hint + "'?"));
     }
@@ -647,6 +734,11 @@ nlohmann::json Case::to_json() const {
     nlohmann::json jp = {{"name", p.name}, {"nproc", p.nproc}, {"argv", p.argv}, {"timeout_s", p.timeout_s}};
     if (p.mesh) jp["mesh"] = p.mesh->to_compact_string();
     for (const auto& [k, v] : p.env) jp["env"][k] = v;
+    jp["outputs"]["metrics"] = p.outputs.metrics.describe();
+    if (const auto& ck = p.outputs.checkpoint) {
+      jp["outputs"]["checkpoint"] = {{"path", ck->path}, {"step", ck->step}, {"model_prefix", ck->model_prefix}};
+      for (const auto& [from, to] : ck->rename) jp["outputs"]["checkpoint"]["rename"][from] = to;
+    }
     j["phases"].push_back(jp);
   }
   j["checks"] = nlohmann::json::array();
@@ -753,6 +845,22 @@ std::vector<std::string> resolve_argv(const std::vector<std::string>& argv, cons
     out.push_back(arg);
   }
   return out;
+}
+
+std::string resolve_path(const std::string& text, const RunPaths& paths) {
+  const std::string resolved = resolve_argv({text}, paths).front();
+  if (resolved.empty() || resolved.front() == '/') return resolved;
+  return paths.phase_dir + "/" + resolved;
+}
+
+std::string MetricsSource::describe() const {
+  switch (kind) {
+    case kJsonl: return path;
+    case kTorchtitanLog: return "the torchtitan log of rank " + std::to_string(rank);
+    case kLogPattern: return "rank " + std::to_string(rank) + "'s log through pattern '" + pattern + "'";
+    case kTensorboard: return "TensorBoard scalars in " + path;
+  }
+  return "?";
 }
 
 }  // namespace meshtest

@@ -30,6 +30,33 @@ struct CheckSpec {
   Where where;
 };
 
+// Where a phase's loss curve comes from (the `outputs.metrics` key, docs/matrix.md).
+struct MetricsSource {
+  enum Kind { kJsonl, kTorchtitanLog, kLogPattern, kTensorboard };
+  Kind kind = kJsonl;
+  std::string path = "metrics.jsonl";  // jsonl file or tensorboard folder; relative to the phase folder
+  int rank = 0;                        // log sources: whose rank<R>.log
+  std::string pattern;                 // log-pattern: ECMAScript with named groups
+  std::map<std::string, std::string> tags;  // tensorboard: metric name -> tag, over the defaults
+  std::string describe() const;        // "torchtitan log of rank 0", for messages
+};
+
+// Where a phase's state-dict keys and tensors come from (`outputs.checkpoint`). Without it,
+// keys come from the phase's state_dict_keys.json (meshtrain's contract file).
+struct CheckpointSource {
+  std::string path;      // a step folder or a folder of step-<N>; relative to the phase folder
+  long long step = -1;   // -1: the newest complete step
+  // Keys outside model./optimizer./lr_scheduler/dataloader/train_state get this prefix, so
+  // torchtitan's unprefixed model keys compare with meshtrain's `model.<fqn>`.
+  std::string model_prefix;
+  std::vector<std::pair<std::string, std::string>> rename;  // regex -> replacement, in order
+};
+
+struct Outputs {
+  MetricsSource metrics;
+  std::optional<CheckpointSource> checkpoint;
+};
+
 // One launch of `nproc` ranks. argv may still hold the run-time placeholders
 // {meshtrain}, {backend}, {case_dir}, {phase_dir} (see resolve_argv).
 struct Phase {
@@ -39,6 +66,7 @@ struct Phase {
   std::vector<std::string> argv;
   std::vector<std::pair<std::string, std::string>> env;
   double timeout_s = 0;
+  Outputs outputs;
   Where where;
 };
 
@@ -93,5 +121,6 @@ struct RunPaths {
   std::string phase_dir;
 };
 std::vector<std::string> resolve_argv(const std::vector<std::string>& argv, const RunPaths& paths);
+std::string resolve_path(const std::string& text, const RunPaths& paths);  // placeholders; relative → phase_dir
 
 }  // namespace meshtest

@@ -42,6 +42,26 @@ ModelArgs model_flavor(const std::string& name) {
   return a;
 }
 
+std::string describe_json() {
+  // Written by hand: this library has no JSON dependency, and the document is small and flat.
+  std::string out = "{\"format_version\": 1, \"trainer\": \"meshtrain\", "
+                    "\"mesh_dims\": [\"dp_replicate\", \"dp_shard\", \"tp\"], "
+                    "\"sequence_parallel_needs_seq_len_divisible_by_tp\": true, \"flavors\": {";
+  bool first = true;
+  for (const auto& name : model_flavor_names()) {
+    const ModelArgs a = model_flavor(name);
+    out += std::string(first ? "" : ", ") + "\"" + name + "\": {\"dim\": " + std::to_string(a.dim) +
+           ", \"n_layers\": " + std::to_string(a.n_layers) + ", \"n_heads\": " + std::to_string(a.n_heads) +
+           ", \"n_kv_heads\": " + std::to_string(a.n_kv_heads) + ", \"vocab_size\": " +
+           std::to_string(a.vocab_size) + ", \"ffn_hidden_dim\": " + std::to_string(a.ffn_hidden_dim()) +
+           ", \"num_parameters\": " + std::to_string(a.num_parameters()) +
+           ", \"tp_must_divide\": [[\"n_heads\", " + std::to_string(a.n_heads) + "], [\"n_kv_heads\", " +
+           std::to_string(a.n_kv_heads) + "]]}";
+    first = false;
+  }
+  return out + "}}";
+}
+
 void validate(const ModelArgs& a, int64_t seq_len) {
   auto fail = [&](const std::string& what) {
     throw std::invalid_argument("model '" + a.flavor + "': " + what);

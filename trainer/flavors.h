@@ -34,6 +34,10 @@ ModelArgs model_flavor(const std::string& name);
 std::vector<std::string> model_flavor_names();
 // Throws std::invalid_argument naming the violated constraint.
 void validate(const ModelArgs& args, int64_t seq_len);
+// What `meshtrain describe --json` tells a harness: every flavor's dimensions and the values a
+// tensor-parallel degree must divide, so meshtest rejects a mesh that cannot fit before launching
+// without compiling this table in (a newer meshtrain is then never refused by an older meshtest).
+std::string describe_json();
 // Throws std::invalid_argument naming the constraint a tensor-parallel degree breaks.
 void validate_tp(const ModelArgs& args, const MeshShape& shape, bool sequence_parallel, int64_t seq_len);
 

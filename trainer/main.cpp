@@ -123,6 +123,11 @@ int main(int argc, char** argv) {
   consolidate_cmd->add_option("--hf", hf_model,
                               "Model flavor: write Hugging Face LlamaForCausalLM names and layout, and config.json");
 
+  bool describe_as_json = false;
+  auto* describe_cmd = app.add_subcommand("describe", "What a harness needs to know: flavors, their dimensions, "
+                                                      "and what a tensor-parallel degree must divide");
+  describe_cmd->add_flag("--json", describe_as_json, "As JSON (the only form)")->required();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -136,6 +141,7 @@ int main(int argc, char** argv) {
 
   try {
     if (train_cmd->parsed()) return meshtrain::train(train_config);
+    if (describe_cmd->parsed()) return std::printf("%s\n", meshtrain::describe_json().c_str()) < 0;
     if (inspect_cmd->parsed()) return meshtrain::ckpt_inspect(ckpt_a, std::cout), 0;
     if (diff_cmd->parsed()) return meshtrain::ckpt_diff(ckpt_a, ckpt_b, std::cout);
     if (consolidate_cmd->parsed()) return meshtrain::ckpt_consolidate(ckpt_a, ckpt_out, hf_model), 0;

@@ -5,6 +5,9 @@
 #include <filesystem>
 #include <fstream>
 
+#include <nlohmann/json.hpp>
+
+#include "checkpoint_view.h"
 #include "checks.h"
 
 namespace fs = std::filesystem;
@@ -265,4 +268,104 @@ TEST_F(Checks, AnXfailIsNotMetByACheckThatCouldNotLook) {
   write("a/train/metrics.jsonl", curve({6.0, 5.0}));
   run(1, "loss_matches");
   EXPECT_EQ(outcomes_[1].status, Status::kXfailed);
+}
+
+// ---- outputs: a foreign trainer's numbers -----------------------------------------
+
+namespace {
+// torchtitan's line as it prints it: prefixes, colours, 8.5f loss.
+std::string titan_line(int step, double loss) {
+  char line[400];
+  std::snprintf(line, sizeof(line),
+                "[rank1]:[titan] 2026-05-18 16:04:46,338 - root - INFO - \033[31mstep: %2d  \033[32mloss: %8.5f  "
+                "\033[38;2;180;60;0mgrad_norm:  0.8319  \033[38;2;54;234;195mmemory:  9.46GiB(64.99%%)  "
+                "\033[34mtps: 7,282  \033[36mtflops: 0.52  \033[35mmfu: N/A\033[39m\n",
+                step, loss);
+  return line;
+}
+const std::string kDcpFixtures = MESHTEST_SOURCE_DIR "/../shared/fixtures/dcp-torch-2.11";
+}  // namespace
+
+TEST_F(Checks, LossMatchesReadsATorchtitanLogOrAUserPattern) {
+  load(R"(  - name: base
+  - name: titan
+    outputs: {metrics: {from: torchtitan-log, rank: 1}}
+    checks: [{loss_matches: {baseline: base, rtol: 1.0e-4}}]
+  - name: mine
+    outputs: {metrics: {from: log-pattern, pattern: 'it=(?P<step>\d+) l=(?P<loss>\S+)'}}
+    checks: [{loss_matches: {baseline: base, rtol: 1.0e-4}}]
+)");
+  write("base/train/metrics.jsonl", curve({6.0, 5.0}));
+  EXPECT_EQ(run(1, "loss_matches").message, "cannot read " + dir_ + "/titan/train/rank1.log");
+  write("titan/train/rank1.log", "starting\n" + titan_line(1, 6.0) + titan_line(2, 5.01));
+  EXPECT_EQ(run(1, "loss_matches").message,
+            "step 2: loss 5.01 in phase train vs 5 in baseline s/base (phase train): |diff| 1.00e-02 > atol 0 + "
+            "rtol 0.0001 x |5| = 5.00e-04 (1 of 2 steps differ)");
+  write("titan/train/rank1.log", titan_line(1, 6.0) + titan_line(2, 5.0));
+  EXPECT_TRUE(run(1, "loss_matches").passed);
+  write("mine/train/rank0.log", "it=1 l=6.0\nnoise\nit=2 l=5.0\n");
+  EXPECT_TRUE(run(2, "loss_matches").passed) << run(2, "loss_matches").message;
+  write("mine/train/rank0.log", "it=1 x\n");
+  EXPECT_EQ(run(2, "loss_matches").message,
+            "no loss values in rank 0's log through pattern 'it=(?P<step>\\d+) l=(?P<loss>\\S+)' (" + dir_ +
+                "/mine/train/rank0.log)");
+}
+
+TEST_F(Checks, KeysMatchReadsPyTorchDcpMetadataAndMapsTheSeedsKeys) {
+  if (!fs::exists(kDcpFixtures)) GTEST_SKIP() << "no " << kDcpFixtures;
+  load("  - name: canonical\n    outputs: {checkpoint: {path: '" + kDcpFixtures + "/canonical'}}\n"
+       "  - name: parametrize\n    outputs: {checkpoint: {path: '" + kDcpFixtures + "/parametrize/step-5'}}\n"
+       "    checks: [{keys_match: {baseline: canonical}}]\n"
+       "  - name: mapped\n    outputs: {checkpoint: {path: '" + kDcpFixtures + "/parametrize', rename: "
+       "{'\\.parametrizations\\.weight\\.original$': '.weight'}}}\n"
+       "    checks: [{keys_match: {baseline: canonical}}, {tensors_match: {baseline: canonical, rtol: 0, atol: 0}}]\n");
+  const auto r = run(1, "keys_match");
+  EXPECT_FALSE(r.passed);
+  EXPECT_EQ(r.message,
+            "state-dict keys of phase train differ from baseline s/canonical (phase train): missing 5 "
+            "(model.layers.0.attention.wq.weight, model.layers.0.attention_norm.weight, model.norm.weight, ... (2 "
+            "more)); unexpected 5 (model.layers.0.attention.wq.parametrizations.weight.original, "
+            "model.layers.0.attention_norm.parametrizations.weight.original, "
+            "model.norm.parametrizations.weight.original, ... (2 more))");
+  EXPECT_NE(r.details.find("  model.tok_embeddings.weight\n"), std::string::npos) << r.details;
+  EXPECT_TRUE(run(2, "keys_match").passed) << run(2, "keys_match").message;
+  EXPECT_TRUE(run(2, "tensors_match").passed) << run(2, "tensors_match").message;
+}
+
+TEST_F(Checks, TensorsMatchComparesADcpCheckpointWithAMeshtrainOneElementByElement) {
+  if (!fs::exists(kDcpFixtures)) GTEST_SKIP() << "no " << kDcpFixtures;
+  // The DCP fixture's tensors rewritten in meshtrain's format, torchtitan-style (no `model.`
+  // prefix), one element of model.norm.weight moved by 0.1.
+  const CheckpointView dcp = CheckpointView::open(kDcpFixtures + "/canonical");
+  fs::create_directories(dir_ + "/mt/step-5");
+  nlohmann::json keys = nlohmann::json::object();
+  std::ofstream data(dir_ + "/mt/step-5/__0_0.distcp", std::ios::binary);
+  uint64_t offset = 0;
+  for (const auto& e : dcp.entries()) {
+    if (!e.is_tensor) continue;
+    std::vector<double> values = dcp.read_tensor(e.key);
+    if (e.key == "model.norm.weight") values[3] += 0.1;
+    std::vector<float> f(values.begin(), values.end());
+    data.write(reinterpret_cast<const char*>(f.data()), static_cast<std::streamsize>(f.size() * 4));
+    const std::string key = e.key.rfind("model.", 0) == 0 ? e.key.substr(6) : e.key;
+    keys[key] = {{"kind", "tensor"}, {"dtype", "float32"}, {"shape", e.shape},
+                 {"chunks", {{{"offsets", std::vector<int64_t>(e.shape.size(), 0)}, {"sizes", e.shape},
+                              {"file", "__0_0.distcp"}, {"byte_offset", offset}, {"byte_length", f.size() * 4}}}}};
+    offset += f.size() * 4;
+  }
+  data.close();
+  std::ofstream(dir_ + "/mt/step-5/.metadata") << nlohmann::json{{"format_version", 2}, {"keys", keys}}.dump();
+  load("  - name: ref\n    outputs: {checkpoint: {path: '" + kDcpFixtures + "/canonical'}}\n"
+       "  - name: titan\n    outputs: {checkpoint: {path: '" + dir_ + "/mt', model_prefix: model.}}\n"
+       "    checks: [{keys_match: {baseline: ref}}, {tensors_match: {baseline: ref}}]\n"
+       "  - name: bare\n    checks: [{tensors_match: {baseline: ref}}]\n");
+  EXPECT_TRUE(run(1, "keys_match").passed) << run(1, "keys_match").message;
+  const auto r = run(1, "tensors_match");
+  EXPECT_FALSE(r.passed);
+  EXPECT_NE(r.message.find("model.norm.weight[3]: "), std::string::npos) << r.message;
+  EXPECT_NE(r.message.find(" in phase train vs "), std::string::npos) << r.message;
+  EXPECT_NE(r.message.find("(1 elements in 1 of 15 tensors differ)"), std::string::npos) << r.message;
+  EXPECT_NE(r.details.find(dir_ + "/mt/step-5"), std::string::npos) << r.details;
+  EXPECT_EQ(outcomes_[1].status, Status::kFailed);
+  EXPECT_EQ(run(2, "tensors_match").message, "tensors_match needs outputs.checkpoint on phase train (where its checkpoint is)");
 }

@@ -2,9 +2,14 @@
 // validation error with its file:line:col.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include "matrix.h"
 
 using namespace meshtest;
+
+// The matrix loader asks meshtrain (the adapter) which models and meshes it takes.
+[[maybe_unused]] const int kMeshtrainForTheAdapter = ::setenv("MESHTEST_MESHTRAIN", MESHTRAIN_BIN, 0);
 
 namespace {
 
@@ -342,4 +347,67 @@ TEST(ShippedMatrices, LoadAndListEveryReferenceFlavor) {
     EXPECT_EQ(c.ngpu, 1) << c.id;
     if (c.name.rfind("canary/", 0) == 0) EXPECT_FALSE(c.expect.check.empty()) << c.id;
   }
+}
+
+TEST(Matrix, OutputsSayWhereAForeignTrainersNumbersAreAndMergeIntoPhases) {
+  const Suite s = load(R"(suite: s
+defaults:
+  command: [python3, train.py]
+  outputs: {metrics: {from: torchtitan-log, rank: 1}}
+cases:
+  - name: a
+    ngpu: 2
+    phases:
+      - name: save
+        outputs: {checkpoint: {path: "{case_dir}/checkpoint", step: 5, model_prefix: model., rename: {'\.original$': ''}}}
+      - name: tb
+        outputs: {metrics: {from: tensorboard, tags: {loss: my/loss}}}
+)");
+  const auto& save = s.cases[0].phases[0];
+  EXPECT_EQ(save.outputs.metrics.kind, MetricsSource::kTorchtitanLog);
+  EXPECT_EQ(save.outputs.metrics.rank, 1);
+  ASSERT_TRUE(save.outputs.checkpoint);
+  EXPECT_EQ(save.outputs.checkpoint->path, "{case_dir}/checkpoint");
+  EXPECT_EQ(save.outputs.checkpoint->step, 5);
+  EXPECT_EQ(save.outputs.checkpoint->model_prefix, "model.");
+  ASSERT_EQ(save.outputs.checkpoint->rename.size(), 1u);
+  const auto& tb = s.cases[0].phases[1];
+  EXPECT_EQ(tb.outputs.metrics.kind, MetricsSource::kTensorboard);
+  EXPECT_EQ(tb.outputs.metrics.path, "tb");
+  EXPECT_EQ(tb.outputs.metrics.tags.at("loss"), "my/loss");
+  EXPECT_FALSE(tb.outputs.checkpoint);
+  EXPECT_EQ(resolve_path("tb", {"", "", "/o/s/a", "/o/s/a/tb"}), "/o/s/a/tb/tb");
+  EXPECT_EQ(resolve_path("{case_dir}/checkpoint", {"", "", "/o/s/a", "/o/s/a/save"}), "/o/s/a/checkpoint");
+  // meshtrain's cases keep its contract files.
+  const Suite m = load("suite: s\ncases:\n  - {name: a, model: tiny}\n");
+  EXPECT_EQ(m.cases[0].phases[0].outputs.metrics.kind, MetricsSource::kJsonl);
+  EXPECT_FALSE(m.cases[0].phases[0].outputs.checkpoint);
+}
+
+TEST(Matrix, BadOutputsAreRefusedWithTheirPlace) {
+  const std::string e = errors_of(R"(suite: s
+defaults: {command: [x]}
+cases:
+  - name: a
+    outputs: {metrics: {from: torchtitan_log}}
+  - name: b
+    outputs: {metrics: {from: log-pattern, pattern: 'loss=(?P<loss>\S+)'}}
+  - name: c
+    outputs: {metrics: {from: tensorboard, rank: 2}, checkpoint: {step: 3}}
+  - name: d
+    outputs: {checkpoint: {path: c, rename: {'([': x}}}
+  - name: e
+    outputs: {metric: {}}
+)");
+  EXPECT_NE(e.find("m.yaml:5:31: outputs.metrics.from 'torchtitan_log' is not one of torchtitan-log, log-pattern, "
+                   "tensorboard, metrics-jsonl; did you mean 'torchtitan-log'?"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("m.yaml:7:53: log pattern 'loss=(?P<loss>\\S+)' has no (?P<step>...) group"), std::string::npos) << e;
+  EXPECT_NE(e.find("m.yaml:9:50: outputs.metrics.rank applies to log sources (torchtitan-log, log-pattern)"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("outputs.checkpoint needs a path (a step folder or a folder of step-<N>)"), std::string::npos) << e;
+  EXPECT_NE(e.find("outputs.checkpoint.rename: '([' is not a regular expression"), std::string::npos) << e;
+  EXPECT_NE(e.find("m.yaml:13:15: unknown key 'metric' in outputs; did you mean 'metrics'?"), std::string::npos) << e;
 }
