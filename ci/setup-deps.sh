@@ -9,6 +9,7 @@ packages=(
   libyaml-cpp-dev nlohmann-json3-dev libboost-dev libboost-filesystem-dev
   libgtest-dev libgmock-dev libcli11-dev libpugixml-dev
   libxml2-utils python3 python3-junitparser
+  python3-torch clang-14 libfuzzer-14-dev
 )
 
 missing=()

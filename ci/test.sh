@@ -5,3 +5,5 @@ cd "$(dirname "$0")/.."
 bash ci/setup-deps.sh
 bash ci/build.sh
 ctest --preset cpu -j 2 "$@"
+# Every parser of outside data under libFuzzer for a minute each (ci/fuzz.sh).
+bash ci/fuzz.sh 60
