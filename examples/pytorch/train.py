@@ -15,7 +15,6 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.utils import parametrize
 
 
-
 def import_dcp_113():
     """torch 1.13's DCP is torch.distributed._shard.checkpoint. Under Python >= 3.11 (Debian 12) its
     import fails: a dataclass field defaults to an unhashable TensorProperties(). Import it with that
@@ -196,18 +195,21 @@ def newest_step(folder):
     return max(steps, default=0)
 
 
-def dcp_save(state, path):
+def dcp_save(state, path):  # dcp.save: torch >= 2.2; save_state_dict: 1.13 - 2.1
     if hasattr(dcp, "save"):
-        dcp.save(state, checkpoint_id=path)                                  # torch >= 2.2
-    else:
-        dcp.save_state_dict(state, storage_writer=dcp.FileSystemWriter(path, single_file_per_rank=True))  # 1.13-2.1
+        return dcp.save(state, checkpoint_id=path)
+    dcp.save_state_dict(state, storage_writer=dcp.FileSystemWriter(path, single_file_per_rank=True))
 
 
 def dcp_load(state, path):
     if hasattr(dcp, "load"):
-        dcp.load(state, checkpoint_id=path)
-    else:
-        dcp.load_state_dict(state, storage_reader=dcp.FileSystemReader(path))
+        return dcp.load(state, checkpoint_id=path)
+    dcp.load_state_dict(state, storage_reader=dcp.FileSystemReader(path))
+
+
+def die(message, code):
+    print(f"train.py: error: {message}", file=sys.stderr)
+    sys.exit(code)
 
 
 def flat_state(model, opt, sched, step):
@@ -228,17 +230,14 @@ def main():
     args = p.parse_args()
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     if args.parallel == "fsdp" and fully_shard is None:
-        print(f"train.py: error: --parallel fsdp needs FSDP2 (torch >= 2.4); this is torch {torch.__version__}", file=sys.stderr)
-        sys.exit(3)
+        die(f"--parallel fsdp needs FSDP2 (torch >= 2.4); this is torch {torch.__version__}", 3)
     if args.tensorboard:
         try:
             from torch.utils.tensorboard import SummaryWriter
         except ImportError as e:
-            print(f"train.py: error: --metrics.enable_tensorboard needs the tensorboard package ({e})", file=sys.stderr)
-            sys.exit(3)
+            die(f"--metrics.enable_tensorboard needs the tensorboard package ({e})", 3)
     if args.parallel == "none" and world != 1:
-        print(f"train.py: error: --parallel none runs on 1 rank, not {world}", file=sys.stderr)
-        sys.exit(2)
+        die(f"--parallel none runs on 1 rank, not {world}", 2)
     logging.basicConfig(format="[titan] %(asctime)s - %(name)s - %(levelname)s - %(message)s",
                         level=logging.INFO, stream=sys.stdout, force=True)
     log = logging.getLogger()
@@ -265,7 +264,7 @@ def main():
         for layer in inner.layers:
             fully_shard(layer, mesh=mesh)
         fully_shard(inner, mesh=mesh)
-    params = [q for q in model.parameters()]
+    params = list(model.parameters())
     opt = torch.optim.AdamW(params, lr=args.lr, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
     w, decay = args.warmup_steps, max(1, args.steps - args.warmup_steps)
     schedule = lambda s: (s + 1) / (w + 1) if s < w else 1 - (s - w) / decay  # torchtitan's warmup, linear decay
