@@ -49,6 +49,11 @@ bool is_known_global(const Value& g) {
   if (g.text == "torch.serialization" && g.name == "_get_layout") return true;
   if (g.text == "pathlib") return g.name.size() >= 4 && g.name.compare(g.name.size() - 4, 4, "Path") == 0;
   if (g.text == "collections" && g.name == "OrderedDict") return true;
+  // What protocol 2 writes for sets, bytes and plain objects.
+  if ((g.text == "builtins" || g.text == "__builtin__") && (g.name == "set" || g.name == "frozenset" || g.name == "bytearray"))
+    return true;
+  if ((g.text == "_codecs" && g.name == "encode") || ((g.text == "copyreg" || g.text == "copy_reg") && g.name == "_reconstructor"))
+    return true;
   return g.text.rfind("torch.", 0) == 0 && dcp_classes.count(g.name);
 }
 
@@ -280,7 +285,12 @@ class RecordZip {
     const std::vector<uint8_t> tail = read_range(tail_at, tail_len, "end of zip");
     size_t eocd = tail.size() < 22 ? std::string::npos : tail.size() - 22;
     while (eocd != std::string::npos && le(tail.data() + eocd, 4) != 0x06054b50) eocd = eocd == 0 ? std::string::npos : eocd - 1;
-    if (eocd == std::string::npos) fail_("no end-of-central-directory record: not a zip, or a damaged one");
+    if (eocd == std::string::npos) {
+      // DCP's SAFETENSORS format starts with an 8-byte header length and a JSON header.
+      if (length_ > 9 && read_range(8, 1, "start of record")[0] == '{')
+        fail_("looks like a safetensors record (DCP's SAFETENSORS format), which is not supported: only torch.save records are");
+      fail_("no end-of-central-directory record: not a zip, or a damaged one");
+    }
     const uint8_t* e = tail.data() + eocd;
     uint64_t count = le(e + 10, 2), cd_size = le(e + 12, 4), cd_offset = le(e + 16, 4);
     if (count == 0xFFFF || cd_size == 0xFFFFFFFF || cd_offset == 0xFFFFFFFF ||

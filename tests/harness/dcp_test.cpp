@@ -333,6 +333,14 @@ void check_against_expected(const std::string& folder) {
     const double want_sum = want["sum"], want_sumsq = want["sumsq"];
     EXPECT_LE(std::fabs(s - want_sum), 1e-12 * std::max(1.0, std::fabs(want_sum))) << key;
     EXPECT_LE(std::fabs(sq - want_sumsq), 1e-12 * std::max(1.0, std::fabs(want_sumsq))) << key;
+    if (want.contains("wsum")) {  // order-sensitive: each chunk in its place (make_dcp_fixtures.py)
+      double wsum = 0, scale = 1;
+      for (size_t i = 0; i < values.size(); ++i) {
+        wsum += static_cast<double>(i + 1) * values[i];
+        scale += static_cast<double>(i + 1) * std::fabs(values[i]);
+      }
+      EXPECT_LE(std::fabs(wsum - want["wsum"].get<double>()), 1e-12 * scale) << key;
+    }
   }
 }
 
@@ -528,19 +536,38 @@ TEST(DcpHandBuilt, RecordOutsideTheFileNamesFileKeyOffsetAndSize) {
                {tmp.path() + "/__0_0.distcp", "key 'w'", "offset 123456", "beyond the end of the file (size " + size + ")"});
 }
 
+TEST(DcpHandBuilt, RecordsThatDisagreeWithTheMetadataAreRefused) {
+  TempDir tmp;
+  TensorBlob bf16{"BFloat16Storage", std::string(8, '\0'), 4, 0, {4}, {1}};
+  TestChunk short_record{{0}, {4}, counting_record({4})};
+  short_record.length_override = 8;
+  write_dcp(tmp.path(), {{"dtype", true, "float32", {4}, {{{0}, {4}, make_record(bf16)}}},
+                         {"shape", true, "float32", {4}, {{{0}, {4}, counting_record({2, 2})}}},
+                         {"short", true, "float32", {4}, {short_record}}});
+  const CheckpointView view = CheckpointView::open(tmp.path());
+  expect_error([&] { view.read_tensor("dtype"); }, {"__0_0.distcp", "key 'dtype'", "holds bfloat16 but .metadata says float32"});
+  expect_error([&] { view.read_tensor("shape"); }, {"key 'shape'", "holds a [2, 2] tensor but .metadata says [4]"});
+  expect_error([&] { view.read_tensor("short"); }, {"key 'short'", "length 8 is too short"});
+}
+
+// `bytes` at `offset` of a new file whose hole takes no disk; false where the filesystem cannot.
+bool write_sparse(const std::string& path, uint64_t offset, const std::string& bytes) {
+  const int fd = ::open(path.c_str(), O_CREAT | O_WRONLY | O_TRUNC, 0644);
+  if (fd < 0) return false;
+  // A small write first: a filesystem without holes shows it before gigabytes are written.
+  bool ok = ::pwrite(fd, "", 1, static_cast<off_t>(offset) - 1) == 1;
+  struct stat st {};
+  ok = ok && ::fstat(fd, &st) == 0 && static_cast<uint64_t>(st.st_blocks) * 512 < (uint64_t{64} << 20);
+  ok = ok && ::pwrite(fd, bytes.data(), bytes.size(), static_cast<off_t>(offset)) == static_cast<ssize_t>(bytes.size());
+  ::close(fd);
+  return ok;
+}
+
 TEST(DcpHandBuilt, RecordBeyondTwoGiBIsRead) {
   TempDir tmp;
   const std::string record = counting_record({3, 4}, 7);
   const uint64_t offset = (uint64_t{1} << 31) + 4096 + 3;
-  const std::string file = tmp.path() + "/__0_0.distcp";
-  const int fd = ::open(file.c_str(), O_CREAT | O_WRONLY | O_TRUNC, 0644);
-  ASSERT_GE(fd, 0);
-  const bool wrote = ::pwrite(fd, record.data(), record.size(), static_cast<off_t>(offset)) == static_cast<ssize_t>(record.size());
-  struct stat st {};
-  ::fstat(fd, &st);
-  ::close(fd);
-  if (!wrote || static_cast<uint64_t>(st.st_blocks) * 512 > (uint64_t{64} << 20))
-    GTEST_SKIP() << tmp.path() << " cannot hold a sparse 2 GiB file";
+  if (!write_sparse(tmp.path() + "/__0_0.distcp", offset, record)) GTEST_SKIP() << tmp.path() << " cannot hold a sparse 2 GiB file";
   TestChunk c{{0, 0}, {3, 4}, record, "__0_0.distcp", static_cast<int64_t>(offset), -1};
   std::vector<std::vector<std::pair<uint64_t, uint64_t>>> where{{{offset, record.size()}}};
   write_file(tmp.path() + "/.metadata", MetadataWriter({}).write({{"w", true, "float32", {3, 4}, {c}}}, where));
@@ -559,11 +586,7 @@ TEST(DcpHandBuilt, FixtureRecordCopiedBeyondTwoGiBReadsTheSame) {
   const std::string record = read_file(source + "/" + chunk.record.file).substr(chunk.record.offset, chunk.record.length);
   TempDir tmp;
   const uint64_t offset = (uint64_t{5} << 30) + 17;
-  const int fd = ::open((tmp.path() + "/__0_0.distcp").c_str(), O_CREAT | O_WRONLY | O_TRUNC, 0644);
-  ASSERT_GE(fd, 0);
-  const bool wrote = ::pwrite(fd, record.data(), record.size(), static_cast<off_t>(offset)) == static_cast<ssize_t>(record.size());
-  ::close(fd);
-  if (!wrote) GTEST_SKIP() << "cannot write at 5 GiB in " << tmp.path();
+  if (!write_sparse(tmp.path() + "/__0_0.distcp", offset, record)) GTEST_SKIP() << tmp.path() << " cannot hold a sparse 5 GiB file";
   TestChunk c{Dims(chunk.sizes.size(), 0), chunk.sizes, record};
   write_file(tmp.path() + "/.metadata",
              MetadataWriter({}).write({{"w", true, "float32", chunk.sizes, {c}}}, {{{offset, record.size()}}}));
