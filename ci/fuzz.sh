@@ -2,13 +2,17 @@
 # Fuzzes every parser of outside data (libFuzzer + ASan + UBSan, preset `fuzz`): the pickle /
 # DCP .metadata reader, the TFRecord/TensorBoard reader and the log-line parsers, SECONDS each.
 # Each target starts from its seed corpus in tests/fuzz/corpus/<target>/ (inputs that once
-# crashed are kept there, so every run replays them first) plus, for the pickle reader, the real
-# DCP .metadata files of ../shared/fixtures when present. A crash fails the script and leaves the
-# input in build/fuzz/artifacts/<target>/.
-# Usage: ci/fuzz.sh [SECONDS]   (default 60; CI runs 60)
+# crashed are kept there, so every run replays them first) plus real files made by PyTorch: the
+# DCP .metadata files of tests/fixtures and ../shared/fixtures for the pickle reader, the
+# TensorBoard event files of tests/fixtures for the TFRecord reader. A crash fails the script and
+# leaves the input in build/fuzz/artifacts/<target>/.
+# Usage: ci/fuzz.sh [SECONDS] [TARGET...]   (default 60 s, every target; CI runs 60)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-60}
+shift || true
+targets=("$@")
+[ ${#targets[@]} -gt 0 ] || targets=(pickle_fuzz tfrecord_fuzz log_fuzz)
 [ -f build/fuzz/build.ninja ] || cmake --preset fuzz >/dev/null
 if ! cmake --build --preset fuzz > build/fuzz/build.log 2>&1; then
   grep -E -A5 "error|FAILED" build/fuzz/build.log | head -n 40
@@ -16,13 +20,16 @@ if ! cmake --build --preset fuzz > build/fuzz/build.log 2>&1; then
   exit 1
 fi
 status=0
-for target in pickle_fuzz tfrecord_fuzz log_fuzz; do
+for target in "${targets[@]}"; do
   corpus=$(mktemp -d)
   cp tests/fuzz/corpus/$target/* "$corpus/" 2>/dev/null || true
-  if [ "$target" = pickle_fuzz ] && [ -d ../shared/fixtures ]; then
-    find ../shared/fixtures tests/fixtures -name .metadata 2>/dev/null |
-      while read -r f; do cp "$f" "$corpus/metadata-$(echo "$f" | md5sum | cut -c1-8)"; done
-  fi
+  # Real files made by PyTorch seed the two binary parsers.
+  case $target in
+    pickle_fuzz) seeds=$(find ../shared/fixtures tests/fixtures -name .metadata 2>/dev/null) ;;
+    tfrecord_fuzz) seeds=$(find tests/fixtures -name 'events.out.tfevents.*' 2>/dev/null) ;;
+    *) seeds= ;;
+  esac
+  for f in $seeds; do cp "$f" "$corpus/seed-$(echo "$f" | md5sum | cut -c1-8)"; done
   mkdir -p build/fuzz/artifacts/$target
   log=build/fuzz/$target.log
   if build/fuzz/$target "$corpus" -max_total_time="$seconds" -rss_limit_mb=2048 -timeout=10 \

@@ -173,15 +173,14 @@ std::optional<Target> reference(const CaseOutcome& o, const CheckSpec& spec, con
   return std::nullopt;
 }
 
-// The loss curve from wherever the phase's `outputs.metrics` says: metrics.jsonl, a log, TensorBoard.
-Curve read_metrics(const Target& t) {
-  const MetricsSource source = t.spec ? t.spec->outputs.metrics : MetricsSource{};
-  if (source.kind == MetricsSource::kJsonl) return read_metrics_jsonl(resolve_path(source.path, t.paths()));
+// The loss curve from wherever `source` says: metrics.jsonl, a rank's log, TensorBoard.
+Curve read_curve(const MetricsSource& source, const RunPaths& paths) {
+  if (source.kind == MetricsSource::kJsonl) return read_metrics_jsonl(resolve_path(source.path, paths));
   MetricSeries series;
   std::string where;
   try {
     if (source.kind == MetricsSource::kTensorboard) {
-      where = resolve_path(source.path, t.paths());
+      where = resolve_path(source.path, paths);
       std::map<std::string, std::string> tag_to_metric = default_tensorboard_tags();
       for (const auto& [metric, tag] : source.tags) {
         for (auto it = tag_to_metric.begin(); it != tag_to_metric.end();)
@@ -190,10 +189,7 @@ Curve read_metrics(const Target& t) {
       }
       series = read_tensorboard_scalars(where, tag_to_metric, nullptr);
     } else {
-      where = t.phase->log_path(source.rank);
-      if (source.rank >= t.phase->nproc)
-        throw Failure{t.label + " has " + std::to_string(t.phase->nproc) + " ranks; outputs.metrics.rank is " +
-                          std::to_string(source.rank), ""};
+      where = rank_log_path(paths.phase_dir, source.rank);
       series = source.kind == MetricsSource::kTorchtitanLog
                    ? read_torchtitan_log(where, nullptr)
                    : read_log_with_pattern(where, LogPattern(source.pattern), nullptr);
@@ -214,6 +210,15 @@ Curve read_metrics(const Target& t) {
   }
   if (curve.empty()) throw Failure{"no loss values in " + source.describe() + " (" + where + ")", ""};
   return curve;
+}
+
+Curve read_metrics(const Target& t) {
+  const MetricsSource source = t.spec ? t.spec->outputs.metrics : MetricsSource{};
+  const bool from_log = source.kind == MetricsSource::kTorchtitanLog || source.kind == MetricsSource::kLogPattern;
+  if (from_log && source.rank >= t.phase->nproc)
+    throw Failure{t.label + " has " + std::to_string(t.phase->nproc) + " ranks; outputs.metrics.rank is " +
+                      std::to_string(source.rank), ""};
+  return read_curve(source, t.paths());
 }
 
 double param_or(const CheckSpec& spec, const char* key, double fallback) {
@@ -660,19 +665,27 @@ std::vector<CheckResult> run_checks(const CaseOutcome& o, const FindCase& find) 
   return out;
 }
 
-std::map<long long, double> read_loss_curve(const std::string& phase_dir) {
+std::map<long long, double> read_loss_curve(const std::string& phase_dir, const Outputs& outputs) {
   try {
     std::map<long long, double> out;
-    for (const auto& [step, m] : read_metrics(phase_dir)) out[step] = m.loss;
+    const RunPaths paths{"", "", fs::path(phase_dir).parent_path().string(), phase_dir};
+    for (const auto& [step, m] : read_curve(outputs.metrics, paths)) out[step] = m.loss;
     return out;
   } catch (const Failure& f) {
     throw std::runtime_error(f.message);
   }
 }
 
-std::map<std::string, std::string> read_tensor_keys(const std::string& phase_dir) {
+std::map<std::string, std::string> read_tensor_keys(const std::string& phase_dir, const Outputs& outputs) {
   try {
-    return read_keys(phase_dir);
+    if (!outputs.checkpoint) return read_keys(phase_dir);
+    Phase spec;
+    spec.outputs = outputs;
+    PhaseOutcome phase;
+    phase.dir = phase_dir;
+    const Target t{phase_dir, "phase " + fs::path(phase_dir).filename().string(), &phase, &spec,
+                   fs::path(phase_dir).parent_path().string()};
+    return read_keys(t);
   } catch (const Failure& f) {
     throw std::runtime_error(f.message);
   }

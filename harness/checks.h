@@ -20,8 +20,10 @@ std::vector<CheckResult> run_checks(const CaseOutcome& outcome, const FindCase& 
 // Sets status, reason and details from the checks and the case's expectation.
 void judge(CaseOutcome& outcome);
 
-// What `meshtest diff` and `golden export` read; throw std::runtime_error.
-std::map<long long, double> read_loss_curve(const std::string& phase_dir);
-std::map<std::string, std::string> read_tensor_keys(const std::string& phase_dir);  // key -> "[shape]"
+// What `meshtest diff` and `golden export` read, from where `outputs` says (the default:
+// meshtrain's contract files); throw std::runtime_error.
+std::map<long long, double> read_loss_curve(const std::string& phase_dir, const Outputs& outputs = {});
+// key (after the checkpoint source's mapping) -> "[shape]"
+std::map<std::string, std::string> read_tensor_keys(const std::string& phase_dir, const Outputs& outputs = {});
 
 }  // namespace meshtest

@@ -314,21 +314,33 @@ const json* find_case(const json& summary, const std::string& id) {
   throw std::runtime_error("no case '" + id + "' in this run's summary.json");
 }
 
-std::string last_phase_dir(const json& c, const std::string& phase) {
+// A phase of a finished case (default: the last): its folder, and where its numbers are.
+struct FinishedPhase {
+  std::string dir;
+  Outputs outputs;
+};
+
+FinishedPhase finished_phase(const json& c, const std::string& phase) {
   const json& phases = c.at("phases");
-  for (const auto& p : phases)
-    if (p.value("name", "") == phase) return p.value("dir", "");
-  if (!phase.empty()) throw std::runtime_error(c.value("id", "") + " has no phase '" + phase + "'");
-  return phases.empty() ? "" : phases.back().value("dir", "");
+  const json* found = phases.empty() ? nullptr : &phases.back();
+  if (!phase.empty()) {
+    found = nullptr;
+    for (const auto& p : phases)
+      if (p.value("name", "") == phase) found = &p;
+    if (!found) throw std::runtime_error(c.value("id", "") + " has no phase '" + phase + "'");
+  }
+  if (!found) return {};
+  return {found->value("dir", ""), outputs_from_json(found->value("outputs", json::object()))};
 }
 
 // Loss curves side by side, then the state-dict keys one has and the other lacks.
 int diff_cases(const std::string& dir, const std::string& a, const std::string& b) {
   const json summary = read_summary(dir);
-  const std::string da = last_phase_dir(*find_case(summary, a), ""), db = last_phase_dir(*find_case(summary, b), "");
+  const FinishedPhase pa = finished_phase(*find_case(summary, a), ""), pb = finished_phase(*find_case(summary, b), "");
+  const std::string &da = pa.dir, &db = pb.dir;
   std::map<long long, double> la, lb;
-  try { la = read_loss_curve(da); } catch (const std::exception& e) { std::printf("%s: %s\n", a.c_str(), e.what()); }
-  try { lb = read_loss_curve(db); } catch (const std::exception& e) { std::printf("%s: %s\n", b.c_str(), e.what()); }
+  try { la = read_loss_curve(da, pa.outputs); } catch (const std::exception& e) { std::printf("%s: %s\n", a.c_str(), e.what()); }
+  try { lb = read_loss_curve(db, pb.outputs); } catch (const std::exception& e) { std::printf("%s: %s\n", b.c_str(), e.what()); }
   std::set<long long> steps;
   for (const auto& [s, v] : la) steps.insert(s);
   for (const auto& [s, v] : lb) steps.insert(s);
@@ -343,7 +355,7 @@ int diff_cases(const std::string& dir, const std::string& a, const std::string& 
   }
   std::printf("A = %s (%s)\nB = %s (%s)\n", a.c_str(), da.c_str(), b.c_str(), db.c_str());
   try {
-    const auto ka = read_tensor_keys(da), kb = read_tensor_keys(db);
+    const auto ka = read_tensor_keys(da, pa.outputs), kb = read_tensor_keys(db, pb.outputs);
     for (const auto& [k, shape] : ka)
       if (!kb.count(k)) std::printf("only in A: %s %s\n", k.c_str(), shape.c_str()), ++differ;
       else if (kb.at(k) != shape) std::printf("shape: %s %s vs %s\n", k.c_str(), shape.c_str(), kb.at(k).c_str()), ++differ;
@@ -385,7 +397,8 @@ int merge_runs(const std::string& out, const std::vector<std::string>& inputs) {
 // torchtitan's "<step> <loss>" golden format from a finished case.
 int export_golden(const std::string& dir, const std::string& id, const std::string& phase) {
   const json summary = read_summary(dir);
-  for (const auto& [step, loss] : read_loss_curve(last_phase_dir(*find_case(summary, id), phase)))
+  const FinishedPhase p = finished_phase(*find_case(summary, id), phase);
+  for (const auto& [step, loss] : read_loss_curve(p.dir, p.outputs))
     std::printf("%lld %.9g\n", step, loss);
   return 0;
 }

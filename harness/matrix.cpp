@@ -734,11 +734,7 @@ nlohmann::json Case::to_json() const {
     nlohmann::json jp = {{"name", p.name}, {"nproc", p.nproc}, {"argv", p.argv}, {"timeout_s", p.timeout_s}};
     if (p.mesh) jp["mesh"] = p.mesh->to_compact_string();
     for (const auto& [k, v] : p.env) jp["env"][k] = v;
-    jp["outputs"]["metrics"] = p.outputs.metrics.describe();
-    if (const auto& ck = p.outputs.checkpoint) {
-      jp["outputs"]["checkpoint"] = {{"path", ck->path}, {"step", ck->step}, {"model_prefix", ck->model_prefix}};
-      for (const auto& [from, to] : ck->rename) jp["outputs"]["checkpoint"]["rename"][from] = to;
-    }
+    jp["outputs"] = outputs_to_json(p.outputs);
     j["phases"].push_back(jp);
   }
   j["checks"] = nlohmann::json::array();
@@ -851,6 +847,53 @@ std::string resolve_path(const std::string& text, const RunPaths& paths) {
   const std::string resolved = resolve_argv({text}, paths).front();
   if (resolved.empty() || resolved.front() == '/') return resolved;
   return paths.phase_dir + "/" + resolved;
+}
+
+namespace {
+const char* const kMetricsSourceNames[] = {"metrics-jsonl", "torchtitan-log", "log-pattern", "tensorboard"};
+}  // namespace
+
+nlohmann::json outputs_to_json(const Outputs& o) {
+  const MetricsSource& m = o.metrics;
+  nlohmann::json j;
+  j["metrics"] = {{"from", kMetricsSourceNames[m.kind]}};
+  if (m.kind == MetricsSource::kJsonl || m.kind == MetricsSource::kTensorboard) j["metrics"]["path"] = m.path;
+  if (m.kind == MetricsSource::kTorchtitanLog || m.kind == MetricsSource::kLogPattern) j["metrics"]["rank"] = m.rank;
+  if (m.kind == MetricsSource::kLogPattern) j["metrics"]["pattern"] = m.pattern;
+  if (!m.tags.empty()) j["metrics"]["tags"] = m.tags;
+  if (const auto& ck = o.checkpoint) {
+    j["checkpoint"] = {{"path", ck->path}, {"step", ck->step}, {"model_prefix", ck->model_prefix},
+                       {"rename", nlohmann::json::array()}};
+    for (const auto& [from, to] : ck->rename) j["checkpoint"]["rename"].push_back({from, to});
+  }
+  return j;
+}
+
+Outputs outputs_from_json(const nlohmann::json& j) {
+  Outputs o;
+  if (!j.is_object()) return o;
+  try {
+    if (const auto m = j.value("metrics", nlohmann::json::object()); m.is_object()) {
+      for (int k = 0; k < 4; ++k)
+        if (m.value("from", "") == kMetricsSourceNames[k]) o.metrics.kind = static_cast<MetricsSource::Kind>(k);
+      o.metrics.path = m.value("path", o.metrics.path);
+      o.metrics.rank = m.value("rank", 0);
+      o.metrics.pattern = m.value("pattern", "");
+      o.metrics.tags = m.value("tags", std::map<std::string, std::string>());
+    }
+    if (j.contains("checkpoint") && j["checkpoint"].is_object()) {
+      const auto& c = j["checkpoint"];
+      CheckpointSource ck;
+      ck.path = c.value("path", "");
+      ck.step = c.value("step", -1LL);
+      ck.model_prefix = c.value("model_prefix", "");
+      for (const auto& r : c.value("rename", nlohmann::json::array())) ck.rename.emplace_back(r.at(0), r.at(1));
+      o.checkpoint = ck;
+    }
+  } catch (const nlohmann::json::exception&) {
+    // an older or hand-edited summary.json: what could be read stands
+  }
+  return o;
 }
 
 std::string MetricsSource::describe() const {

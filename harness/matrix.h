@@ -56,6 +56,9 @@ struct Outputs {
   MetricsSource metrics;
   std::optional<CheckpointSource> checkpoint;
 };
+// As `show` and summary.json write them, so `meshtest diff` reads a finished run the same way.
+nlohmann::json outputs_to_json(const Outputs& outputs);
+Outputs outputs_from_json(const nlohmann::json& j);  // absent or malformed fields keep defaults
 
 // One launch of `nproc` ranks. argv may still hold the run-time placeholders
 // {meshtrain}, {backend}, {case_dir}, {phase_dir} (see resolve_argv).

@@ -455,6 +455,8 @@ nlohmann::json summary_json(const RunResult& run, const RunOptions& opt) {
       nlohmann::json jp = {{"name", p.name}, {"argv", p.argv}, {"nproc", p.nproc}, {"dir", p.dir},
                            {"ran", p.ran}, {"attempts", p.attempts}, {"ok", p.ok()}};
       if (!p.launch_error.empty()) jp["launch_error"] = p.launch_error;
+      for (const auto& spec : o.spec->phases)
+        if (spec.name == p.name) jp["outputs"] = outputs_to_json(spec.outputs);
       if (p.ran) {
         const auto& r = p.result;
         jp["duration_s"] = r.duration_s;
