@@ -12,6 +12,8 @@
 namespace meshtest {
 
 namespace fs = std::filesystem;
+using dcp::dims_text;
+using dcp::numel_of;
 
 namespace {
 
@@ -20,18 +22,6 @@ namespace {
 // Keys are short in practice; a damaged file's may not be.
 std::string key_label(const std::string& key) {
   return "key '" + (key.size() <= 200 ? key : key.substr(0, 200) + "...") + "'";
-}
-
-std::string dims_text(const std::vector<int64_t>& dims) {
-  std::string s = "[";
-  for (size_t i = 0; i < dims.size(); ++i) s += (i ? ", " : "") + std::to_string(dims[i]);
-  return s + "]";
-}
-
-int64_t numel_of(const std::vector<int64_t>& dims) {
-  int64_t n = 1;
-  for (int64_t d : dims) n *= d;  // shapes were checked against overflow when read
-  return n;
 }
 
 // A chunk's place in the global tensor.

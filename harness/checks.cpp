@@ -420,11 +420,15 @@ void check_keys_match(const CaseOutcome& o, const CheckSpec& spec, const FindCas
   throw Finding{msg, details};
 }
 
+std::string tokens_file(const Target& t) {
+  return resolve_path(t.spec ? t.spec->outputs.tokens : Outputs{}.tokens, t.paths());
+}
+
 void check_tokens_match(const CaseOutcome& o, const CheckSpec& spec, const FindCase& find) {
   const Target t = subject(o, spec);
   const auto ref = reference(o, spec, find);
   if (!ref) throw Failure{"tokens_match needs against or baseline", ""};
-  const json a = read_json(t.dir + "/generate.json"), b = read_json(ref->dir + "/generate.json");
+  const json a = read_json(tokens_file(t)), b = read_json(tokens_file(*ref));
   const auto got = a.at("generated_ids").get<std::vector<long long>>();
   const auto want = b.at("generated_ids").get<std::vector<long long>>();
   if (a.value("prompt", "") != b.value("prompt", ""))

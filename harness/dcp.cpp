@@ -468,17 +468,6 @@ std::vector<double> read_elements(const RecordZip& zip, const TensorRecord& r, c
   return gather(r, dtype, bytes, r.storage_offset);
 }
 
-std::string dims_text(const std::vector<int64_t>& dims) {
-  std::string s = "[";
-  for (size_t i = 0; i < dims.size(); ++i) s += (i ? ", " : "") + std::to_string(dims[i]);
-  return s + "]";
-}
-
-int64_t numel_of(const std::vector<int64_t>& dims) {
-  int64_t n = 1;
-  for (int64_t d : dims) n *= d;  // callers checked the dims against an overflow-free shape
-  return n;
-}
 
 std::string join_path(const std::string& dir, const std::string& file) { return dir + "/" + file; }
 
@@ -494,6 +483,18 @@ std::string record_label(const std::string& step_dir, const std::string& key, co
 }
 
 }  // namespace
+
+std::string dims_text(const std::vector<int64_t>& dims) {
+  std::string s = "[";
+  for (size_t i = 0; i < dims.size(); ++i) s += (i ? ", " : "") + std::to_string(dims[i]);
+  return s + "]";
+}
+
+int64_t numel_of(const std::vector<int64_t>& dims) {
+  int64_t n = 1;
+  for (int64_t d : dims) n *= d;  // callers checked the dims against an overflow-free shape
+  return n;
+}
 
 // ---- public -------------------------------------------------------------------------------------
 

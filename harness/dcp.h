@@ -20,6 +20,11 @@
 
 namespace meshtest::dcp {
 
+// "[4, 2]", for messages about shapes and chunk boxes.
+std::string dims_text(const std::vector<int64_t>& dims);
+// The element count of a shape whose product was already checked against overflow.
+int64_t numel_of(const std::vector<int64_t>& dims);
+
 // Where one record's bytes lie in the step folder.
 struct Record {
   std::string file;  // relative_path

@@ -67,6 +67,7 @@ struct Fields {
   std::optional<double> duration;
   std::optional<MetricsSource> metrics;  // outputs.metrics
   std::optional<CheckpointSource> checkpoint;  // outputs.checkpoint
+  std::optional<std::string> tokens;           // outputs.tokens
 };
 
 std::optional<meshtrain::MeshShape> read_mesh(const ReadContext& ctx, const YAML::Node& node) {
@@ -316,8 +317,10 @@ std::optional<CheckpointSource> read_checkpoint_source(const ReadContext& ctx, c
 }
 
 void read_outputs(const ReadContext& ctx, const YAML::Node& node, Fields& f) {
-  MapReader m(ctx, node, "outputs", {"metrics", "checkpoint"});
+  MapReader m(ctx, node, "outputs", {"metrics", "checkpoint", "tokens"});
   if (!m.ok()) return;
+  if (auto* n = m.get("tokens"))
+    if (auto t = read_string(ctx, *n, "outputs.tokens")) f.tokens = *t;
   if (auto* n = m.get("metrics"))
     if (auto src = read_metrics_source(ctx, *n)) f.metrics = *src;
   if (auto* n = m.get("checkpoint"))
@@ -424,6 +427,7 @@ Phase build_phase(const ReadContext& ctx, const YAML::Node& where_node, const st
   if (!f.command) p.outputs = meshtrain_adapter().default_outputs();
   if (f.metrics) p.outputs.metrics = *f.metrics;
   if (f.checkpoint) p.outputs.checkpoint = f.checkpoint;
+  if (f.tokens) p.outputs.tokens = *f.tokens;
   if (f.mesh) {
     p.nproc = static_cast<int>(f.mesh->world_size());
     if (f.ngpu && *f.ngpu != p.nproc)
@@ -861,6 +865,7 @@ nlohmann::json outputs_to_json(const Outputs& o) {
   if (m.kind == MetricsSource::kTorchtitanLog || m.kind == MetricsSource::kLogPattern) j["metrics"]["rank"] = m.rank;
   if (m.kind == MetricsSource::kLogPattern) j["metrics"]["pattern"] = m.pattern;
   if (!m.tags.empty()) j["metrics"]["tags"] = m.tags;
+  j["tokens"] = o.tokens;
   if (const auto& ck = o.checkpoint) {
     j["checkpoint"] = {{"path", ck->path}, {"step", ck->step}, {"model_prefix", ck->model_prefix},
                        {"rename", nlohmann::json::array()}};
@@ -881,6 +886,7 @@ Outputs outputs_from_json(const nlohmann::json& j) {
       o.metrics.pattern = m.value("pattern", "");
       o.metrics.tags = m.value("tags", std::map<std::string, std::string>());
     }
+    o.tokens = j.value("tokens", o.tokens);
     if (j.contains("checkpoint") && j["checkpoint"].is_object()) {
       const auto& c = j["checkpoint"];
       CheckpointSource ck;

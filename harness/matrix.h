@@ -55,6 +55,8 @@ struct CheckpointSource {
 struct Outputs {
   MetricsSource metrics;
   std::optional<CheckpointSource> checkpoint;
+  // Generated tokens: a JSON file with `generated_ids` (and `prompt`), as generate.json.
+  std::string tokens = "generate.json";
 };
 // As `show` and summary.json write them, so `meshtest diff` reads a finished run the same way.
 nlohmann::json outputs_to_json(const Outputs& outputs);

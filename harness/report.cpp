@@ -7,6 +7,7 @@
 #include <map>
 
 #include "launch.h"
+#include "utf8.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -24,24 +25,6 @@ std::string seconds(double s) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%.3f", s);  // always '.', whatever the locale
   return buf;
-}
-
-void append_utf8(std::string& out, unsigned cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
 }
 
 bool xml_allowed(unsigned cp) {

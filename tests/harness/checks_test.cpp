@@ -179,6 +179,16 @@ TEST_F(Checks, TokensMatchNamesThePosition) {
   EXPECT_TRUE(run(0, "tokens_match").passed);
 }
 
+TEST_F(Checks, TokensMatchReadsTheFileOutputsNames) {
+  load("  - name: a\n    phases: [{name: dp}, {name: tp, outputs: {tokens: samples/greedy.json}}]\n"
+       "    checks: [{tokens_match: {phase: tp, against: dp}}]\n");
+  write("a/dp/generate.json", R"({"prompt":"p","generated_ids":[1,2]})");
+  EXPECT_EQ(run(0, "tokens_match").message, "cannot read " + dir_ + "/a/tp/samples/greedy.json");
+  fs::create_directories(dir_ + "/a/tp/samples");
+  write("a/tp/samples/greedy.json", R"({"prompt":"p","generated_ids":[1,3]})");
+  EXPECT_EQ(run(0, "tokens_match").message, "generated token 1 is 3 in phase tp vs 2 in phase dp (prompt 'p')");
+}
+
 TEST_F(Checks, ReplicasEqualNamesThePieceAndTheRanks) {
   load("  - name: hsdp\n    checks: [replicas_equal]\n");
   const std::string piece = R"("model.norm.weight":{"offsets":[0],"sizes":[32],"sum":1,"l2":1,"fnv1a64":)";
