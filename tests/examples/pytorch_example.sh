@@ -36,5 +36,6 @@ for text in ("missing 84 (model.layers.0.attention.wk.weight", "unexpected 84 (m
 assert "model.tok_embeddings.weight" in keys["details"], keys["details"]
 assert cases["pytorch/save[ddp]-load[none]"]["status"] == "passed"
 assert cases["pytorch/canary_seed"]["reason"].startswith("canary caught by loss_matches"), cases["pytorch/canary_seed"]["reason"]
-print("pytorch_example: seed xfailed with the key diff from .metadata; its twin passed; the canary was caught")
+assert cases["pytorch/canary_weights"]["reason"].startswith("canary caught by tensors_match"), cases["pytorch/canary_weights"]["reason"]
+print("pytorch_example: seed xfailed with the key diff from .metadata; its twin passed; both canaries were caught")
 PY

@@ -194,6 +194,35 @@ cases:
   EXPECT_EQ(case_of(s, "s/dud_canary")["reason"], "canary not caught: check exit passed on a known-bad run");
 }
 
+TEST_F(Run, SkipTagReportsTaggedCasesAndTheirDependentsAsSkipped) {
+  matrix(R"(suite: s
+cases:
+  - name: plain
+    command: [FAKE]
+  - name: new_torch
+    command: [FAKE, --exit-rank, '0']
+    tags: [needs-fsdp2]
+  - name: judged_by_new_torch
+    command: [FAKE]
+    checks: [{loss_matches: {baseline: new_torch}}]
+  - name: already_skipped
+    command: [FAKE]
+    tags: [needs-fsdp2]
+    expect: {skip: not implemented}
+)");
+  const Output o = meshtest("--ngpu 4 --skip-tag 'needs-fsdp2=FSDP2 needs torch >= 2.4'");
+  EXPECT_EQ(o.rc, 0) << o.text;
+  const json s = summary();
+  EXPECT_EQ(case_of(s, "s/plain")["status"], "passed");
+  EXPECT_EQ(case_of(s, "s/new_torch")["status"], "skipped");
+  EXPECT_EQ(case_of(s, "s/new_torch")["reason"], "--skip-tag needs-fsdp2: FSDP2 needs torch >= 2.4");
+  EXPECT_EQ(case_of(s, "s/judged_by_new_torch")["status"], "skipped");
+  EXPECT_EQ(case_of(s, "s/judged_by_new_torch")["reason"],
+            "baseline s/new_torch skipped (--skip-tag needs-fsdp2: FSDP2 needs torch >= 2.4)");
+  EXPECT_EQ(case_of(s, "s/already_skipped")["reason"], "not implemented");
+  EXPECT_EQ(meshtest("--skip-tag '=why'").rc, 2);
+}
+
 TEST_F(Run, CasesRunInParallelWithoutOversubscribingThePool) {
   // Three 2-slot cases of 1 s on 4 slots: two run together, the third after one ends.
   matrix("suite: s\ndefaults: {command: [FAKE, --sleep, '1'], ngpu: 2, duration: 1}\n"
