@@ -24,10 +24,10 @@ for target in "${targets[@]}"; do
   corpus=$(mktemp -d)
   cp tests/fuzz/corpus/$target/* "$corpus/" 2>/dev/null || true
   # Real files made by PyTorch seed the two binary parsers.
+  seeds=
   case $target in
-    pickle_fuzz) seeds=$(find ../shared/fixtures tests/fixtures -name .metadata 2>/dev/null) ;;
-    tfrecord_fuzz) seeds=$(find tests/fixtures -name 'events.out.tfevents.*' 2>/dev/null) ;;
-    *) seeds= ;;
+    pickle_fuzz) seeds=$(find ../shared/fixtures tests/fixtures -name .metadata 2>/dev/null || true) ;;
+    tfrecord_fuzz) seeds=$(find tests/fixtures -name 'events.out.tfevents.*' 2>/dev/null || true) ;;
   esac
   for f in $seeds; do cp "$f" "$corpus/seed-$(echo "$f" | md5sum | cut -c1-8)"; done
   mkdir -p build/fuzz/artifacts/$target

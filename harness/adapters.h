@@ -31,8 +31,10 @@ class TrainerAdapter {
                                    const std::function<std::string(const std::string&)>& option) const = 0;
 };
 
-// meshtrain, asked once per process with `<binary> describe --json`. The binary is
-// $MESHTEST_MESHTRAIN when set (meshtest run --meshtrain sets it), else `meshtrain` next to meshtest.
+// The meshtrain binary: $MESHTEST_MESHTRAIN when set (`meshtest run --meshtrain` sets it), else
+// `meshtrain` next to meshtest. Both {meshtrain} and the adapter use this one.
+std::string meshtrain_binary();
+// meshtrain, asked once per process with `meshtrain_binary() describe --json`.
 const TrainerAdapter& meshtrain_adapter();
 
 }  // namespace meshtest

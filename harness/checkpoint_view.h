@@ -52,4 +52,9 @@ class CheckpointView {
   std::shared_ptr<const Impl> impl_;
 };
 
+// `key` with `prefix` added unless it already starts with a namespace of a trainer's state
+// (model., optimizer., lr_scheduler, dataloader, train_state): torchtitan saves its model keys
+// unprefixed, meshtrain as model.<fqn>; with prefix "model." the two compare key for key.
+std::string with_model_prefix(const std::string& key, const std::string& prefix);
+
 }  // namespace meshtest

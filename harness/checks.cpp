@@ -178,6 +178,7 @@ Curve read_curve(const MetricsSource& source, const RunPaths& paths) {
   if (source.kind == MetricsSource::kJsonl) return read_metrics_jsonl(resolve_path(source.path, paths));
   MetricSeries series;
   std::string where;
+  std::vector<std::string> warnings;  // shown when no loss could be read
   try {
     if (source.kind == MetricsSource::kTensorboard) {
       where = resolve_path(source.path, paths);
@@ -187,12 +188,21 @@ Curve read_curve(const MetricsSource& source, const RunPaths& paths) {
           it = it->second == metric ? tag_to_metric.erase(it) : std::next(it);
         tag_to_metric[tag] = metric;
       }
-      series = read_tensorboard_scalars(where, tag_to_metric, nullptr);
+      series = read_tensorboard_scalars(where, tag_to_metric, &warnings);
+      if (std::none_of(series.begin(), series.end(), [](const auto& step) { return step.second.count("loss"); })) {
+        // Say which tags were there: a renamed tag is the usual reason for "no loss values".
+        std::set<std::string> seen;
+        for (const auto& [step, values] : read_tensorboard_scalars(where, {}, nullptr))
+          for (const auto& [tag, value] : values) seen.insert(tag);
+        std::string tags;
+        for (const auto& tag : seen) tags += (tags.empty() ? "" : ", ") + tag;
+        warnings.push_back("scalar tags in " + tensorboard_run_folder(where) + ": " + (tags.empty() ? "none" : tags));
+      }
     } else {
       where = rank_log_path(paths.phase_dir, source.rank);
       series = source.kind == MetricsSource::kTorchtitanLog
-                   ? read_torchtitan_log(where, nullptr)
-                   : read_log_with_pattern(where, LogPattern(source.pattern), nullptr);
+                   ? read_torchtitan_log(where, &warnings)
+                   : read_log_with_pattern(where, LogPattern(source.pattern), &warnings);
     }
   } catch (const MetricsError& e) {
     throw Failure{e.what(), ""};
@@ -208,7 +218,11 @@ Curve read_curve(const MetricsSource& source, const RunPaths& paths) {
     m.grad_norm = m.has_grad_norm ? grad_norm->second : NAN;
     curve[step] = m;
   }
-  if (curve.empty()) throw Failure{"no loss values in " + source.describe() + " (" + where + ")", ""};
+  if (curve.empty()) {
+    std::string details;
+    for (size_t i = 0; i < warnings.size() && i < 10; ++i) details += warnings[i] + "\n";
+    throw Failure{"no loss values in " + source.describe() + " (" + where + ")", details};
+  }
   return curve;
 }
 
@@ -326,16 +340,16 @@ using KeyShapes = std::map<std::string, std::string>;  // tensor key -> "[258, 6
 
 KeyShapes read_keys(const std::string& dir);
 
-const char* const kStateNamespaces[] = {"model.", "optimizer.", "lr_scheduler", "dataloader", "train_state"};
-
 // A checkpoint key as the matrix says to compare it: `rename` rules in order, then the model
-// prefix for keys outside every namespace of a trainer's state (torchtitan's model keys).
-std::string mapped_key(const CheckpointSource& source, std::string key) {
-  for (const auto& [pattern, to] : source.rename) key = std::regex_replace(key, std::regex(pattern), to);
-  if (source.model_prefix.empty()) return key;
-  for (const char* ns : kStateNamespaces)
-    if (key.rfind(ns, 0) == 0) return key;
-  return source.model_prefix + key;
+// prefix (with_model_prefix). Keys longer than 4 KiB are refused: libstdc++'s regex recurses per
+// character, and a hostile checkpoint must not crash the harness.
+std::string mapped_key(const std::vector<std::pair<std::regex, std::string>>& rename, const std::string& prefix,
+                       std::string key, const std::string& where) {
+  if (!rename.empty() && key.size() > 4096)
+    throw Failure{where + ": a key of " + std::to_string(key.size()) + " bytes is too long to rename: " +
+                      key.substr(0, 80) + "...", ""};
+  for (const auto& [pattern, to] : rename) key = std::regex_replace(key, pattern, to);
+  return with_model_prefix(key, prefix);
 }
 
 // A phase's checkpoint with its tensor keys mapped: mapped key -> the entry.
@@ -351,9 +365,11 @@ MappedCheckpoint open_checkpoint(const Target& t, const char* check) {
   const std::string path = resolve_path(source.path, t.paths());
   try {
     MappedCheckpoint out{CheckpointView::open(path, source.step), {}};
+    std::vector<std::pair<std::regex, std::string>> rename;
+    for (const auto& [pattern, to] : source.rename) rename.emplace_back(std::regex(pattern), to);
     for (const auto& e : out.view.entries()) {
       if (!e.is_tensor) continue;
-      const std::string key = mapped_key(source, e.key);
+      const std::string key = mapped_key(rename, source.model_prefix, e.key, t.label);
       auto [it, fresh] = out.tensors.emplace(key, &e);
       if (!fresh)
         throw Failure{t.label + ": outputs.checkpoint maps both '" + it->second->key + "' and '" + e.key + "' to '" +
@@ -371,7 +387,12 @@ KeyShapes read_keys(const Target& t) {
     for (const auto& [key, entry] : open_checkpoint(t, "keys_match").tensors) out[key] = json(entry->shape).dump();
     return out;
   }
-  return read_keys(t.dir);
+  try {
+    return read_keys(t.dir);
+  } catch (const Failure& f) {
+    throw Failure{f.message + " (a trainer other than meshtrain: say where its checkpoint is with outputs.checkpoint)",
+                  f.details};
+  }
 }
 
 KeyShapes read_keys(const std::string& dir) {
@@ -533,9 +554,10 @@ void check_tensors_match(const CaseOutcome& o, const CheckSpec& spec, const Find
     size_t differing = 0;
     double max_diff = 0;
     for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+      if (a[i] == b[i]) continue;  // equal infinities too
       const double diff = std::fabs(a[i] - b[i]), bound = atol + rtol * std::fabs(b[i]);
       max_diff = std::max(max_diff, std::isnan(diff) ? INFINITY : diff);
-      if (diff <= bound || (a[i] == b[i])) continue;  // equal infinities are equal
+      if (diff <= bound) continue;
       ++differing;
       const double excess = std::isnan(diff) ? INFINITY : diff - bound;
       if (excess > worst_excess) {

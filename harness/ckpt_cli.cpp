@@ -14,16 +14,15 @@ namespace {
 
 std::string shape_text(const std::vector<int64_t>& shape) { return nlohmann::json(shape).dump(); }
 
-std::string with_prefix(const std::string& key, const std::string& prefix) {
-  if (prefix.empty()) return key;
-  for (const char* ns : {"model.", "optimizer.", "lr_scheduler", "dataloader", "train_state"})
-    if (key.rfind(ns, 0) == 0) return key;
-  return prefix + key;
-}
-
+// Keys as compared: with the model prefix; two keys that become one are refused, as in checks.
 std::map<std::string, const CheckpointEntry*> by_mapped_key(const CheckpointView& v, const std::string& prefix) {
   std::map<std::string, const CheckpointEntry*> out;
-  for (const auto& e : v.entries()) out[with_prefix(e.key, prefix)] = &e;
+  for (const auto& e : v.entries()) {
+    auto [it, fresh] = out.emplace(with_model_prefix(e.key, prefix), &e);
+    if (!fresh)
+      throw CheckpointError(v.step_dir() + ": --model-prefix maps both '" + it->second->key + "' and '" + e.key +
+                            "' to '" + it->first + "'");
+  }
   return out;
 }
 
@@ -83,9 +82,10 @@ int ckpt_diff(const std::string& a, const std::string& b, const CkptOptions& opt
     double max_diff = 0;
     size_t bad = 0;
     for (size_t i = 0; i < xa.size(); ++i) {
+      if (xa[i] == xb[i]) continue;  // equal infinities too
       const double d = std::fabs(xa[i] - xb[i]);
       max_diff = std::max(max_diff, std::isnan(d) ? INFINITY : d);
-      bad += !(d <= options.atol + options.rtol * std::fabs(xb[i])) && xa[i] != xb[i];
+      bad += !(d <= options.atol + options.rtol * std::fabs(xb[i]));
     }
     if (bad) ++differ;
     std::fprintf(out, "%s %s: max |A-B| %.3e%s\n", bad ? "values" : "same  ", key.c_str(), max_diff,

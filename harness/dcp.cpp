@@ -92,13 +92,26 @@ const std::string& as_str(const Value* v, const Where& where, const char* field)
   return v->text;
 }
 
-// A torch.Size(...) record, or a plain tuple/list of ints.
-std::vector<int64_t> as_dims(const Value* v, const Where& where, const char* field) {
+// What interpreting a pickle may build: no more dims, chunks and key bytes (in 16-byte units)
+// than the pickle has bytes (a real .metadata spends far more than a byte on each), however often
+// the memo repeats one list or string.
+struct Budget {
+  uint64_t left;
+  void spend(uint64_t units, const Where& where) {
+    if (units > left) where.fail("expands to more dims, chunks or key bytes than its own bytes can describe (a list or string shared many times?)");
+    left -= units;
+  }
+};
+
+// A torch.Size(...) record, or a plain tuple/list of ints. With a budget, every dim is paid
+// for before it is built: the memo can make one long tuple appear many times.
+std::vector<int64_t> as_dims(const Value* v, const Where& where, const char* field, Budget* budget = nullptr) {
   const Value* seq = v;
   if (v && v->is_instance_of("Size") && v->args && v->args->items.size() == 1) seq = v->args->items[0];
   if (v && v->is_instance_of("Size") && v->args && v->args->items.empty()) return {};
   if (!seq || (!seq->is(Kind::Tuple) && !seq->is(Kind::List)))
     where.fail(std::string(field) + " is " + (v ? pickle::describe(*v, 3, 80) : "missing") + ", not a torch.Size");
+  if (budget) budget->spend(seq->items.size(), where);
   std::vector<int64_t> dims;
   for (const Value* d : seq->items) dims.push_back(as_int(d, where, field));
   return dims;
@@ -137,31 +150,21 @@ void check_shape(const std::vector<int64_t>& shape, const Where& where) {
     if (d < 0 || __builtin_mul_overflow(numel, d, &numel)) where.fail("size has a negative or overflowing dim");
 }
 
-// What interpreting a pickle may build: no more chunk dims than the pickle has bytes (a real
-// .metadata spends far more than a byte per dim), however often the memo repeats one list.
-struct Budget {
-  uint64_t left;
-  void spend(uint64_t units, const Where& where) {
-    if (units > left) where.fail("expands to more chunks than its bytes can describe (a list shared many times?)");
-    left -= units;
-  }
-};
-
 Item tensor_item(const std::string& key, const Value& meta, const Where& where, Budget& budget) {
   Item item;
   item.key = key;
   item.is_tensor = true;
   item.dtype = tensor_dtype(meta.attribute("properties"), where);
-  item.shape = as_dims(meta.attribute("size"), where, "size");
+  item.shape = as_dims(meta.attribute("size"), where, "size", &budget);
   check_shape(item.shape, where);
   const Value* chunks = meta.attribute("chunks");
   if (!chunks || !chunks->is(Kind::List)) where.fail("chunks is missing or not a list");
   for (const Value* c : chunks->items) {
     if (!c->is_instance_of("ChunkStorageMetadata")) where.fail("a chunk is " + pickle::describe(*c, 2, 80));
-    budget.spend(1 + 2 * item.shape.size(), where);
+    budget.spend(1, where);
     Chunk chunk;
-    chunk.offsets = as_dims(c->attribute("offsets"), where, "chunk offsets");
-    chunk.sizes = as_dims(c->attribute("sizes"), where, "chunk sizes");
+    chunk.offsets = as_dims(c->attribute("offsets"), where, "chunk offsets", &budget);
+    chunk.sizes = as_dims(c->attribute("sizes"), where, "chunk sizes", &budget);
     check_box(item.shape, chunk, where);
     item.chunks.push_back(std::move(chunk));
   }
@@ -183,11 +186,12 @@ std::map<RecordKey, Record> storage_records(const Value* storage_data, const std
     const Where at{file, key_label(fqn)};
     const Value* offset = index->attribute("offset");
     const bool has_offset = offset && !offset->is(Kind::None);
-    RecordKey rk{fqn, has_offset, has_offset ? as_dims(offset, at, "MetadataIndex.offset") : std::vector<int64_t>{}};
+    budget.spend(1 + fqn.size() / 16, at);
+    RecordKey rk{fqn, has_offset, has_offset ? as_dims(offset, at, "MetadataIndex.offset", &budget) : std::vector<int64_t>{}};
     if (!info->is_instance_of("_StorageInfo")) at.fail("storage info is " + pickle::describe(*info, 2, 80));
     Record r;
     r.file = as_str(info->attribute("relative_path"), at, "relative_path");
-    budget.spend(1 + r.file.size() / 16 + std::get<2>(rk).size(), at);
+    budget.spend(1 + r.file.size() / 16, at);
     const int64_t off = as_int(info->attribute("offset"), at, "offset");
     const int64_t len = as_int(info->attribute("length"), at, "length");
     if (off < 0 || len < 0) at.fail("record offset " + std::to_string(off) + " or length " + std::to_string(len) + " is negative");
@@ -587,6 +591,7 @@ Metadata interpret_metadata(const pickle::Pickle& metadata, const std::string& f
   for (const auto& [k, meta] : sdm->pairs) {
     const std::string& key = as_str(k, Where{file, "state_dict_metadata"}, "a key");
     const Where where{file, key_label(key)};
+    budget.spend(1 + key.size() / 16, where);  // keys are copied: a memo-shared long key must pay
     if (meta->is_instance_of("TensorStorageMetadata")) {
       items[key] = tensor_item(key, *meta, where, budget);
     } else {
@@ -633,7 +638,9 @@ void check_chunk_records(const std::string& step_dir, const Item& item) {
     if (it == file_sizes.end()) it = file_sizes.emplace(c.record.file, FileReader(join_path(step_dir, c.record.file)).size()).first;
     if (c.record.offset > it->second || c.record.length > it->second - c.record.offset)
       fail(label + " lies beyond the end of the file (size " + std::to_string(it->second) + ")");
-    const uint64_t needed = static_cast<uint64_t>(numel_of(c.sizes)) * esize;
+    uint64_t needed = 0;
+    if (__builtin_mul_overflow(static_cast<uint64_t>(numel_of(c.sizes)), esize, &needed))
+      fail(label + ": its " + dims_text(c.sizes) + " " + item.dtype + " chunk is too large to address");
     if (c.record.length < needed)
       fail(label + " is too short for its " + dims_text(c.sizes) + " " + item.dtype + " chunk (" + std::to_string(needed) + " bytes)");
   }

@@ -14,6 +14,7 @@
 #include <fstream>
 #include <map>
 
+#include "adapters.h"
 #include "checks.h"
 #include "ckpt_cli.h"
 #include "default_matrix.h"
@@ -78,12 +79,16 @@ void apply_skip_tags(std::vector<Suite>& suites, const std::vector<std::string>&
     const std::string tag = spec.substr(0, eq);
     const std::string why = eq == std::string::npos ? "" : ": " + spec.substr(eq + 1);
     if (tag.empty()) throw std::invalid_argument("--skip-tag '" + spec + "' names no tag (TAG or TAG=REASON)");
+    bool any = false;
     for (auto& suite : suites)
-      for (auto& c : suite.cases)
-        if (c.expect.kind != Expectation::kSkip && std::find(c.tags.begin(), c.tags.end(), tag) != c.tags.end()) {
-          c.expect = {Expectation::kSkip, "--skip-tag " + tag + why, ""};
-          tagged[c.id] = &c;
-        }
+      for (auto& c : suite.cases) {
+        if (std::find(c.tags.begin(), c.tags.end(), tag) == c.tags.end()) continue;
+        any = true;
+        if (c.expect.kind == Expectation::kSkip) continue;
+        c.expect = {Expectation::kSkip, "--skip-tag " + tag + why, ""};
+        tagged[c.id] = &c;
+      }
+    if (!any) std::fprintf(stderr, "meshtest: note: --skip-tag %s matches no case (a typo?)\n", tag.c_str());
   }
   for (bool grew = !tagged.empty(); grew;) {
     grew = false;
@@ -160,12 +165,6 @@ std::vector<const Case*> select(const std::vector<Suite>& suites, const Selectio
   return mine;
 }
 
-std::string self_dir() {
-  std::error_code ec;
-  const auto exe = fs::read_symlink("/proc/self/exe", ec);
-  return ec ? std::string(".") : exe.parent_path().string();
-}
-
 std::string shell_quote(const std::string& s) {
   if (!s.empty() && s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./=:,+") ==
                         std::string::npos)
@@ -229,7 +228,7 @@ int run_matrix(Selection sel, RunOptions opt, bool dry_run, int ngpu, const char
   apply_skip_tags(suites, skip_tags);
   if (ngpu < 0) ngpu = default_devices(opt.backend);
   opt.devices = ngpu;
-  if (opt.meshtrain.empty()) opt.meshtrain = (fs::path(self_dir()) / "meshtrain").string();
+  if (opt.meshtrain.empty()) opt.meshtrain = meshtrain_binary();
   if (opt.history.empty()) opt.history = (fs::path(opt.out_dir) / "summary.json").string();
   const auto history = load_durations(opt.history);
   const auto cases = select(suites, sel, history);
@@ -524,7 +523,7 @@ int main(int argc, char** argv) {
           const std::string case_dir = case_folder("meshtest-out", c);
           for (size_t i = 0; i < c.phases.size(); ++i)
             j["phases"][i]["command"] = join_argv(resolve_argv(
-                c.phases[i].argv, {(fs::path(self_dir()) / "meshtrain").string(), "gloo", case_dir,
+                c.phases[i].argv, {meshtrain_binary(), "gloo", case_dir,
                                    case_dir + "/" + c.phases[i].name}));
           std::cout << j.dump(2) << "\n";
           return 0;

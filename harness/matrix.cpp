@@ -1,6 +1,7 @@
 #include "matrix.h"
 
 #include <algorithm>
+#include <iterator>
 #include <regex>
 #include <set>
 #include <stdexcept>
@@ -22,6 +23,15 @@ const std::vector<std::string> kLoadTimePlaceholders = {"action", "model", "mesh
 const std::vector<std::string> kRunTimePlaceholders = {"meshtrain", "backend", "case_dir", "phase_dir"};
 
 constexpr double kDefaultTimeoutS = 600;
+
+// outputs.metrics.from, indexed by MetricsSource::Kind.
+const char* const kMetricsSourceNames[] = {"metrics-jsonl", "torchtitan-log", "log-pattern", "tensorboard"};
+
+std::optional<MetricsSource::Kind> metrics_source_kind(const std::string& name) {
+  for (size_t k = 0; k < std::size(kMetricsSourceNames); ++k)
+    if (name == kMetricsSourceNames[k]) return static_cast<MetricsSource::Kind>(k);
+  return std::nullopt;
+}
 
 struct OptionValue {
   bool is_flag = false;  // true/false in YAML: present as `--key` or left out
@@ -231,6 +241,25 @@ std::optional<CheckSpec> read_check(const ReadContext& ctx, const YAML::Node& it
   return needs();
 }
 
+// An outputs path: a folder or file name, relative to the phase folder, with only the run-time
+// folders as placeholders (checked here, not when a check finally looks for the file).
+std::optional<std::string> read_output_path(const ReadContext& ctx, const YAML::Node& node, const std::string& what) {
+  auto text = read_string(ctx, node, what);
+  if (!text) return std::nullopt;
+  static const std::regex placeholder(R"(\{([A-Za-z_][A-Za-z0-9_]*)\})");
+  static const std::vector<std::string> allowed = {"case_dir", "phase_dir"};
+  for (auto it = std::sregex_iterator(text->begin(), text->end(), placeholder); it != std::sregex_iterator(); ++it) {
+    const std::string name = (*it)[1].str();
+    if (std::find(allowed.begin(), allowed.end(), name) != allowed.end()) continue;
+    const std::string hint = did_you_mean(name, allowed);
+    ctx.error(node, what + " uses {" + name + "}; outputs paths take {case_dir} and {phase_dir}" +
+                        (hint.empty() ? "" : "; did you mean {" + hint + "}?"));
+    return std::nullopt;
+  }
+  if (text->empty()) ctx.error(node, what + " is empty");
+  return text;
+}
+
 std::optional<MetricsSource> read_metrics_source(const ReadContext& ctx, const YAML::Node& node) {
   MapReader m(ctx, node, "outputs.metrics", {"from", "rank", "pattern", "path", "tags"});
   if (!m.ok()) return std::nullopt;
@@ -239,23 +268,18 @@ std::optional<MetricsSource> read_metrics_source(const ReadContext& ctx, const Y
     ctx.error(node, "outputs.metrics needs from: torchtitan-log, log-pattern, tensorboard or metrics-jsonl");
     return std::nullopt;
   }
-  static const std::vector<std::pair<std::string, MetricsSource::Kind>> kinds = {
-      {"metrics-jsonl", MetricsSource::kJsonl},
-      {"torchtitan-log", MetricsSource::kTorchtitanLog},
-      {"log-pattern", MetricsSource::kLogPattern},
-      {"tensorboard", MetricsSource::kTensorboard}};
   auto name = read_string(ctx, *from, "outputs.metrics.from");
   if (!name) return std::nullopt;
   MetricsSource src;
-  bool known = false;
-  std::vector<std::string> names;
-  for (const auto& [n, k] : kinds) names.push_back(n), known |= n == *name, src.kind = n == *name ? k : src.kind;
-  if (!known) {
+  const auto kind = metrics_source_kind(*name);
+  if (!kind) {
+    const std::vector<std::string> names(std::begin(kMetricsSourceNames), std::end(kMetricsSourceNames));
     const std::string hint = did_you_mean(*name, names);
     ctx.error(*from, "outputs.metrics.from '" + *name + "' is not one of torchtitan-log, log-pattern, tensorboard, "
                      "metrics-jsonl" + (hint.empty() ? "" : "; did you mean '" + hint + "'?"));
     return std::nullopt;
   }
+  src.kind = *kind;
   const bool is_log = src.kind == MetricsSource::kTorchtitanLog || src.kind == MetricsSource::kLogPattern;
   const auto only_for = [&](const char* key, bool allowed, const char* sources) {
     if (m.get(key) && !allowed) ctx.error(*m.get(key), std::string("outputs.metrics.") + key + " applies to " + sources);
@@ -276,7 +300,7 @@ std::optional<MetricsSource> read_metrics_source(const ReadContext& ctx, const Y
     ctx.error(node, "outputs.metrics from log-pattern needs a pattern with named groups (?P<step>...) (?P<loss>...)");
   }
   if (auto* n = only_for("path", !is_log, "tensorboard and metrics-jsonl")) {
-    if (auto p = read_string(ctx, *n, "outputs.metrics.path")) src.path = *p;
+    if (auto p = read_output_path(ctx, *n, "outputs.metrics.path")) src.path = *p;
   } else if (src.kind == MetricsSource::kTensorboard) {
     src.path = "tb";
   }
@@ -293,7 +317,7 @@ std::optional<CheckpointSource> read_checkpoint_source(const ReadContext& ctx, c
   if (!m.ok()) return std::nullopt;
   CheckpointSource src;
   if (auto* n = m.get("path")) {
-    if (auto p = read_string(ctx, *n, "outputs.checkpoint.path")) src.path = *p;
+    if (auto p = read_output_path(ctx, *n, "outputs.checkpoint.path")) src.path = *p;
   } else {
     ctx.error(node, "outputs.checkpoint needs a path (a step folder or a folder of step-<N>)");
   }
@@ -320,7 +344,7 @@ void read_outputs(const ReadContext& ctx, const YAML::Node& node, Fields& f) {
   MapReader m(ctx, node, "outputs", {"metrics", "checkpoint", "tokens"});
   if (!m.ok()) return;
   if (auto* n = m.get("tokens"))
-    if (auto t = read_string(ctx, *n, "outputs.tokens")) f.tokens = *t;
+    if (auto t = read_output_path(ctx, *n, "outputs.tokens")) f.tokens = *t;
   if (auto* n = m.get("metrics"))
     if (auto src = read_metrics_source(ctx, *n)) f.metrics = *src;
   if (auto* n = m.get("checkpoint"))
@@ -853,10 +877,6 @@ std::string resolve_path(const std::string& text, const RunPaths& paths) {
   return paths.phase_dir + "/" + resolved;
 }
 
-namespace {
-const char* const kMetricsSourceNames[] = {"metrics-jsonl", "torchtitan-log", "log-pattern", "tensorboard"};
-}  // namespace
-
 nlohmann::json outputs_to_json(const Outputs& o) {
   const MetricsSource& m = o.metrics;
   nlohmann::json j;
@@ -879,8 +899,7 @@ Outputs outputs_from_json(const nlohmann::json& j) {
   if (!j.is_object()) return o;
   try {
     if (const auto m = j.value("metrics", nlohmann::json::object()); m.is_object()) {
-      for (int k = 0; k < 4; ++k)
-        if (m.value("from", "") == kMetricsSourceNames[k]) o.metrics.kind = static_cast<MetricsSource::Kind>(k);
+      o.metrics.kind = metrics_source_kind(m.value("from", "")).value_or(MetricsSource::kJsonl);
       o.metrics.path = m.value("path", o.metrics.path);
       o.metrics.rank = m.value("rank", 0);
       o.metrics.pattern = m.value("pattern", "");

@@ -398,6 +398,8 @@ cases:
     outputs: {checkpoint: {path: c, rename: {'([': x}}}
   - name: e
     outputs: {metric: {}}
+  - name: f
+    outputs: {metrics: {from: tensorboard, path: "{case_dri}/tb"}}
 )");
   EXPECT_NE(e.find("m.yaml:5:31: outputs.metrics.from 'torchtitan_log' is not one of torchtitan-log, log-pattern, "
                    "tensorboard, metrics-jsonl; did you mean 'torchtitan-log'?"),
@@ -410,4 +412,8 @@ cases:
   EXPECT_NE(e.find("outputs.checkpoint needs a path (a step folder or a folder of step-<N>)"), std::string::npos) << e;
   EXPECT_NE(e.find("outputs.checkpoint.rename: '([' is not a regular expression"), std::string::npos) << e;
   EXPECT_NE(e.find("m.yaml:13:15: unknown key 'metric' in outputs; did you mean 'metrics'?"), std::string::npos) << e;
+  EXPECT_NE(e.find("m.yaml:15:50: outputs.metrics.path uses {case_dri}; outputs paths take {case_dir} and {phase_dir}; "
+                   "did you mean {case_dir}?"),
+            std::string::npos)
+      << e;
 }
