@@ -31,6 +31,9 @@ struct Failure {
   std::string message;
   std::string details;
   bool judged = false;
+  // A number check's first disagreement: where, and what it compared.
+  std::optional<long long> step;
+  std::optional<double> value, reference, tolerance;
 };
 // ... and one that judged and disagreed: only this kind catches a canary.
 struct Finding : Failure {
@@ -164,8 +167,8 @@ std::optional<Target> reference(const CaseOutcome& o, const CheckSpec& spec, con
     const CaseOutcome* base = find(id);
     if (!base) throw Failure{"baseline " + id + " was not part of this run", ""};
     if (!base->finished) throw Failure{"baseline " + id + " did not run", ""};
-    if (base->status == Status::kSkipped || base->status == Status::kCancelled)
-      throw Failure{"baseline " + id + " did not run (" + status_name(base->status) + ": " + base->reason + ")", ""};
+    if (base->status() == Status::kSkipped || base->status() == Status::kCancelled)
+      throw Failure{"baseline " + id + " did not run (" + status_name(base->status()) + ": " + base->reason() + ")", ""};
     const PhaseOutcome& p = phase_of(*base, spec.params, "baseline_phase");
     if (!p.ran) throw Failure{"baseline " + id + " did not reach phase " + p.name, ""};
     return target_of(*base, p, "baseline " + id + " (phase " + p.name + ")");
@@ -243,9 +246,19 @@ std::string tolerance_text(double atol, double rtol, double ref) {
   return "atol " + num(atol) + " + rtol " + num(rtol) + " x |" + num(ref) + "| = " + sci(atol + rtol * std::fabs(ref));
 }
 
-// Compares two curves step by step over the subject's steps.
+std::vector<std::pair<long long, double>> points(const Curve& c, const std::string& metric) {
+  std::vector<std::pair<long long, double>> out;
+  for (const auto& [step, m] : c) out.emplace_back(step, metric == "grad_norm" ? m.grad_norm : m.loss);
+  return out;
+}
+
+// Compares two curves step by step over the subject's steps. Both curves and the band
+// go into `result`, so a report can draw what was judged.
 void compare_curves(const Curve& got, const Curve& want, const std::string& metric, const std::string& got_label,
-                    const std::string& want_label, double rtol, double atol, bool exact) {
+                    const std::string& want_label, double rtol, double atol, bool exact, CheckResult& result) {
+  result.series = {{"subject", got_label, metric, points(got, metric)},
+                   {"reference", want_label, metric, points(want, metric)}};
+  result.band = std::make_pair(exact ? 0.0 : rtol, exact ? 0.0 : atol);
   std::string table;
   std::optional<Failure> first;
   int mismatches = 0;
@@ -270,6 +283,10 @@ void compare_curves(const Curve& got, const Curve& want, const std::string& metr
                           num(b) + " in " + want_label + ": |diff| " + sci(diff) +
                           (exact ? " (exact match required)" : " > " + tolerance_text(atol, rtol, b)),
                       ""};
+    if (!first->step) {
+      first->step = step, first->value = a, first->reference = b;
+      first->tolerance = exact ? 0.0 : atol + rtol * std::fabs(b);
+    }
   }
   if (first) {
     first->message += " (" + std::to_string(mismatches) + " of " + std::to_string(got.size()) + " steps differ)";
@@ -280,28 +297,35 @@ void compare_curves(const Curve& got, const Curve& want, const std::string& metr
 
 // ---- the checks ----------------------------------------------------------------
 
-void check_loss_finite(const CaseOutcome& o, const CheckSpec& spec, const FindCase&) {
+void check_loss_finite(const CaseOutcome& o, const CheckSpec& spec, const FindCase&, CheckResult&) {
   const Target t = subject(o, spec);
   for (const auto& [step, m] : read_metrics(t)) {
-    if (!std::isfinite(m.loss)) throw Finding{t.label + ": loss is " + num(m.loss) + " at step " + std::to_string(step), ""};
-    if (m.has_grad_norm && !std::isfinite(m.grad_norm))
-      throw Finding{t.label + ": grad_norm is " + num(m.grad_norm) + " at step " + std::to_string(step), ""};
+    const bool loss_bad = !std::isfinite(m.loss), grad_norm_bad = m.has_grad_norm && !std::isfinite(m.grad_norm);
+    if (!loss_bad && !grad_norm_bad) continue;
+    Finding f{t.label + ": " + (loss_bad ? "loss" : "grad_norm") + " is " + num(loss_bad ? m.loss : m.grad_norm) +
+                  " at step " + std::to_string(step),
+              ""};
+    f.step = step, f.value = loss_bad ? m.loss : m.grad_norm;
+    throw f;
   }
 }
 
-void check_loss_decreases(const CaseOutcome& o, const CheckSpec& spec, const FindCase&) {
+void check_loss_decreases(const CaseOutcome& o, const CheckSpec& spec, const FindCase&, CheckResult&) {
   const Target t = subject(o, spec);
   const Curve c = read_metrics(t);
   const double factor = param_or(spec, "factor", 0.9);
   const double first = c.begin()->second.loss, last = c.rbegin()->second.loss;
-  if (!(last <= factor * first))
-    throw Finding{t.label + ": loss went " + num(first) + " (step " + std::to_string(c.begin()->first) + ") -> " +
+  if (!(last <= factor * first)) {
+    Finding f{t.label + ": loss went " + num(first) + " (step " + std::to_string(c.begin()->first) + ") -> " +
                       num(last) + " (step " + std::to_string(c.rbegin()->first) + "); expected <= " + num(factor) +
                       " x " + num(first) + " = " + num(factor * first),
-                  ""};
+              ""};
+    f.step = c.rbegin()->first, f.value = last, f.reference = factor * first;
+    throw f;
+  }
 }
 
-void check_loss_matches(const CaseOutcome& o, const CheckSpec& spec, const FindCase& find) {
+void check_loss_matches(const CaseOutcome& o, const CheckSpec& spec, const FindCase& find, CheckResult& result) {
   const Target t = subject(o, spec);
   const Curve got = read_metrics(t);
   const std::string metric = spec.params.value("metric", std::string("loss"));
@@ -320,10 +344,10 @@ void check_loss_matches(const CaseOutcome& o, const CheckSpec& spec, const FindC
     want_label = ref->label;
   }
   compare_curves(got, want, metric, t.label, want_label, param_or(spec, "rtol", 1e-5),
-                 param_or(spec, "atol", 0), spec.params.value("exact", false));
+                 param_or(spec, "atol", 0), spec.params.value("exact", false), result);
 }
 
-void check_resume_matches(const CaseOutcome& o, const CheckSpec& spec, const FindCase& find) {
+void check_resume_matches(const CaseOutcome& o, const CheckSpec& spec, const FindCase& find, CheckResult& result) {
   const Target t = subject(o, spec);
   const auto ref = reference(o, spec, find);
   if (!ref) throw Failure{"resume_matches needs baseline (the uninterrupted run) or against", ""};
@@ -333,7 +357,7 @@ void check_resume_matches(const CaseOutcome& o, const CheckSpec& spec, const Fin
                       ": it did not resume from a checkpoint",
                   ""};
   compare_curves(got, read_metrics(*ref), "loss", t.label + " (resumed)", ref->label + " (uninterrupted)",
-                 param_or(spec, "rtol", 1e-5), param_or(spec, "atol", 0), spec.params.value("exact", false));
+                 param_or(spec, "rtol", 1e-5), param_or(spec, "atol", 0), spec.params.value("exact", false), result);
 }
 
 using KeyShapes = std::map<std::string, std::string>;  // tensor key -> "[258, 64]"
@@ -404,7 +428,7 @@ KeyShapes read_keys(const std::string& dir) {
   return out;
 }
 
-void check_keys_match(const CaseOutcome& o, const CheckSpec& spec, const FindCase& find) {
+void check_keys_match(const CaseOutcome& o, const CheckSpec& spec, const FindCase& find, CheckResult&) {
   const Target t = subject(o, spec);
   const auto ref = reference(o, spec, find);
   if (!ref) throw Failure{"keys_match needs against or baseline", ""};
@@ -445,7 +469,7 @@ std::string tokens_file(const Target& t) {
   return resolve_path(t.spec ? t.spec->outputs.tokens : Outputs{}.tokens, t.paths());
 }
 
-void check_tokens_match(const CaseOutcome& o, const CheckSpec& spec, const FindCase& find) {
+void check_tokens_match(const CaseOutcome& o, const CheckSpec& spec, const FindCase& find, CheckResult&) {
   const Target t = subject(o, spec);
   const auto ref = reference(o, spec, find);
   if (!ref) throw Failure{"tokens_match needs against or baseline", ""};
@@ -466,7 +490,7 @@ void check_tokens_match(const CaseOutcome& o, const CheckSpec& spec, const FindC
                   ""};
 }
 
-void check_replicas_equal(const CaseOutcome& o, const CheckSpec& spec, const FindCase&) {
+void check_replicas_equal(const CaseOutcome& o, const CheckSpec& spec, const FindCase&, CheckResult&) {
   const Target t = subject(o, spec);
   // (key, offsets, sizes) -> the ranks holding that piece and their hashes
   std::map<std::string, std::vector<std::pair<int, std::string>>> pieces;
@@ -487,7 +511,7 @@ void check_replicas_equal(const CaseOutcome& o, const CheckSpec& spec, const Fin
                       ""};
 }
 
-void check_params_match(const CaseOutcome& o, const CheckSpec& spec, const FindCase& find) {
+void check_params_match(const CaseOutcome& o, const CheckSpec& spec, const FindCase& find, CheckResult&) {
   const Target t = subject(o, spec);
   const auto ref = reference(o, spec, find);
   if (!ref) throw Failure{"params_match needs against or baseline", ""};
@@ -523,7 +547,7 @@ std::string coordinates(size_t index, const std::vector<int64_t>& shape) {
 
 // Two checkpoints' tensors element by element (torch.allclose's rule: |a - b| <= atol + rtol x |b|,
 // b the reference), over the reference's tensor keys after each side's key mapping.
-void check_tensors_match(const CaseOutcome& o, const CheckSpec& spec, const FindCase& find) {
+void check_tensors_match(const CaseOutcome& o, const CheckSpec& spec, const FindCase& find, CheckResult&) {
   const Target t = subject(o, spec);
   const auto ref = reference(o, spec, find);
   if (!ref) throw Failure{"tensors_match needs against or baseline", ""};
@@ -565,6 +589,7 @@ void check_tensors_match(const CaseOutcome& o, const CheckSpec& spec, const Find
         worst = Finding{key + coordinates(i, want_entry->shape) + ": " + num(a[i]) + " in " + t.label + " vs " +
                             num(b[i]) + " in " + ref->label + ": |diff| " + sci(diff) + " > " +
                             tolerance_text(atol, rtol, b[i]), ""};
+        worst->value = a[i], worst->reference = b[i], worst->tolerance = bound;
       }
     }
     if (differing) ++tensors_differing, elements_differing += differing;
@@ -588,7 +613,7 @@ std::string read_file(const std::string& path) {
   return s.str();
 }
 
-void check_log_contains(const CaseOutcome& o, const CheckSpec& spec, const FindCase&) {
+void check_log_contains(const CaseOutcome& o, const CheckSpec& spec, const FindCase&, CheckResult&) {
   const Target t = subject(o, spec);
   const std::string text = spec.params.value("text", std::string());
   if (text.empty()) throw Failure{"log_contains needs text", ""};
@@ -599,7 +624,7 @@ void check_log_contains(const CaseOutcome& o, const CheckSpec& spec, const FindC
                 ""};
 }
 
-void check_error_matches(const CaseOutcome& o, const CheckSpec& spec, const FindCase&) {
+void check_error_matches(const CaseOutcome& o, const CheckSpec& spec, const FindCase&, CheckResult&) {
   const Target t = subject(o, spec);
   const std::string text = spec.params.value("text", std::string());
   if (text.empty()) throw Failure{"error_matches needs text", ""};
@@ -615,30 +640,47 @@ void check_error_matches(const CaseOutcome& o, const CheckSpec& spec, const Find
                 ""};
 }
 
+// Which rank to read first in a timed-out phase: the first still running when time ran out.
+int hung_rank(const RankGroup::Result& res) {
+  for (const auto& e : res.exits)
+    if (e.signal == SIGTERM || e.signal == SIGKILL) return e.rank;
+  return -1;
+}
+
 CheckResult check_exit(const CaseOutcome& o) {
   CheckResult r{"exit", true, "", "", true};
   for (const auto& p : o.phases) {
-    if (!p.ran) continue;
+    if (!p.ran || p.ok()) continue;
+    r.passed = false;
+    Verdict& v = r.finding;
+    v.check = "exit";
+    v.phase = p.name;
     if (!p.launch_error.empty()) {
-      r.passed = false;
+      v.kind = VerdictKind::kLaunchError;
       r.message = "phase " + p.name + ": " + p.launch_error;
       return r;
     }
     const auto& res = p.result;
-    if (res.ok()) continue;
-    r.passed = false;
     if (res.timed_out) {
       std::string alive;
       for (const auto& e : res.exits)
         if (e.signal == SIGTERM || e.signal == SIGKILL) alive += (alive.empty() ? "" : ",") + std::to_string(e.rank);
+      v.kind = VerdictKind::kTimedOut;
+      v.rank = hung_rank(res);
       r.message = "phase " + p.name + " " + res.stopped_because + " (ranks still running: " +
                   (alive.empty() ? "none" : alive) + ")" + (res.killed ? "; SIGKILL after the grace period" : "");
     } else if (res.first_failure.rank >= 0) {
+      v.kind = res.first_failure.signal != 0 ? VerdictKind::kCrashed : VerdictKind::kExitCode;
+      v.rank = res.first_failure.rank;
+      v.signal = res.first_failure.signal;
+      v.exit_code = res.first_failure.exit_code;
       r.message = "phase " + p.name + ": rank " + std::to_string(res.first_failure.rank) + " failed first with " +
                   res.first_failure.describe();
       const std::string error = error_message(p.error_file(res.first_failure.rank));
       if (!error.empty()) r.message += ": " + error.substr(0, error.find('\n'));
     } else {
+      // Stopped from outside with no rank failing first (meshtest's own stop): no rank to blame.
+      v.kind = VerdictKind::kCrashed;
       r.message = "phase " + p.name + " stopped: " + res.stopped_because;
     }
     for (const auto& e : res.exits) r.details += "rank " + std::to_string(e.rank) + ": " + e.describe() + "\n";
@@ -647,7 +689,7 @@ CheckResult check_exit(const CaseOutcome& o) {
   return r;
 }
 
-using CheckFn = void (*)(const CaseOutcome&, const CheckSpec&, const FindCase&);
+using CheckFn = void (*)(const CaseOutcome&, const CheckSpec&, const FindCase&, CheckResult&);
 const std::map<std::string, CheckFn>& implementations() {
   static const std::map<std::string, CheckFn> fns = {
       {"loss_finite", check_loss_finite},   {"loss_decreases", check_loss_decreases},
@@ -675,16 +717,25 @@ std::vector<CheckResult> run_checks(const CaseOutcome& o, const FindCase& find) 
     if (spec.kind == "exit") continue;
     CheckResult r{spec.kind, true, "", ""};
     try {
-      implementations().at(spec.kind)(o, spec, find);
+      implementations().at(spec.kind)(o, spec, find, r);
     } catch (const Failure& f) {
       r.passed = false;
       r.judged = f.judged;
       r.message = f.message;
       r.details = f.details;
+      r.finding.step = f.step;
+      r.finding.value = f.value;
+      r.finding.reference = f.reference;
+      r.finding.tolerance = f.tolerance;
     } catch (const std::exception& e) {
       r.passed = false;
       r.judged = false;
       r.message = std::string("malformed output: ") + e.what();
+    }
+    if (!r.passed) {
+      r.finding.kind = r.judged ? VerdictKind::kCheckFailed : VerdictKind::kNotJudged;
+      r.finding.check = spec.kind;
+      r.finding.phase = spec.params.value("phase", o.phases.empty() ? std::string() : o.phases.back().name);
     }
     out.push_back(r);
   }
@@ -717,6 +768,20 @@ std::map<std::string, std::string> read_tensor_keys(const std::string& phase_dir
   }
 }
 
+void record_curves(CaseOutcome& o) {
+  for (auto& p : o.phases) {
+    p.curve.clear();
+    if (!p.ran) continue;
+    try {
+      for (const auto& [step, m] : read_metrics(target_of(o, p, "phase " + p.name)))
+        p.curve.push_back({step, m.loss, m.has_grad_norm ? m.grad_norm : NAN});
+    } catch (const std::exception&) {
+      // No curve to draw; a check that needed one has said why.
+    } catch (const Failure&) {
+    }
+  }
+}
+
 void judge(CaseOutcome& o) {
   const Expectation& e = o.spec->expect;
   const CheckResult* first_failed = nullptr;
@@ -739,47 +804,51 @@ void judge(CaseOutcome& o) {
   o.details.clear();
   for (const auto& c : o.checks)
     if (!c.passed) o.details += c.kind + ": " + c.message + "\n" + c.details;
+  // A verdict decided by check `c`: its finding, with a message that says which check.
+  auto decided_by = [](const CheckResult& c, VerdictKind kind, std::string message) {
+    Verdict v = c.finding;
+    v.kind = kind;
+    v.message = std::move(message);
+    return v;
+  };
   switch (e.kind) {
     case Expectation::kSkip:
-      o.status = Status::kSkipped, o.reason = e.reason;
+      o.verdict = Verdict::skipped(e.reason);
       return;
     case Expectation::kPass:
-      if (!first_failed) o.status = Status::kPassed, o.reason.clear();
-      else o.status = Status::kFailed, o.reason = first_failed->kind + ": " + first_failed->message;
+      if (!first_failed) o.verdict = {VerdictKind::kPassed, ""};
+      else o.verdict = decided_by(*first_failed, first_failed->finding.kind, first_failed->kind + ": " + first_failed->message);
       return;
     case Expectation::kXfail:
       // It must fail, and for the declared reason when log_contains / error_matches say which.
       if (failed_message_check) {
-        o.status = Status::kFailed;
-        o.reason = "xfail (" + e.reason + ") failed differently: " + failed_message_check->kind + ": " +
-                   failed_message_check->message;
+        o.verdict = decided_by(*failed_message_check, VerdictKind::kXfailedDifferently,
+                               "xfail (" + e.reason + ") failed differently: " + failed_message_check->kind + ": " +
+                                   failed_message_check->message);
       } else if (unjudged && !first_failed_other) {
         // The run ended well and a check could not look: that proves nothing about the known bug.
-        o.status = Status::kFailed;
-        o.reason = "xfail (" + e.reason + ") could not be judged: " + unjudged->kind + ": " + unjudged->message;
+        o.verdict = decided_by(*unjudged, VerdictKind::kXfailedDifferently,
+                               "xfail (" + e.reason + ") could not be judged: " + unjudged->kind + ": " + unjudged->message);
       } else if (first_failed_other) {
-        o.status = Status::kXfailed;
-        o.reason = e.reason + " (" + first_failed_other->kind + ": " + first_failed_other->message + ")";
+        o.verdict = decided_by(*first_failed_other, VerdictKind::kXfailed,
+                               e.reason + " (" + first_failed_other->kind + ": " + first_failed_other->message + ")");
       } else {
-        o.status = Status::kFailed;
-        o.reason = "XPASS: expected to fail (" + e.reason + ") but every check passed";
+        o.verdict = {VerdictKind::kXpassed, "XPASS: expected to fail (" + e.reason + ") but every check passed"};
       }
       return;
     case Expectation::kFail: {
       const CheckResult& exit = o.checks.front();
       // A canary for a number check must run to the end; one for a message check must fail.
       if (e.check != "exit" && !is_message_check(e.check) && !exit.passed) {
-        o.status = Status::kFailed;
-        o.reason = "canary for " + e.check + " crashed instead: " + exit.message;
+        o.verdict = decided_by(exit, VerdictKind::kCanaryCrashed, "canary for " + e.check + " crashed instead: " + exit.message);
       } else if (expected && !expected->passed && !expected->judged) {
-        o.status = Status::kFailed;
-        o.reason = "canary for " + e.check + " could not be judged: " + expected->message;
+        o.verdict = decided_by(*expected, VerdictKind::kCanaryCrashed,
+                               "canary for " + e.check + " could not be judged: " + expected->message);
       } else if (expected && !expected->passed) {
-        o.status = Status::kPassed;
-        o.reason = "canary caught by " + e.check + ": " + expected->message;
+        o.verdict = decided_by(*expected, VerdictKind::kCanaryCaught, "canary caught by " + e.check + ": " + expected->message);
       } else {
-        o.status = Status::kFailed;
-        o.reason = "canary not caught: check " + e.check + " passed on a known-bad run";
+        o.verdict = {VerdictKind::kCanaryNotCaught, "canary not caught: check " + e.check + " passed on a known-bad run"};
+        o.verdict.check = e.check;
       }
       return;
     }

@@ -17,8 +17,11 @@ using FindCase = std::function<const CaseOutcome*(const std::string& id)>;
 // `exit` first (always), then every declared check, in order.
 std::vector<CheckResult> run_checks(const CaseOutcome& outcome, const FindCase& find);
 
-// Sets status, reason and details from the checks and the case's expectation.
+// Sets the verdict and details from the checks and the case's expectation.
 void judge(CaseOutcome& outcome);
+
+// Fills each phase's `curve` from its metrics (as `outputs` says), where they can be read.
+void record_curves(CaseOutcome& outcome);
 
 // What `meshtest diff` and `golden export` read, from where `outputs` says (the default:
 // meshtrain's contract files); throw std::runtime_error.

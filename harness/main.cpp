@@ -23,6 +23,7 @@
 #include "report.h"
 #include "runner.h"
 #include "schedule.h"
+#include "summary.h"
 
 namespace fs = std::filesystem;
 using namespace meshtest;
@@ -292,7 +293,12 @@ json read_summary(const std::string& dir) {
   const std::string path = (fs::path(dir) / "summary.json").string();
   std::ifstream in(path);
   if (!in) throw std::runtime_error("cannot read " + path + " (is it a meshtest --out folder?)");
-  return json::parse(in);
+  json summary = json::parse(in);
+  const int version = summary.value("format_version", 0);
+  if (version != kSummaryFormatVersion)
+    throw std::runtime_error(path + " is summary format " + std::to_string(version) + "; this meshtest reads format " +
+                             std::to_string(kSummaryFormatVersion) + " (rerun the cases with it)");
+  return summary;
 }
 
 // junit.xml, surefire/TEST-<suite>.xml and the terminal table, all from summary.json.

@@ -3,11 +3,14 @@
 // the checks and the reports.
 #pragma once
 
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "launch.h"
 #include "matrix.h"
+#include "verdict.h"
 
 namespace meshtest {
 
@@ -20,9 +23,23 @@ struct PhaseOutcome {
   int attempts = 0;               // > 1 when MASTER_PORT was lost to another process
   std::string launch_error;       // the program could not be started
   RankGroup::Result result;
+  // (step, loss, grad_norm or NaN) as its outputs say, read once the case is judged; for the report.
+  struct Point {
+    long long step;
+    double loss, grad_norm;
+  };
+  std::vector<Point> curve;
   bool ok() const { return ran && launch_error.empty() && result.ok(); }
   std::string log_path(int rank) const;
   std::string error_file(int rank) const;  // the rank's TORCHELASTIC_ERROR_FILE
+};
+
+// A curve a number check compared, kept so a report can draw what was judged.
+struct Series {
+  std::string role;    // "subject" or "reference"
+  std::string label;   // "phase train", "baseline s/ddp (phase train)", "golden losses.txt"
+  std::string metric;  // "loss" or "grad_norm"
+  std::vector<std::pair<long long, double>> points;
 };
 
 struct CheckResult {
@@ -31,15 +48,15 @@ struct CheckResult {
   std::string message;  // one line: what, where, expected vs got, tolerance
   std::string details;  // more lines for the report body
   bool judged = true;   // false: it could not look (missing output, a baseline that did not run)
+  // When it failed: what that means as a verdict (kind, phase, rank, signal, numbers).
+  Verdict finding;
+  std::vector<Series> series;
+  std::optional<std::pair<double, double>> band;  // (rtol, atol) around the reference
 };
-
-enum class Status { kPassed, kFailed, kSkipped, kXfailed, kCancelled };
-const char* status_name(Status s);
 
 struct CaseOutcome {
   const Case* spec = nullptr;
-  Status status = Status::kSkipped;
-  std::string reason;   // one line
+  Verdict verdict;
   std::string details;  // the failure body
   std::string dir;
   std::vector<int> devices;
@@ -55,16 +72,16 @@ struct CaseOutcome {
   // Earlier attempts of a case run with --retries, oldest first; their folders are
   // kept as <dir>.attempt<N>.
   struct Attempt {
-    std::string reason;
+    Verdict verdict;
     std::string details;
     std::string failing_log;
     double duration_s = 0;
   };
   std::vector<Attempt> earlier_attempts;
 
-  bool met_expectation() const {
-    return status == Status::kPassed || status == Status::kSkipped || status == Status::kXfailed;
-  }
+  Status status() const { return verdict.status(); }
+  const std::string& reason() const { return verdict.message; }  // one line
+  bool met_expectation() const { return verdict.met_expectation(); }
   // The rank log a person should read first: the failing rank of the failing phase.
   std::string failing_log() const;
 };

@@ -8,6 +8,7 @@
 
 #include "launch.h"
 #include "utf8.h"
+#include "verdict.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -64,36 +65,15 @@ struct Counts {
   double time = 0;
 };
 
-// How a case appears in JUnit: nothing (passed), skipped, failure or error.
-enum class Verdict { kPass, kSkip, kFailure, kError };
-
+// A case's verdict as summary.json holds it (format 2 and later).
 Verdict verdict_of(const json& c) {
-  const std::string status = c.value("status", "");
-  if (status == "passed") return Verdict::kPass;
-  if (status == "skipped" || status == "xfailed") return Verdict::kSkip;
-  if (status == "cancelled") return Verdict::kError;
-  // A crash, a timeout or a launch error is an error; a check that disagrees is a failure.
-  return c.value("reason", "").rfind("exit:", 0) == 0 ? Verdict::kError : Verdict::kFailure;
+  if (!c.contains("verdict"))
+    throw std::runtime_error("case " + c.value("id", std::string("?")) +
+                             " has no verdict: summary.json format 1 predates typed verdicts; rerun the cases");
+  return verdict_from_json(c.at("verdict"));
 }
 
-std::string error_type(const std::string& reason) {
-  if (reason.find("timed out") != std::string::npos) return "Timeout";
-  if (reason.find("cannot run") != std::string::npos || reason.find("cannot start") != std::string::npos)
-    return "LaunchError";
-  if (reason.find("signal") != std::string::npos) return "Crash";
-  return "NonZeroExit";
-}
-
-std::string failure_type(const json& c) {
-  const std::string reason = c.value("reason", "");
-  if (c.value("status", "") == "cancelled") return "Cancelled";
-  if (reason.rfind("XPASS", 0) == 0) return "UnexpectedPass";
-  if (reason.rfind("xfail", 0) == 0) return "XfailFailedDifferently";
-  if (reason.rfind("canary not caught", 0) == 0) return "CanaryNotCaught";
-  if (reason.rfind("canary for", 0) == 0) return "CanaryCrashed";
-  const size_t colon = reason.find(':');
-  return colon == std::string::npos ? "Failure" : reason.substr(0, colon);
-}
+JunitElement element_of(const json& c) { return junit_element(verdict_of(c).kind); }
 
 // system-out of a case: the facts, the repro, and the failing rank's last lines.
 std::string case_output(const json& c) {
@@ -107,7 +87,7 @@ std::string case_output(const json& c) {
   for (const auto& a : c.value("earlier_attempts", json::array()))
     out += "earlier attempt failed: " + a.value("reason", "") + " (log " + a.value("failing_log", "") + ")\n";
   const std::string log = c.value("failing_log", "");
-  if (verdict_of(c) == Verdict::kFailure || verdict_of(c) == Verdict::kError) {
+  if (element_of(c) == JunitElement::kFailure || element_of(c) == JunitElement::kError) {
     out += "\n---- last " + std::to_string(kLogLines) + " lines of " + log + " ----\n" + read_tail(log);
     if (!out.empty() && out.back() != '\n') out += "\n";
     out += "[[ATTACHMENT|" + (log.empty() ? std::string() : fs::absolute(log).string()) + "]]\n";
@@ -258,31 +238,23 @@ void write_junit(const json& summary, const std::string& path) {
     add_properties(suite, summary, cases);
     for (const json* c : cases) {
       auto tc = append_testcase(suite, *c, suite_name, n);
-      const std::string reason = c->value("reason", "");
-      switch (verdict_of(*c)) {
-        case Verdict::kPass: break;
-        case Verdict::kSkip: {
+      const Verdict v = verdict_of(*c);
+      switch (junit_element(v.kind)) {
+        case JunitElement::kNone: break;
+        case JunitElement::kSkipped:
           ++n.skipped;
           // junit-4 allows no attributes on <skipped>; Jenkins takes the text as the message.
-          const std::string why = c->value("status", "") == "xfailed" ? "xfail: " + reason : reason;
-          tc.append_child("skipped").text().set(one_line(why).c_str());
+          tc.append_child("skipped").text().set(
+              one_line(v.kind == VerdictKind::kXfailed ? "xfail: " + v.message : v.message).c_str());
           break;
-        }
-        case Verdict::kError: {
-          ++n.errors;
-          auto e = tc.append_child("error");
-          e.append_attribute("message") = one_line(reason).c_str();
-          e.append_attribute("type") =
-              (c->value("status", "") == "cancelled" ? std::string("Cancelled") : error_type(reason)).c_str();
+        case JunitElement::kFailure:
+        case JunitElement::kError: {
+          const bool error = junit_element(v.kind) == JunitElement::kError;
+          ++(error ? n.errors : n.failures);
+          auto e = tc.append_child(error ? "error" : "failure");
+          e.append_attribute("message") = one_line(v.message).c_str();
+          e.append_attribute("type") = junit_type(v).c_str();
           e.text().set(case_body(*c).c_str());
-          break;
-        }
-        case Verdict::kFailure: {
-          ++n.failures;
-          auto f = tc.append_child("failure");
-          f.append_attribute("message") = one_line(reason).c_str();
-          f.append_attribute("type") = failure_type(*c).c_str();
-          f.text().set(case_body(*c).c_str());
           break;
         }
       }
@@ -315,40 +287,41 @@ void write_surefire(const json& summary, const std::string& dir) {
     for (const json* c : cases) {
       auto tc = append_testcase(suite, *c, suite_name, n);
       const Verdict v = verdict_of(*c);
-      const json attempts = c->value("earlier_attempts", json::array());
+      const JunitElement element = junit_element(v.kind);
       // Surefire: the first failed attempt is <failure>/<error>, later ones rerun*; a pass
       // after failed attempts keeps one flaky* per failed attempt and counts as passed.
-      auto add_attempt = [&](const char* element, const std::string& reason, const std::string& details,
+      auto add_attempt = [&](const char* element_name, const Verdict& attempt, const std::string& details,
                              const std::string& type) {
-        auto e = tc.append_child(element);
-        e.append_attribute("message") = one_line(reason).c_str();
+        auto e = tc.append_child(element_name);
+        e.append_attribute("message") = one_line(attempt.message).c_str();
         e.append_attribute("type") = type.c_str();
         e.append_child("stackTrace").text().set(xml_safe(details, kBodyCap).c_str());
       };
-      std::vector<std::pair<std::string, std::string>> failed;  // reason, details, oldest first
-      for (const auto& a : attempts) failed.emplace_back(a.value("reason", ""), a.value("details", ""));
-      auto is_error = [](const std::string& reason) { return reason.rfind("exit:", 0) == 0; };
-      if (v == Verdict::kPass) {
-        for (const auto& [reason, details] : failed)
-          if (!is_error(reason)) add_attempt("flakyFailure", reason, details, "Failure");
-        for (const auto& [reason, details] : failed)
-          if (is_error(reason)) add_attempt("flakyError", reason, details, error_type(reason));
-      } else if (v == Verdict::kFailure || v == Verdict::kError) {
-        failed.emplace_back(c->value("reason", ""), c->value("details", ""));
-        const bool error = v == Verdict::kError;
+      std::vector<std::pair<Verdict, std::string>> failed;  // verdict, details; oldest first
+      for (const auto& a : c->value("earlier_attempts", json::array()))
+        failed.emplace_back(verdict_of(a), a.value("details", ""));
+      auto is_error = [](const Verdict& attempt) { return junit_element(attempt.kind) == JunitElement::kError; };
+      if (element == JunitElement::kNone) {
+        for (const auto& [attempt, details] : failed)
+          if (!is_error(attempt)) add_attempt("flakyFailure", attempt, details, "Failure");
+        for (const auto& [attempt, details] : failed)
+          if (is_error(attempt)) add_attempt("flakyError", attempt, details, junit_type(attempt));
+      } else if (element == JunitElement::kFailure || element == JunitElement::kError) {
+        failed.emplace_back(v, c->value("details", ""));
+        const bool error = element == JunitElement::kError;
         auto first = tc.append_child(error ? "error" : "failure");
-        first.append_attribute("message") = one_line(failed.front().first).c_str();
-        const bool cancelled = c->value("status", "") == "cancelled";
-        first.append_attribute("type") =
-            (cancelled ? std::string("Cancelled") : error ? error_type(failed.front().first) : failure_type(*c)).c_str();
+        first.append_attribute("message") = one_line(failed.front().first.message).c_str();
+        // The first attempt's type where it failed the same way (error or failure) as the last.
+        const Verdict& typed = is_error(failed.front().first) == error ? failed.front().first : v;
+        first.append_attribute("type") = junit_type(typed).c_str();
         first.text().set(xml_safe(failed.front().second + "repro: " + c->value("repro", "") + "\n", kBodyCap).c_str());
         for (size_t k = 1; k < failed.size(); ++k)
           add_attempt(error ? "rerunError" : "rerunFailure", failed[k].first, failed[k].second,
-                      error ? error_type(failed[k].first) : "Failure");
+                      error ? junit_type(failed[k].first) : "Failure");
         (error ? n.errors : n.failures)++;
       } else {
         ++n.skipped;
-        tc.append_child("skipped").append_attribute("message") = one_line(c->value("reason", "")).c_str();
+        tc.append_child("skipped").append_attribute("message") = one_line(v.message).c_str();
       }
       tc.append_child("system-out").text().set(case_output(*c).c_str());
     }

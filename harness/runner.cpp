@@ -71,17 +71,6 @@ void install_stop_handlers() {
   for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &sa, nullptr);
 }
 
-const char* status_name(Status s) {
-  switch (s) {
-    case Status::kPassed: return "passed";
-    case Status::kFailed: return "failed";
-    case Status::kSkipped: return "skipped";
-    case Status::kXfailed: return "xfailed";
-    case Status::kCancelled: return "cancelled";
-  }
-  return "?";
-}
-
 std::string PhaseOutcome::log_path(int rank) const { return rank_log_path(dir, rank); }
 
 std::string PhaseOutcome::error_file(int rank) const { return rank_error_file(dir, rank); }
@@ -214,9 +203,9 @@ RunResult run_cases(const std::vector<const Case*>& cases, const RunOptions& opt
   };
   auto report_line = [&](const CaseOutcome& o) {
     if (opt.progress) std::fprintf(stderr, "\r\033[K");
-    std::fprintf(stderr, "[%zu/%zu] %-9s %s (%d %s, %s)%s%s\n", done, run.cases.size(), status_name(o.status),
+    std::fprintf(stderr, "[%zu/%zu] %-9s %s (%d %s, %s)%s%s\n", done, run.cases.size(), status_name(o.status()),
                  o.spec->id.c_str(), o.spec->ngpu, unit.c_str(), human_seconds(o.duration_s).c_str(),
-                 o.reason.empty() ? "" : ": ", o.reason.c_str());
+                 o.reason().empty() ? "" : ": ", o.reason().c_str());
   };
   // Judges a case whose baselines have all finished; otherwise parks it.
   std::function<void(size_t)> conclude = [&](size_t i) {
@@ -230,6 +219,7 @@ RunResult run_cases(const std::vector<const Case*>& cases, const RunOptions& opt
     }
     o.checks = run_checks(o, find);
     judge(o);
+    record_curves(o);
     const bool ran = !o.phases.empty() && o.phases.front().ran;
     if (!o.met_expectation() && ran && static_cast<int>(o.earlier_attempts.size()) < opt.retries &&
         run.interrupted_by == 0) {
@@ -240,9 +230,9 @@ RunResult run_cases(const std::vector<const Case*>& cases, const RunOptions& opt
       std::error_code ec;
       fs::remove_all(kept, ec);
       fs::rename(o.dir, kept, ec);
-      o.earlier_attempts.push_back({o.reason, o.details, log, o.duration_s});
+      o.earlier_attempts.push_back({o.verdict, o.details, log, o.duration_s});
       std::fprintf(stderr, "%s[retry %zu/%d] %s: %s\n", opt.progress ? "\r\033[K" : "", o.earlier_attempts.size(),
-                   opt.retries, o.spec->id.c_str(), o.reason.c_str());
+                   opt.retries, o.spec->id.c_str(), o.reason().c_str());
       for (auto& p : o.phases) {
         p.ran = false;
         p.attempts = 0;
@@ -250,7 +240,7 @@ RunResult run_cases(const std::vector<const Case*>& cases, const RunOptions& opt
         p.result = RankGroup::Result{};
       }
       o.checks.clear();
-      o.reason.clear();
+      o.verdict = {};
       o.details.clear();
       scheduler.requeue(static_cast<int>(i));
       return;
@@ -313,8 +303,7 @@ RunResult run_cases(const std::vector<const Case*>& cases, const RunOptions& opt
       for (int t : scheduler.pick(now_s(), pool.free(), running_tasks())) {
         CaseOutcome& o = run.cases[t];
         if (o.spec->expect.kind == Expectation::kSkip || !skip_reason[t].empty()) {
-          o.status = Status::kSkipped;
-          o.reason = skip_reason[t].empty() ? o.spec->expect.reason : skip_reason[t];
+          o.verdict = Verdict::skipped(skip_reason[t].empty() ? o.spec->expect.reason : skip_reason[t]);
           o.finished = true;
           ++done;
           report_line(o);
@@ -387,119 +376,26 @@ RunResult run_cases(const std::vector<const Case*>& cases, const RunOptions& opt
     CaseOutcome& o = run.cases[w];
     o.checks = run_checks(o, find);
     judge(o);
-    o.status = Status::kCancelled;
-    o.reason = "not judged: its baseline did not run before meshtest received signal " + std::to_string(run.interrupted_by);
+    record_curves(o);
+    o.verdict = Verdict::cancelled("not judged: its baseline did not run before meshtest received signal " +
+                                   std::to_string(run.interrupted_by));
     o.finished = true;
   }
   for (auto& o : run.cases) {
     if (o.finished) continue;
-    o.status = Status::kCancelled;
-    o.reason = "not run: meshtest received signal " + std::to_string(run.interrupted_by);
+    o.verdict = Verdict::cancelled("not run: meshtest received signal " + std::to_string(run.interrupted_by));
     o.finished = true;
   }
   if (run.interrupted_by != 0)
     for (auto& o : run.cases)
-      if (o.status == Status::kFailed && !o.phases.empty()) {
+      if (o.status() == Status::kFailed && !o.phases.empty()) {
         for (const auto& p : o.phases)
-          if (p.ran && p.result.stopped_because.find("meshtest received signal") == 0) {
-            o.status = Status::kCancelled;
-            o.reason = p.result.stopped_because;
-          }
+          if (p.ran && p.result.stopped_because.find("meshtest received signal") == 0)
+            o.verdict = Verdict::cancelled(p.result.stopped_because);
       }
   sweep_orphans({});
   run.wall_s = now_s();
   return run;
-}
-
-nlohmann::json summary_json(const RunResult& run, const RunOptions& opt) {
-  nlohmann::json j;
-  j["format_version"] = 1;
-  j["matrices"] = opt.matrices;
-  j["retries"] = opt.retries;
-  j["backend"] = opt.backend;
-  j["devices"] = opt.devices;
-  j["wall_s"] = run.wall_s;
-  j["interrupted_by_signal"] = run.interrupted_by;
-  j["all_met"] = run.all_met();
-  char host[256] = {0};
-  ::gethostname(host, sizeof(host) - 1);
-  j["hostname"] = host;
-  std::map<std::string, int> counts;
-  j["cases"] = nlohmann::json::array();
-  for (const auto& o : run.cases) {
-    ++counts[status_name(o.status)];
-    nlohmann::json c;
-    c["id"] = o.spec->id;
-    c["suite"] = o.spec->suite;
-    c["name"] = o.spec->name;
-    c["file"] = o.spec->where.str();
-    c["status"] = status_name(o.status);
-    c["met_expectation"] = o.met_expectation();
-    c["expect"] = o.spec->expect.str();
-    c["reason"] = o.reason;
-    c["details"] = o.details;
-    c["ngpu"] = o.spec->ngpu;
-    c["devices"] = o.devices;
-    c["model"] = o.spec->model;
-    c["seed"] = o.spec->seed;
-    c["tags"] = o.spec->tags;
-    c["expected_s"] = o.expected_s;
-    c["start_s"] = o.start_s;
-    c["duration_s"] = o.duration_s;
-    c["timestamp"] = o.timestamp;
-    c["dir"] = o.dir;
-    c["repro"] = o.repro;
-    c["failing_log"] = o.failing_log();
-    c["phases"] = nlohmann::json::array();
-    for (const auto& p : o.phases) {
-      nlohmann::json jp = {{"name", p.name}, {"argv", p.argv}, {"nproc", p.nproc}, {"dir", p.dir},
-                           {"ran", p.ran}, {"attempts", p.attempts}, {"ok", p.ok()}};
-      if (!p.launch_error.empty()) jp["launch_error"] = p.launch_error;
-      for (const auto& spec : o.spec->phases)
-        if (spec.name == p.name) jp["outputs"] = outputs_to_json(spec.outputs);
-      if (p.ran) {
-        const auto& r = p.result;
-        jp["duration_s"] = r.duration_s;
-        jp["timed_out"] = r.timed_out;
-        jp["killed"] = r.killed;
-        jp["stopped_because"] = r.stopped_because;
-        jp["exits"] = nlohmann::json::array();
-        for (const auto& e : r.exits) jp["exits"].push_back({{"rank", e.rank}, {"exit_code", e.exit_code}, {"signal", e.signal}});
-        if (r.first_failure.rank >= 0)
-          jp["first_failure"] = {{"rank", r.first_failure.rank}, {"exit_code", r.first_failure.exit_code},
-                                 {"signal", r.first_failure.signal}, {"what", r.first_failure.describe()}};
-      }
-      c["phases"].push_back(jp);
-    }
-    c["checks"] = nlohmann::json::array();
-    for (const auto& k : o.checks)
-      c["checks"].push_back({{"kind", k.kind}, {"passed", k.passed}, {"message", k.message}, {"details", k.details}});
-    c["earlier_attempts"] = nlohmann::json::array();
-    for (const auto& a : o.earlier_attempts)
-      c["earlier_attempts"].push_back(
-          {{"reason", a.reason}, {"details", a.details}, {"failing_log", a.failing_log}, {"duration_s", a.duration_s}});
-    if (o.spec->phases.size() && o.phases.size()) {
-      const auto& p = o.spec->phases.front();
-      c["mesh"] = p.mesh ? p.mesh->to_compact_string() : "";
-      std::string meshes;
-      for (const auto& sp : o.spec->phases)
-        meshes += (meshes.empty() ? "" : " -> ") + (sp.mesh ? sp.mesh->to_compact_string() : std::to_string(sp.nproc) + " ranks");
-      c["meshes"] = meshes;
-    }
-    j["cases"].push_back(c);
-  }
-  j["counts"] = counts;
-  return j;
-}
-
-void write_summary(const nlohmann::json& j, const std::string& path) {
-  fs::create_directories(fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path());
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp);
-    out << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
-  }
-  fs::rename(tmp, path);
 }
 
 }  // namespace meshtest

@@ -5,7 +5,6 @@
 #pragma once
 
 #include <csignal>
-#include <nlohmann/json.hpp>
 
 #include <map>
 #include <string>
@@ -53,10 +52,5 @@ struct RunResult {
 std::vector<std::string> pool_skips(const std::vector<const Case*>& cases, int devices, const std::string& unit);
 
 RunResult run_cases(const std::vector<const Case*>& cases, const RunOptions& options);
-
-// summary.json: every case with status, durations, phases, checks and paths. The
-// reports (report.h) are rendered from it, so `meshtest report` can redo them later.
-nlohmann::json summary_json(const RunResult& result, const RunOptions& options);
-void write_summary(const nlohmann::json& summary, const std::string& path);
 
 }  // namespace meshtest

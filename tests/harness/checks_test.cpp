@@ -42,7 +42,7 @@ class Checks : public ::testing::Test {
         fs::create_directories(po.dir);
         o.phases.push_back(po);
       }
-      o.status = Status::kPassed;
+      o.verdict = {VerdictKind::kPassed, ""};
       o.finished = true;
     }
   }
@@ -106,7 +106,21 @@ TEST_F(Checks, LossMatchesABaselineWithinTolerance) {
             "step 3: loss 4.01 in phase train vs 4 in baseline s/fsdp (phase train): |diff| 1.00e-02 > atol 0 + "
             "rtol 0.0001 x |4| = 4.00e-04 (1 of 3 steps differ)");
   EXPECT_NE(r.details.find("<-"), std::string::npos) << r.details;
-  EXPECT_EQ(outcomes_[1].status, Status::kFailed);
+  EXPECT_EQ(outcomes_[1].status(), Status::kFailed);
+  // The verdict carries what the message says, as data: the report draws from it.
+  const Verdict& v = outcomes_[1].verdict;
+  EXPECT_EQ(v.kind, VerdictKind::kCheckFailed);
+  EXPECT_EQ(v.check, "loss_matches");
+  EXPECT_EQ(v.phase, "train");
+  EXPECT_EQ(v.step, 3);
+  EXPECT_DOUBLE_EQ(v.value.value_or(0), 4.01);
+  EXPECT_DOUBLE_EQ(v.reference.value_or(0), 4.0);
+  EXPECT_DOUBLE_EQ(v.tolerance.value_or(0), 4e-4);
+  ASSERT_EQ(r.series.size(), 2u);
+  EXPECT_EQ(r.series[0].role, "subject");
+  EXPECT_EQ(r.series[1].label, "baseline s/fsdp (phase train)");
+  EXPECT_EQ(r.series[1].points.size(), 3u);
+  EXPECT_EQ(r.band, std::make_pair(1e-4, 0.0));
   write("tp/train/metrics.jsonl", curve({6.0, 5.0001, 4.0002}));
   EXPECT_TRUE(run(1, "loss_matches").passed);
 }
@@ -222,7 +236,7 @@ TEST_F(Checks, LogContainsAndErrorMatchesForExpectedFailures) {
   write("seed/train/rank1.log", "");
   EXPECT_EQ(run(0, "error_matches").message,
             "phase train exited 0 on every rank; expected it to fail with 'Missing key in checkpoint state_dict'");
-  EXPECT_EQ(outcomes_[0].status, Status::kFailed);
+  EXPECT_EQ(outcomes_[0].status(), Status::kFailed);
   // It failed, with another error.
   outcomes_[0].phases[0].result.first_failure = {1, 1, 0};
   outcomes_[0].phases[0].result.exits[1] = {1, 1, 0};
@@ -230,12 +244,13 @@ TEST_F(Checks, LogContainsAndErrorMatchesForExpectedFailures) {
   EXPECT_EQ(run(0, "error_matches").message,
             "phase train: rank 1 failed (exit code 1) but not with 'Missing key in checkpoint state_dict'; its last "
             "line: meshtrain: error: out of memory");
-  EXPECT_EQ(outcomes_[0].status, Status::kFailed);
-  EXPECT_NE(outcomes_[0].reason.find("xfail (parametrize keys) failed differently"), std::string::npos);
+  EXPECT_EQ(outcomes_[0].status(), Status::kFailed);
+  EXPECT_EQ(outcomes_[0].verdict.kind, VerdictKind::kXfailedDifferently);
+  EXPECT_NE(outcomes_[0].reason().find("xfail (parametrize keys) failed differently"), std::string::npos);
   // It failed the declared way: xfailed.
   write("seed/train/rank1.log", "meshtrain: error: Missing key in checkpoint state_dict: model.tok_embeddings.weight.\n");
   EXPECT_TRUE(run(0, "error_matches").passed);
-  EXPECT_EQ(outcomes_[0].status, Status::kXfailed);
+  EXPECT_EQ(outcomes_[0].status(), Status::kXfailed);
   write("seed/train/rank0.log", "");
   EXPECT_EQ(run(0, "log_contains").message, "no log of phase train rank 0 contains 'resumed'");
 }
@@ -243,41 +258,41 @@ TEST_F(Checks, LogContainsAndErrorMatchesForExpectedFailures) {
 TEST_F(Checks, MissingOutputsAndMissingBaselinesAreFailuresThatSaySo) {
   load("  - name: a\n  - name: b\n    checks: [{loss_matches: {baseline: a}}]\n");
   write("b/train/metrics.jsonl", curve({6.0}));
-  outcomes_[0].status = Status::kSkipped;
-  outcomes_[0].reason = "no GPU";
+  outcomes_[0].verdict = Verdict::skipped("no GPU");
   EXPECT_EQ(run(1, "loss_matches").message, "baseline s/a did not run (skipped: no GPU)");
-  outcomes_[0].status = Status::kPassed;
+  outcomes_[0].verdict = {VerdictKind::kPassed, ""};
   EXPECT_EQ(run(1, "loss_matches").message, "cannot read " + dir_ + "/a/train/metrics.jsonl");
 }
 
 TEST_F(Checks, ACanaryIsCaughtOnlyByAJudgedFailureNotByAMissingBaseline) {
   load("  - name: a\n  - name: canary\n    checks: [{loss_matches: {baseline: a}}]\n    expect: {fail: loss_matches}\n");
   write("canary/train/metrics.jsonl", curve({6.0, 5.5}));
-  outcomes_[0].status = Status::kSkipped;
-  outcomes_[0].reason = "no GPU";
+  outcomes_[0].verdict = Verdict::skipped("no GPU");
   EXPECT_FALSE(run(1, "loss_matches").judged);
-  EXPECT_EQ(outcomes_[1].status, Status::kFailed);
-  EXPECT_EQ(outcomes_[1].reason, "canary for loss_matches could not be judged: baseline s/a did not run (skipped: no GPU)");
-  outcomes_[0].status = Status::kPassed;
+  EXPECT_EQ(outcomes_[1].status(), Status::kFailed);
+  EXPECT_EQ(outcomes_[1].reason(), "canary for loss_matches could not be judged: baseline s/a did not run (skipped: no GPU)");
+  EXPECT_EQ(outcomes_[1].verdict.kind, VerdictKind::kCanaryCrashed);
+  outcomes_[0].verdict = {VerdictKind::kPassed, ""};
   write("a/train/metrics.jsonl", curve({6.0, 5.0}));
   EXPECT_TRUE(run(1, "loss_matches").judged);
-  EXPECT_EQ(outcomes_[1].status, Status::kPassed);
-  EXPECT_EQ(outcomes_[1].reason.rfind("canary caught by loss_matches: step 2: loss 5.5", 0), 0u) << outcomes_[1].reason;
+  EXPECT_EQ(outcomes_[1].status(), Status::kPassed);
+  EXPECT_EQ(outcomes_[1].verdict.kind, VerdictKind::kCanaryCaught);
+  EXPECT_EQ(outcomes_[1].verdict.step, 2);
+  EXPECT_EQ(outcomes_[1].reason().rfind("canary caught by loss_matches: step 2: loss 5.5", 0), 0u) << outcomes_[1].reason();
 }
 
 TEST_F(Checks, AnXfailIsNotMetByACheckThatCouldNotLook) {
   load("  - name: a\n  - name: known\n    checks: [{loss_matches: {baseline: a}}]\n    expect: {xfail: drifts}\n");
   write("known/train/metrics.jsonl", curve({6.0, 5.5}));
-  outcomes_[0].status = Status::kSkipped;
-  outcomes_[0].reason = "no GPU";
+  outcomes_[0].verdict = Verdict::skipped("no GPU");
   run(1, "loss_matches");
-  EXPECT_EQ(outcomes_[1].status, Status::kFailed);
-  EXPECT_EQ(outcomes_[1].reason,
+  EXPECT_EQ(outcomes_[1].status(), Status::kFailed);
+  EXPECT_EQ(outcomes_[1].reason(),
             "xfail (drifts) could not be judged: loss_matches: baseline s/a did not run (skipped: no GPU)");
-  outcomes_[0].status = Status::kPassed;
+  outcomes_[0].verdict = {VerdictKind::kPassed, ""};
   write("a/train/metrics.jsonl", curve({6.0, 5.0}));
   run(1, "loss_matches");
-  EXPECT_EQ(outcomes_[1].status, Status::kXfailed);
+  EXPECT_EQ(outcomes_[1].status(), Status::kXfailed);
 }
 
 // ---- outputs: a foreign trainer's numbers -----------------------------------------
@@ -376,6 +391,6 @@ TEST_F(Checks, TensorsMatchComparesADcpCheckpointWithAMeshtrainOneElementByEleme
   EXPECT_NE(r.message.find(" in phase train vs "), std::string::npos) << r.message;
   EXPECT_NE(r.message.find("(1 elements in 1 of 15 tensors differ)"), std::string::npos) << r.message;
   EXPECT_NE(r.details.find(dir_ + "/mt/step-5"), std::string::npos) << r.details;
-  EXPECT_EQ(outcomes_[1].status, Status::kFailed);
+  EXPECT_EQ(outcomes_[1].status(), Status::kFailed);
   EXPECT_EQ(run(2, "tensors_match").message, "tensors_match needs outputs.checkpoint on phase train (where its checkpoint is)");
 }

@@ -109,6 +109,8 @@ TEST_F(Run, ACrashInOneRankStopsTheOthersWithSigterm) {
   EXPECT_NE(c["reason"].get<std::string>().find("exit: phase train: rank 2 failed first with signal 11 (SIGSEGV)"),
             std::string::npos)
       << c["reason"];
+  EXPECT_EQ(c["verdict"], json({{"kind", "crashed"}, {"check", "exit"}, {"phase", "train"}, {"rank", 2}, {"signal", SIGSEGV},
+                                {"message", c["reason"]}}));
   // The failure summary names the log to read and a command that reruns only this case.
   EXPECT_NE(o.text.find("FAILURE SUMMARY"), std::string::npos) << o.text;
   EXPECT_NE(o.text.find("log:   " + dir_ + "/out/s/crash/train/rank2.log"), std::string::npos) << o.text;
@@ -145,6 +147,8 @@ TEST_F(Run, AHangHitsTheTimeout) {
   EXPECT_NE(c["reason"].get<std::string>().find("timed out after 1 s (ranks still running: 1)"), std::string::npos)
       << c["reason"];
   EXPECT_EQ(c["failing_log"], dir_ + "/out/s/hang/train/rank1.log");  // the rank that hung
+  EXPECT_EQ(c["verdict"]["kind"], "timed_out");
+  EXPECT_EQ(c["verdict"]["rank"], 1);
 }
 
 TEST_F(Run, ExpectationsXfailSkipCanaryAndOversizedCases) {
@@ -182,6 +186,11 @@ cases:
   EXPECT_EQ(case_of(s, "s/known_bug")["status"], "xfailed");
   EXPECT_EQ(case_of(s, "s/fixed_bug")["status"], "failed");
   EXPECT_EQ(case_of(s, "s/fixed_bug")["reason"], "XPASS: expected to fail (was broken) but every check passed");
+  EXPECT_EQ(case_of(s, "s/fixed_bug")["verdict"]["kind"], "xpassed");
+  EXPECT_EQ(case_of(s, "s/known_bug")["verdict"]["kind"], "xfailed");
+  EXPECT_EQ(case_of(s, "s/wide")["verdict"]["kind"], "skipped");
+  EXPECT_EQ(case_of(s, "s/canary")["verdict"]["kind"], "canary_caught");
+  EXPECT_EQ(case_of(s, "s/dud_canary")["verdict"]["kind"], "canary_not_caught");
   EXPECT_EQ(case_of(s, "s/unsupported")["status"], "skipped");
   EXPECT_EQ(case_of(s, "s/unsupported")["reason"], "pipeline parallel is not implemented");
   EXPECT_EQ(case_of(s, "s/wide")["status"], "skipped");
@@ -307,6 +316,7 @@ TEST_F(Run, SigintStopsEverythingLeavesNoProcessAndStillWritesTheSummary) {
   const json s = summary();
   EXPECT_EQ(case_of(s, "s/hang")["status"], "cancelled");
   EXPECT_EQ(case_of(s, "s/queued")["status"], "cancelled");
+  EXPECT_EQ(case_of(s, "s/queued")["verdict"]["kind"], "cancelled");
   EXPECT_EQ(s["interrupted_by_signal"], SIGINT);
 }
 

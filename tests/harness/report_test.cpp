@@ -1,0 +1,123 @@
+// JUnit and Surefire take their element and type from a case's typed verdict, never
+// from its message: rewording a message changes no dashboard.
+#include <gtest/gtest.h>
+
+#include <pugixml.hpp>
+
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+
+#include "report.h"
+#include "verdict.h"
+
+namespace fs = std::filesystem;
+using namespace meshtest;
+using nlohmann::json;
+
+namespace {
+
+const std::vector<VerdictKind> kAllKinds = {
+    VerdictKind::kPassed,      VerdictKind::kCanaryCaught, VerdictKind::kXfailed,         VerdictKind::kSkipped,
+    VerdictKind::kCheckFailed, VerdictKind::kNotJudged,    VerdictKind::kCrashed,         VerdictKind::kExitCode,
+    VerdictKind::kTimedOut,    VerdictKind::kLaunchError,  VerdictKind::kXpassed,         VerdictKind::kXfailedDifferently,
+    VerdictKind::kCanaryNotCaught, VerdictKind::kCanaryCrashed, VerdictKind::kCancelled,
+};
+
+// One case per verdict kind, each with `message` as its text.
+json summary_with(const std::string& message) {
+  json s = {{"format_version", 2}, {"backend", "gloo"}, {"devices", 8}, {"wall_s", 1.0}, {"cases", json::array()}};
+  for (VerdictKind kind : kAllKinds) {
+    Verdict v{kind, message};
+    v.check = "loss_matches";
+    const json verdict = verdict_to_json(v);
+    s["cases"].push_back({{"id", std::string("s/") + verdict_kind_name(kind)},
+                          {"suite", "s"},
+                          {"status", status_name(v.status())},
+                          {"reason", message},
+                          {"verdict", verdict},
+                          {"earlier_attempts", json::array()},
+                          {"repro", "meshtest run m.yaml --id x"}});
+  }
+  return s;
+}
+
+// testcase name -> "element type" ("failure loss_matches", "skipped", "" for a pass).
+std::map<std::string, std::string> junit_types(const json& summary, const std::string& dir) {
+  write_junit(summary, dir + "/junit.xml");
+  pugi::xml_document doc;
+  EXPECT_TRUE(doc.load_file((dir + "/junit.xml").c_str()));
+  std::map<std::string, std::string> out;
+  for (auto tc : doc.select_nodes("//testcase")) {
+    std::string what;
+    for (const char* element : {"failure", "error", "skipped"})
+      if (auto e = tc.node().child(element)) what = std::string(element) + " " + e.attribute("type").value();
+    out[tc.node().attribute("name").value()] = what;
+  }
+  return out;
+}
+
+class Report : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/meshtest-report-XXXXXX";
+    dir_ = ::mkdtemp(tmpl);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string dir_;
+};
+
+}  // namespace
+
+TEST_F(Report, JunitElementsAndTypesComeFromTheVerdictKind) {
+  const auto types = junit_types(summary_with("loss_matches: step 3 differs"), dir_);
+  const std::map<std::string, std::string> want = {
+      {"s/passed", ""},
+      {"s/canary_caught", ""},
+      {"s/xfailed", "skipped "},
+      {"s/skipped", "skipped "},
+      {"s/check_failed", "failure loss_matches"},
+      {"s/not_judged", "failure loss_matches"},
+      {"s/crashed", "error Crash"},
+      {"s/exit_code", "error NonZeroExit"},
+      {"s/timed_out", "error Timeout"},
+      {"s/launch_error", "error LaunchError"},
+      {"s/xpassed", "failure UnexpectedPass"},
+      {"s/xfailed_differently", "failure XfailFailedDifferently"},
+      {"s/canary_not_caught", "failure CanaryNotCaught"},
+      {"s/canary_crashed", "failure CanaryCrashed"},
+      {"s/cancelled", "error Cancelled"},
+  };
+  EXPECT_EQ(types, want);
+}
+
+TEST_F(Report, RewordingEveryMessageChangesNoType) {
+  // Messages that the text-parsing reports used to read as other types.
+  const auto before = junit_types(summary_with("loss_matches: step 3 differs"), dir_);
+  for (const std::string message : {"exit: timed out after a signal", "XPASS", "canary not caught: cannot start",
+                                    "xfail (x) failed differently", "", "no colon here"}) {
+    EXPECT_EQ(junit_types(summary_with(message), dir_), before) << message;
+  }
+}
+
+TEST_F(Report, VerdictsRoundTripThroughJsonAndUnknownKindsAreRefused) {
+  for (VerdictKind kind : kAllKinds) {
+    Verdict v{kind, "m"};
+    v.check = "exit";
+    v.phase = "train";
+    v.rank = 3;
+    v.signal = 9;
+    v.step = 7;
+    v.value = 1.5;
+    v.reference = 1.25;
+    v.tolerance = 1e-5;
+    const json j = verdict_to_json(v);
+    const Verdict back = verdict_from_json(j);
+    EXPECT_EQ(verdict_to_json(back), j);
+    EXPECT_EQ(back.status(), v.status());
+  }
+  EXPECT_THROW(verdict_from_json(json{{"kind", "exploded"}}), std::invalid_argument);
+  json no_verdict = summary_with("m");
+  no_verdict["cases"][0].erase("verdict");
+  EXPECT_THROW(write_junit(no_verdict, dir_ + "/junit.xml"), std::runtime_error);
+}
