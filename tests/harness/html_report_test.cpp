@@ -1,0 +1,328 @@
+// report.html and the Markdown summary, rendered from hand-built format-2 summaries: every
+// case and verdict on the page, charts with their series, band and marker, hostile text
+// inert, a 20 MB binary log bounded, and Markdown escaped and capped.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include <nlohmann/json.hpp>
+
+#include "html_report.h"
+#include "markdown_report.h"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using namespace meshtest;
+
+namespace {
+
+const std::string kHostileId = "cpu/evil\"><img src=x onerror=alert(1)>";
+const std::string kHostileReason = "</script><script>alert(1)</script> it's \"quoted\" \x1b[31mred\x1b[0m \xff\xfe bad";
+
+size_t count(const std::string& haystack, const std::string& needle) {
+  size_t n = 0;
+  for (size_t at = haystack.find(needle); at != std::string::npos; at = haystack.find(needle, at + 1)) ++n;
+  return n;
+}
+
+// Is every byte sequence valid UTF-8? (Enough for a test: structure only.)
+bool valid_utf8(const std::string& s) {
+  for (size_t i = 0; i < s.size();) {
+    const unsigned char b = s[i];
+    const size_t len = b < 0x80 ? 1 : (b & 0xE0) == 0xC0 ? 2 : (b & 0xF0) == 0xE0 ? 3 : (b & 0xF8) == 0xF0 ? 4 : 0;
+    if (len == 0 || i + len > s.size()) return false;
+    for (size_t k = 1; k < len; ++k)
+      if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return false;
+    i += len;
+  }
+  return true;
+}
+
+json curve(int first, int last, double start_loss) {
+  json rows = json::array();
+  for (int s = first; s <= last; ++s) rows.push_back({s, start_loss - 0.1 * (s - first), 1.0 + 0.01 * s});
+  return rows;
+}
+
+json phase(const std::string& name, const std::string& dir, int nproc, json points) {
+  json exits = json::array();
+  for (int r = 0; r < nproc; ++r) exits.push_back({{"rank", r}, {"exit_code", 0}, {"signal", 0}});
+  return {{"name", name}, {"argv", {"meshtrain", "train"}}, {"nproc", nproc}, {"dir", dir}, {"ran", true},
+          {"attempts", 1}, {"ok", true}, {"outputs", json::object()}, {"duration_s", 3.5}, {"timed_out", false},
+          {"killed", false}, {"stopped_because", ""}, {"exits", exits}, {"curve", points}};
+}
+
+json base_case(const std::string& suite, const std::string& name, const std::string& mesh) {
+  return {{"id", suite + "/" + name}, {"suite", suite}, {"name", name}, {"file", "m.yaml:12:5"},
+          {"status", "passed"}, {"met_expectation", true}, {"expect", "pass"}, {"reason", ""}, {"details", ""},
+          {"ngpu", 0}, {"devices", "cpu"}, {"model", "tiny"}, {"seed", "1"}, {"tags", {"cpu"}},
+          {"expected_s", 4.0}, {"start_s", 0.0}, {"duration_s", 3.9}, {"timestamp", "2024-01-01T00:00:00"},
+          {"dir", "out/" + name}, {"repro", "meshtest run m.yaml -k '" + name + "'"}, {"failing_log", ""},
+          {"mesh", mesh}, {"meshes", mesh}, {"earlier_attempts", json::array()},
+          {"verdict", {{"kind", "passed"}, {"message", "passed"}}},
+          {"phases", {phase("train", "out/" + name + "/train", 2, curve(1, 10, 5.0))}},
+          {"checks", {{{"kind", "exit"}, {"passed", true}, {"judged", true}, {"message", "every rank exited 0"}}}}};
+}
+
+class HtmlReport : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/meshtest-html-XXXXXX";
+    dir_ = ::mkdtemp(tmpl);
+    summary_ = build_summary();
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string write_file(const std::string& name, const std::string& bytes) {
+    const std::string path = dir_ + "/" + name;
+    std::ofstream(path, std::ios::binary) << bytes;
+    return path;
+  }
+
+  std::string random_binary(size_t n) {
+    std::mt19937 gen(42);
+    std::string bytes(n, '\0');
+    for (size_t i = 0; i + 4 <= n; i += 4) {
+      const uint32_t word = gen();
+      std::memcpy(&bytes[i], &word, 4);
+    }
+    return bytes;
+  }
+
+  json canary() {
+    json c = base_case("cpu", "canary/grad_sum_not_mean", "dp_shard=2");
+    c["expect"] = "fail: loss_matches";
+    c["reason"] = "canary caught: loss_matches failed as planted";
+    c["verdict"] = {{"kind", "canary_caught"}, {"message", "loss_matches failed at step 7, as the canary must"},
+                    {"check", "loss_matches"}, {"step", 7}};
+    json subject = json::array(), reference = json::array();
+    for (int s = 1; s <= 10; ++s) {
+      reference.push_back({s, 5.0 - 0.1 * s});
+      subject.push_back({s, 5.0 - 0.1 * s + (s >= 7 ? 0.5 : 0.001)});
+    }
+    c["checks"].push_back({{"kind", "loss_matches"}, {"passed", false}, {"judged", true}, {"phase", "train"},
+                           {"step", 7}, {"value", 4.8}, {"reference", 4.3}, {"tolerance", 0.05},
+                           {"message", "loss differs at step 7"},
+                           {"series", {{{"role", "subject"}, {"label", "phase train"}, {"metric", "loss"}, {"points", subject}},
+                                       {{"role", "reference"}, {"label", "baseline cpu/ddp"}, {"metric", "loss"}, {"points", reference}}}},
+                           {"band", {{"rtol", 0.01}, {"atol", 0.001}}}});
+    return c;
+  }
+
+  json crash() {
+    json c = base_case("cpu", "crash", "tp=2");
+    c["status"] = "failed";
+    c["met_expectation"] = false;
+    c["reason"] = "exit: rank 1 killed by signal 11 (SIGSEGV)";
+    c["verdict"] = {{"kind", "crashed"}, {"message", "rank 1 killed by signal 11"}, {"check", "exit"}, {"rank", 1},
+                    {"signal", 11}, {"phase", "train"}};
+    c["failing_log"] = write_file("rank1.log", random_binary(20 << 20));
+    c["phases"][0]["ok"] = false;
+    c["phases"][0]["exits"][1] = {{"rank", 1}, {"exit_code", -1}, {"signal", 11}};
+    c["phases"][0]["stopped_because"] = "rank 1 died";
+    c["earlier_attempts"] = {{{"reason", "exit: rank 0 timed out"}, {"details", "hung in all_reduce"},
+                              {"failing_log", "/gone/rank0.log"}, {"duration_s", 60.0},
+                              {"verdict", {{"kind", "timed_out"}, {"message", "timed out"}}}}};
+    return c;
+  }
+
+  json reshard(const std::string& to, bool resumed) {
+    json c = base_case("resharding", "save[dp_shard=4]-load[" + to + "]", "dp_shard=4");
+    c["meshes"] = "dp_shard=4 -> " + to;
+    c["phases"] = {phase("save", "out/r/save", 4, curve(1, 5, 5.0)),
+                   phase("load", "out/r/load", 4, resumed ? curve(6, 10, 4.5) : json::array())};
+    c["checks"].push_back({{"kind", "keys_match"}, {"passed", true}, {"judged", true}, {"message", "keys match"},
+                           {"details", "missing: (none)\nunexpected: (none)"}});
+    return c;
+  }
+
+  json hostile() {
+    json c = base_case("cpu", "evil", "dp_shard=2");
+    c["id"] = kHostileId;
+    c["name"] = "evil\"><img src=x onerror=alert(1)>";
+    c["status"] = "failed";
+    c["met_expectation"] = false;
+    c["reason"] = kHostileReason;
+    c["repro"] = "echo '</script><script>alert(1)</script>' | tee \"x\"";
+    c["tags"] = {"cpu", "\"><img src=x onerror=alert(1)>"};
+    c["verdict"] = {{"kind", "check_failed\"><script>alert(1)</script>"}, {"message", kHostileReason}};
+    c["checks"][0]["details"] = "</pre><script>alert(1)</script>";
+    c["failing_log"] = write_file("evil.log", "line 1\n</script><script>alert(1)</script>\n\x1b[1mbold\x1b[0m\n");
+    return c;
+  }
+
+  json build_summary() {
+    json cases = {base_case("cpu", "ddp_tp", "dp_shard=2,tp=2"), canary(), crash(), reshard("tp=4", true),
+                  reshard("dp_replicate=2,dp_shard=2", false), hostile()};
+    json gone = base_case("cpu", "log_gone", "dp_shard=2");
+    gone["status"] = "failed";
+    gone["met_expectation"] = false;
+    gone["verdict"] = {{"kind", "exit_code"}, {"message", "rank 0 exited 1"}};
+    gone["failing_log"] = dir_ + "/no/such/rank0.log";
+    cases.push_back(gone);
+    return {{"format_version", 2}, {"matrices", {"test_matrix/cpu.yaml"}}, {"retries", 1}, {"backend", "gloo"},
+            {"devices", 0}, {"wall_s", 125.0}, {"interrupted_by_signal", 0}, {"all_met", false},
+            {"hostname", "ci-1"}, {"counts", {{"passed", 4}, {"failed", 3}}}, {"cases", cases}};
+  }
+
+  // The part of the page for the case with this anchor, up to its closing tag.
+  static std::string section(const std::string& page, const std::string& anchor) {
+    const size_t start = page.find("id=\"" + anchor + "\"");
+    if (start == std::string::npos) return "";
+    return page.substr(start, page.find("</details>", start) - start);
+  }
+
+  std::string dir_;
+  json summary_;
+};
+
+TEST_F(HtmlReport, ListsEveryCaseAndVerdict) {
+  const std::string page = html_report(summary_);
+  for (const auto& c : summary_["cases"]) {
+    if (c["id"] == kHostileId) continue;
+    EXPECT_NE(page.find(c["id"].get<std::string>()), std::string::npos) << c["id"];
+    EXPECT_NE(page.find(c["verdict"]["kind"].get<std::string>()), std::string::npos) << c["id"];
+  }
+  EXPECT_NE(page.find("cpu/evil&quot;&gt;&lt;img src=x onerror=alert(1)&gt;"), std::string::npos);
+  EXPECT_NE(page.find("<noscript>"), std::string::npos);
+  EXPECT_NE(page.find("<div id=\"js-errors\"></div>"), std::string::npos);
+  EXPECT_NE(page.find("2m05s"), std::string::npos);  // wall time
+}
+
+TEST_F(HtmlReport, HostileTextStaysText) {
+  const std::string page = html_report(summary_);
+  EXPECT_EQ(page.find("<script>alert"), std::string::npos);
+  EXPECT_EQ(page.find("<img"), std::string::npos);
+  EXPECT_EQ(page.find("</pre><script"), std::string::npos);
+  EXPECT_EQ(count(page, "<script"), 1u);    // ours only
+  EXPECT_EQ(count(page, "</script>"), 1u);  // the log's and the reason's are escaped
+  EXPECT_NE(page.find("&lt;/script&gt;&lt;script&gt;alert(1)&lt;/script&gt;"), std::string::npos);
+  EXPECT_NE(page.find("it&#39;s &quot;quoted&quot;"), std::string::npos);
+  EXPECT_EQ(page.find('\x1b'), std::string::npos);
+  EXPECT_NE(page.find("bold"), std::string::npos);  // ANSI gone, text kept
+  EXPECT_TRUE(valid_utf8(page));
+  for (const char ch : page)
+    EXPECT_FALSE(static_cast<unsigned char>(ch) < 0x20 && ch != '\n' && ch != '\t' && ch != '\r') << int(ch);
+  EXPECT_EQ(page.find("http://"), std::string::npos);
+  EXPECT_EQ(page.find("https://"), std::string::npos);
+  // An unknown verdict kind does not become a class name.
+  EXPECT_EQ(page.find("k-check_failed\""), std::string::npos);
+}
+
+TEST_F(HtmlReport, AnchorsAreSafeAndDistinct) {
+  json a = base_case("s", "a/b", "tp=2"), b = base_case("s", "a_b", "tp=2");
+  const std::string page = html_report({{"format_version", 2}, {"cases", {a, b}}});
+  EXPECT_NE(page.find("id=\"case-s_2fa_2fb\""), std::string::npos);
+  EXPECT_NE(page.find("id=\"case-s_2fa_5fb\""), std::string::npos);
+  const std::string evil = html_report(summary_);
+  EXPECT_NE(evil.find("id=\"case-cpu_2fevil_22_3e_3cimg_20src_3dx_20onerror_3dalert_281_29_3e\""), std::string::npos);
+}
+
+TEST_F(HtmlReport, HugeBinaryLogIsBounded) {
+  const std::string page = html_report(summary_);
+  EXPECT_LT(page.size(), 1u << 20);
+  EXPECT_NE(section(page, "case-cpu_2fcrash").find("<pre class=\"log\">"), std::string::npos);
+}
+
+TEST_F(HtmlReport, GoneLogIsSaidToBeGone) {
+  const std::string page = html_report(summary_);
+  EXPECT_NE(section(page, "case-cpu_2flog_5fgone").find("The log is gone"), std::string::npos);
+}
+
+TEST_F(HtmlReport, CheckChartHasSeriesBandAndMarker) {
+  const std::string page = html_report(summary_);
+  const std::string canary = section(page, "case-cpu_2fcanary_2fgrad_5fsum_5fnot_5fmean");
+  ASSERT_FALSE(canary.empty());
+  EXPECT_NE(canary.find("data-series=\"subject\""), std::string::npos);
+  EXPECT_NE(canary.find("data-series=\"reference\""), std::string::npos);
+  EXPECT_NE(canary.find("class=\"band\""), std::string::npos);
+  EXPECT_NE(canary.find("class=\"marker\" data-step=\"7\""), std::string::npos);
+  EXPECT_NE(canary.find("<circle"), std::string::npos);
+  EXPECT_EQ(count(page, "class=\"marker\""), 1u);  // no per-point elements elsewhere
+}
+
+TEST_F(HtmlReport, ResumedPhasesShareOneStepAxis) {
+  const std::string page = html_report(summary_);
+  const std::string r = section(page, "case-resharding_2fsave_5bdp_5fshard_3d4_5d-load_5btp_3d4_5d");
+  ASSERT_FALSE(r.empty());
+  EXPECT_NE(r.find("data-series=\"phase-0\""), std::string::npos);
+  EXPECT_NE(r.find("data-series=\"phase-1\""), std::string::npos);
+  EXPECT_NE(r.find("step 1<"), std::string::npos);
+  EXPECT_NE(r.find("step 10<"), std::string::npos);
+}
+
+TEST_F(HtmlReport, ReshardTableAndLegend) {
+  const std::string page = html_report(summary_);
+  EXPECT_NE(page.find("saved layout × loaded layout"), std::string::npos);
+  EXPECT_NE(page.find("<th>dp_replicate=2,dp_shard=2</th>"), std::string::npos);
+  EXPECT_NE(page.find("<th>tp=4</th>"), std::string::npos);
+  EXPECT_NE(page.find("class=\"sw k-canary_caught\""), std::string::npos);
+  EXPECT_NE(page.find("class=\"sw k-crashed\""), std::string::npos);
+}
+
+TEST_F(HtmlReport, WritesAtomicallyWithRelativeLogLinks) {
+  json summary = summary_;
+  summary["cases"][0]["phases"][0]["dir"] = dir_ + "/report/cpu/ddp_tp/train";
+  summary["cases"][1]["phases"][0]["dir"] = "/elsewhere/train";
+  const std::string path = dir_ + "/report/report.html";
+  write_html_report(summary, path);
+  EXPECT_FALSE(fs::exists(path + ".tmp"));
+  std::ifstream in(path, std::ios::binary);
+  const std::string page((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(page.find("href=\"cpu/ddp_tp/train/rank1.log\""), std::string::npos);
+  EXPECT_NE(page.find("href=\"file:///elsewhere/train/rank0.log\""), std::string::npos);
+}
+
+TEST_F(HtmlReport, MalformedSummaryStillRenders) {
+  const json odd = {{"format_version", 3}, {"wall_s", "soon"},
+                    {"cases", {{{"id", 5}, {"status", {1, 2}}, {"phases", "none"}, {"checks", {{{"series", 7}}}}},
+                               "not a case", {{"id", "ok"}, {"verdict", "passed"}, {"tags", {1, "t"}}}}}};
+  std::string page;
+  ASSERT_NO_THROW(page = html_report(odd));
+  EXPECT_NE(page.find("format_version 3"), std::string::npos);
+  ASSERT_NO_THROW(markdown_summary(odd));
+}
+
+TEST_F(HtmlReport, ThirtyTwoCasesStaySmall) {
+  json cases = json::array();
+  for (int i = 0; i < 32; ++i) cases.push_back(i % 2 ? canary() : base_case("cpu", "c" + std::to_string(i), "tp=2"));
+  for (int i = 0; i < 32; ++i) cases[i]["id"] = "cpu/c" + std::to_string(i);
+  const std::string page = html_report({{"format_version", 2}, {"cases", cases}});
+  EXPECT_LT(page.size(), 2u << 20);
+}
+
+TEST_F(HtmlReport, MarkdownListsMissedCasesEscaped) {
+  json summary = summary_;
+  summary["cases"][2]["reason"] = "a | b `c` <img src=x>";
+  const std::string md = markdown_summary(summary);
+  EXPECT_EQ(md.rfind("### meshtest: 4 passed, 3 failed\n", 0), 0u) << md;
+  EXPECT_NE(md.find("| passed | 4 |"), std::string::npos);
+  EXPECT_NE(md.find("cpu/crash"), std::string::npos);
+  EXPECT_NE(md.find("a \\| b \\`c\\` \\<img src=x\\>"), std::string::npos) << md;
+  EXPECT_EQ(md.find("ddp\\_tp"), std::string::npos);  // it met its expectation: not listed
+  for (size_t at = md.find("<img"); at != std::string::npos; at = md.find("<img", at + 1))
+    EXPECT_EQ(md[at - 1], '\\');  // an escaped '<' is no tag
+  EXPECT_EQ(md.find('\x1b'), std::string::npos);
+  EXPECT_NE(md.find("  ` echo '"), std::string::npos);  // repro: a code span
+}
+
+TEST_F(HtmlReport, MarkdownCapsTheList) {
+  json cases = json::array();
+  for (int i = 0; i < 60; ++i) {
+    json c = base_case("s", "c" + std::to_string(i), "tp=2");
+    c["status"] = "failed";
+    c["met_expectation"] = false;
+    cases.push_back(c);
+  }
+  const std::string md = markdown_summary({{"cases", cases}}, 50);
+  EXPECT_EQ(count(md, "\n- **"), 50u);
+  EXPECT_NE(md.find("and 10 more"), std::string::npos);
+  EXPECT_NE(markdown_summary({{"cases", {base_case("s", "ok", "tp=2")}}}).find("Every case met"), std::string::npos);
+}
+
+}  // namespace
