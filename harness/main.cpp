@@ -20,6 +20,7 @@
 #include "default_matrix.h"
 #include "launch.h"
 #include "matrix.h"
+#include "plan.h"
 #include "report.h"
 #include "runner.h"
 #include "schedule.h"
@@ -104,9 +105,8 @@ void apply_skip_tags(std::vector<Suite>& suites, const std::vector<std::string>&
   }
 }
 
-// Filters, then adds back the baselines the chosen cases compare against, then shards.
-std::vector<const Case*> select(const std::vector<Suite>& suites, const Selection& s,
-                                const std::map<std::string, double>& history) {
+// Filters, then adds back the baselines the chosen cases compare against.
+std::vector<const Case*> select(const std::vector<Suite>& suites, const Selection& s) {
   std::map<std::string, const Case*> by_id;
   std::vector<const Case*> all;
   for (const auto& suite : suites)
@@ -135,35 +135,21 @@ std::vector<const Case*> select(const std::vector<Suite>& suites, const Selectio
   std::vector<const Case*> out;
   for (const Case* c : all)
     if (chosen.count(c->id)) out.push_back(c);
-  if (s.shard.empty()) return out;
+  return out;
+}
 
+// The selection, then the shard's part of it when --shard says so: planned first, so
+// the shards balance the durations a run would expect.
+std::vector<const Case*> select_shard(const std::vector<Suite>& suites, const Selection& s, const RunOptions& opt,
+                                      const std::map<std::string, double>& history) {
+  const std::vector<const Case*> selected = select(suites, s);
+  if (s.shard.empty()) return selected;
   int index = 0, count = 0;
   char slash = 0;
   std::istringstream in(s.shard);
   if (!(in >> index >> slash >> count) || slash != '/' || count < 1 || index < 1 || index > count || !in.eof())
     throw std::invalid_argument("--shard '" + s.shard + "' must be I/N with 1 <= I <= N");
-  // A case and its baselines share a shard: union them into groups.
-  std::map<std::string, int> group;
-  for (size_t i = 0; i < out.size(); ++i) group[out[i]->id] = static_cast<int>(i);
-  std::function<int(int)> root = [&](int g) {
-    while (group[out[g]->id] != g) g = group[out[g]->id];
-    return g;
-  };
-  for (size_t i = 0; i < out.size(); ++i)
-    for (const auto& b : out[i]->baselines())
-      if (group.count(b)) group[out[root(group[b])]->id] = root(static_cast<int>(i));
-  std::vector<Task> tasks;
-  std::vector<int> groups;
-  for (size_t i = 0; i < out.size(); ++i) {
-    auto h = history.find(out[i]->id);
-    tasks.push_back({out[i]->ngpu, h != history.end() ? h->second : estimate_seconds(*out[i]), out[i]->id});
-    groups.push_back(root(static_cast<int>(i)));
-  }
-  const auto shard_of = assign_shards(tasks, groups, count);
-  std::vector<const Case*> mine;
-  for (size_t i = 0; i < out.size(); ++i)
-    if (shard_of[i] == index - 1) mine.push_back(out[i]);
-  return mine;
+  return shard_cases(plan_run(selected, opt, history), index, count);
 }
 
 std::string shell_quote(const std::string& s) {
@@ -221,6 +207,26 @@ int run_launch(int nproc, const std::string& log_dir, double timeout_s, double g
 
 int render_reports(const std::string& dir, bool exit_by_expectations);
 
+// --dry-run: each case's planned start, devices and exact commands, then the makespan.
+void print_plan(const Plan& plan, const RunOptions& opt) {
+  const auto sim = simulate(plan.tasks, opt.devices, opt.jobs);
+  for (size_t i = 0; i < plan.cases.size(); ++i) {
+    const CaseOutcome& o = plan.cases[i];
+    std::printf("%s  (%d %s, expected %.1f s, %s)\n", o.spec->id.c_str(), o.spec->ngpu, plan.unit.c_str(),
+                plan.tasks[i].expected_s, o.spec->expect.str().c_str());
+    if (!plan.runs(i)) {
+      std::printf("  skipped: %s\n", plan.skip[i].c_str());
+      continue;
+    }
+    std::printf("  planned start %.1f s on devices", sim.start[i]);
+    for (int d : sim.devices[i]) std::printf(" %d", d);
+    std::printf("\n");
+    for (const auto& p : o.phases) std::printf("  [%s] %s\n", p.name.c_str(), join_argv(p.argv).c_str());
+  }
+  std::printf("\n%zu cases; planned makespan %.1f s; lower bound %.1f s\n", plan.cases.size(), sim.makespan,
+              makespan_lower_bound(plan.tasks, opt.devices));
+}
+
 // `meshtest run`: select, plan, launch, check, report.
 int run_matrix(Selection sel, RunOptions opt, bool dry_run, int ngpu, const char* argv0,
                const std::vector<std::string>& skip_tags = {}) {
@@ -232,56 +238,25 @@ int run_matrix(Selection sel, RunOptions opt, bool dry_run, int ngpu, const char
   if (opt.meshtrain.empty()) opt.meshtrain = meshtrain_binary();
   if (opt.history.empty()) opt.history = (fs::path(opt.out_dir) / "summary.json").string();
   const auto history = load_durations(opt.history);
-  const auto cases = select(suites, sel, history);
   std::string files;
   for (const auto& m : sel.matrices) files += " " + shell_quote(m);
   for (const auto& m : sel.matrices) opt.matrices.push_back(fs::absolute(m).string());
   opt.repro_prefix = shell_quote(argv0) + " run" + files + " --backend " + opt.backend + " --ngpu " +
                      std::to_string(opt.devices);
   opt.progress = ::isatty(2) && !std::getenv("CI");
+  const Plan plan = plan_run(select_shard(suites, sel, opt, history), opt, history);
 
   if (dry_run) {
-    const std::string unit = opt.backend == "nccl" ? "GPUs" : "CPU slots";
-    const auto skips = pool_skips(cases, opt.devices, unit);
-    std::set<std::string> baselines;
-    for (const Case* c : cases)
-      for (const auto& b : c->baselines()) baselines.insert(b);
-    std::vector<Task> tasks;
-    for (size_t i = 0; i < cases.size(); ++i) {
-      const Case* c = cases[i];
-      auto h = history.find(c->id);
-      const bool skip = c->expect.kind == Expectation::kSkip || !skips[i].empty();
-      tasks.push_back({skip ? 0 : c->ngpu, skip ? 0 : (h != history.end() ? h->second : estimate_seconds(*c)), c->id,
-                       baselines.count(c->id) > 0});
-    }
-    const auto sim = simulate(tasks, opt.devices, opt.jobs);
-    for (size_t i = 0; i < cases.size(); ++i) {
-      const Case* c = cases[i];
-      std::printf("%s  (%d %s, expected %.1f s, %s)\n", c->id.c_str(), c->ngpu, unit.c_str(), tasks[i].expected_s,
-                  c->expect.str().c_str());
-      if (!skips[i].empty() || c->expect.kind == Expectation::kSkip) {
-        std::printf("  skipped: %s\n", skips[i].empty() ? c->expect.reason.c_str() : skips[i].c_str());
-        continue;
-      }
-      std::printf("  planned start %.1f s on devices", sim.start[i]);
-      for (int d : sim.devices[i]) std::printf(" %d", d);
-      std::printf("\n");
-      const std::string case_dir = case_folder(opt.out_dir, *c);
-      for (const auto& p : c->phases)
-        std::printf("  [%s] %s\n", p.name.c_str(),
-                    join_argv(resolve_argv(p.argv, {opt.meshtrain, opt.backend, case_dir, case_dir + "/" + p.name})).c_str());
-    }
-    std::printf("\n%zu cases; planned makespan %.1f s; lower bound %.1f s\n", cases.size(), sim.makespan,
-                makespan_lower_bound(tasks, opt.devices));
+    print_plan(plan, opt);
     return 0;
   }
 
   become_subreaper();
   install_stop_handlers();
   fs::create_directories(opt.out_dir);
-  std::fprintf(stderr, "meshtest: %zu cases on %d %s (%s), output in %s\n", cases.size(), opt.devices,
+  std::fprintf(stderr, "meshtest: %zu cases on %d %s (%s), output in %s\n", plan.cases.size(), opt.devices,
                opt.backend == "nccl" ? "GPUs" : "CPU slots", opt.backend.c_str(), opt.out_dir.c_str());
-  const RunResult result = run_cases(cases, opt);
+  const RunResult result = run_cases(plan, opt);
   write_summary(summary_json(result, opt), (fs::path(opt.out_dir) / "summary.json").string());
   const int reports = render_reports(opt.out_dir, false);
   if (reports != 0) return reports;
@@ -540,7 +515,9 @@ int main(int argc, char** argv) {
 
     if (*list_cmd) {
       const auto suites = load_all(list_sel.matrices);
-      for (const Case* c : select(suites, list_sel, {}))
+      RunOptions list_opt;
+      list_opt.devices = default_devices(list_opt.backend);
+      for (const Case* c : select_shard(suites, list_sel, list_opt, {}))
         std::printf("%-50s ngpu=%d phases=%zu expect=%s%s\n", c->id.c_str(), c->ngpu, c->phases.size(),
                     c->expect.str().c_str(), c->tags.empty() ? "" : ("  tags=" + [&] {
                       std::string t;

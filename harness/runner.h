@@ -1,12 +1,11 @@
-// Runs selected cases: packs them onto the device pool (schedule.h), launches each
-// phase's ranks (launch.h), checks and judges each finished case (checks.h), and
-// writes summary.json. SIGINT/SIGTERM stop every running case the same way a
-// failure does, and the reports are still written for what finished.
+// Runs a plan (plan.h): packs its cases onto the device pool (schedule.h), launches
+// each phase's ranks (launch.h), checks and judges each finished case (checks.h);
+// the states a case goes through are in run_loop.h. SIGINT/SIGTERM stop every
+// running case the same way a failure does, and every case still gets a verdict.
 #pragma once
 
 #include <csignal>
 
-#include <map>
 #include <string>
 #include <vector>
 
@@ -33,12 +32,6 @@ struct RunOptions {
 extern volatile std::sig_atomic_t g_stop_signal;
 void install_stop_handlers();
 
-// Expected seconds per case id from an earlier summary.json (empty when absent).
-std::map<std::string, double> load_durations(const std::string& summary_path);
-double estimate_seconds(const Case& c);
-// <out>/<suite>/<case name, characters unusual in paths replaced by _>
-std::string case_folder(const std::string& out_dir, const Case& c);
-
 struct RunResult {
   std::vector<CaseOutcome> cases;
   double wall_s = 0;
@@ -46,11 +39,7 @@ struct RunResult {
   bool all_met() const;
 };
 
-// Why each case cannot run on a pool of `devices` ("" when it can): wider than the pool
-// (torchtitan's rule), or judged against a baseline that is, since a missing baseline
-// cannot say whether the case is right.
-std::vector<std::string> pool_skips(const std::vector<const Case*>& cases, int devices, const std::string& unit);
-
-RunResult run_cases(const std::vector<const Case*>& cases, const RunOptions& options);
+struct Plan;
+RunResult run_cases(const Plan& plan, const RunOptions& options);
 
 }  // namespace meshtest
