@@ -561,9 +561,9 @@ std::string phases_table(const json& c, const Page& page) {
     std::string why = esc(str(p, "stopped_because"), kTextCap);
     const std::string exits = bad_exits(p);
     if (!exits.empty()) why += (why.empty() ? "" : "<br>") + exits;
-    if (!field(p, "first_failure").is_null())
-      why += "<br>first failure: " + esc(field(p, "first_failure").is_string() ? str(p, "first_failure")
-                                                                              : field(p, "first_failure").dump(), kLineCap);
+    if (!str(p, "launch_error").empty()) why += (why.empty() ? "" : "<br>") + esc(str(p, "launch_error"), kTextCap);
+    if (!str(field(p, "first_failure"), "what").empty())
+      why += "<br>first failure: " + esc(str(field(p, "first_failure"), "what"));
     out += "<tr><td>" + esc(str(p, "name")) + "</td><td>" + esc(scalar_text(field(p, "nproc"))) + "</td><td>" + result +
            "</td><td>" + human_seconds(num(p, "duration_s")) + "</td><td>" + why + "</td><td>" + rank_links(p, page) +
            "</td></tr>";
