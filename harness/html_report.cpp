@@ -769,7 +769,7 @@ dl.facts{display:grid;grid-template-columns:max-content 1fr;gap:.1em 1em;margin:
 ul.legend{list-style:none;padding:0;display:flex;flex-wrap:wrap;gap:.2em 1.2em;font-size:12px}
 table{border-collapse:collapse;margin:.3em 0}th,td{border:1px solid #ddd;padding:.2em .45em;text-align:left;vertical-align:top}
 table.grid th{background:#fafafa;font-weight:600;white-space:nowrap}
-details.case{border:1px solid #ddd;border-left-width:8px;margin:.35em 0;padding:.2em .6em}
+details.case{border:1px solid #ddd;border-left-width:8px;margin:.35em 0;padding:.2em .6em;content-visibility:auto;contain-intrinsic-size:auto 2.2em}
 details.case>summary{cursor:pointer}.case-id{font-weight:600;font-family:ui-monospace,monospace}
 .kind{color:#444}.reason{color:#333}.missed{color:#c62828;font-weight:600}
 .body{padding:.3em 0 .6em}
@@ -831,7 +831,11 @@ const char* kScript = R"JS(
   if (form) {
     form.hidden = false;
     form.addEventListener('change', applyFilters);
-    applyFilters();
+    // Everything starts shown: count instead of touching every element of a 1,000-case page.
+    if (shown) {
+      var total = document.querySelectorAll('details.case').length;
+      shown.textContent = total + ' of ' + total + ' cases shown';
+    }
   }
 
   function selectText(el) {
