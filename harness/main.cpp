@@ -18,7 +18,9 @@
 #include "checks.h"
 #include "ckpt_cli.h"
 #include "default_matrix.h"
+#include "html_report.h"
 #include "launch.h"
+#include "markdown_report.h"
 #include "matrix.h"
 #include "plan.h"
 #include "report.h"
@@ -276,13 +278,15 @@ json read_summary(const std::string& dir) {
   return summary;
 }
 
-// junit.xml, surefire/TEST-<suite>.xml and the terminal table, all from summary.json.
+// junit.xml, surefire/TEST-<suite>.xml, report.html and the terminal table, all from summary.json.
 int render_reports(const std::string& dir, bool exit_by_expectations) {
   const json summary = read_summary(dir);
   write_junit(summary, (fs::path(dir) / "junit.xml").string());
   write_surefire(summary, (fs::path(dir) / "surefire").string());
+  write_html_report(summary, (fs::path(dir) / "report.html").string());
   print_report(summary, stdout);
-  std::printf("reports: %s/junit.xml, %s/surefire/, %s/summary.json\n", dir.c_str(), dir.c_str(), dir.c_str());
+  std::printf("reports: %s/report.html, %s/junit.xml, %s/surefire/, %s/summary.json\n", dir.c_str(), dir.c_str(),
+              dir.c_str(), dir.c_str());
   std::fflush(stdout);
   if (!exit_by_expectations) return 0;
   return summary.value("all_met", false) ? 0 : 1;
@@ -442,9 +446,14 @@ int main(int argc, char** argv) {
   merge_cmd->add_option("OUT", merge_out, "Folder for the merged reports")->required();
   merge_cmd->add_option("IN", merge_in, "The shards' --out folders")->required();
 
-  std::string report_dir;
-  auto* report_cmd = app.add_subcommand("report", "Render junit.xml, surefire/ and the table again from DIR/summary.json");
-  report_cmd->add_option("DIR", report_dir, "A meshtest --out folder")->required();
+  std::string report_dir, report_html;
+  bool report_markdown = false;
+  auto* report_cmd =
+      app.add_subcommand("report", "Render report.html, junit.xml, surefire/ and the table again from DIR/summary.json");
+  report_cmd->add_option("DIR", report_dir, "A meshtest --out folder (or merge OUT)")->required();
+  report_cmd->add_option("--html", report_html, "Only write the HTML report, to FILE");
+  report_cmd->add_flag("--markdown", report_markdown,
+                       "Only print a Markdown summary (for $GITHUB_STEP_SUMMARY); exit 0 once printed");
 
   std::string rerun_from, rerun_out;
   auto* rerun_cmd = app.add_subcommand("rerun-failed", "Run again the cases of an earlier run that missed their expectation");
@@ -529,6 +538,16 @@ int main(int argc, char** argv) {
 
     if (*ckpt_inspect_cmd) return ckpt_inspect(ckpt_a, ckpt, stdout);
     if (*ckpt_diff_cmd) return ckpt_diff(ckpt_a, ckpt_b, ckpt, stdout);
+    if (*report_cmd && report_markdown) {
+      std::fputs(markdown_summary(read_summary(report_dir)).c_str(), stdout);
+      return 0;
+    }
+    if (*report_cmd && !report_html.empty()) {
+      const json summary = read_summary(report_dir);
+      write_html_report(summary, report_html);
+      std::printf("report: %s\n", report_html.c_str());
+      return summary.value("all_met", false) ? 0 : 1;
+    }
     if (*report_cmd) return render_reports(report_dir, true);
     if (*merge_cmd) return merge_runs(merge_out, merge_in);
     if (*rerun_cmd) {

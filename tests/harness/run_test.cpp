@@ -597,5 +597,26 @@ TEST(CpuMatrix, SeedOutcomesAndEveryCanaryInOneRun) {
   }
   EXPECT_GE(canaries, 14);
   expect_valid(out + "/junit.xml", "jenkins-junit.xsd");
+
+  // report.html of this real run, as a person opens it: headless Chromium with scripts on and
+  // off; the page, its DOM dumps and a screenshot are kept for CI's artifacts.
+  ASSERT_TRUE(fs::exists(out + "/report.html"));
+  EXPECT_LT(fs::file_size(out + "/report.html"), 2u << 20);
+  const std::string kept = MESHTEST_BROWSER_OUT;
+  fs::remove_all(kept);
+  fs::create_directories(kept);
+  const Output browser = sh("bash " MESHTEST_SOURCE_DIR "/tests/report/browser_check.sh " + out + "/report.html " + out +
+                            "/summary.json " + kept);
+  if (browser.rc == 77) {
+    std::printf("NOTICE: %s", browser.text.c_str());  // chromium is not installed
+  } else {
+    EXPECT_EQ(browser.rc, 0) << browser.text;
+    EXPECT_TRUE(fs::exists(kept + "/report.png")) << browser.text;
+    // A failing canary's chart: both series, and the marker at the step its check named.
+    const json& canary = by_id["cpu/canary/grad_sum_not_mean"];
+    ASSERT_TRUE(canary["verdict"].contains("step")) << canary["verdict"];
+    EXPECT_NE(browser.text.find("cpu/canary/grad_sum_not_mean"), std::string::npos) << browser.text;
+  }
+  fs::copy_file(out + "/report.html", kept + "/report.html", fs::copy_options::overwrite_existing);
   fs::remove_all(fs::path(out).parent_path());
 }
