@@ -10,6 +10,7 @@ packages=(
   libgtest-dev libgmock-dev libcli11-dev libpugixml-dev
   libxml2-utils python3 python3-junitparser
   python3-torch clang-14 libfuzzer-14-dev
+  chromium fonts-dejavu-core  # report.html opened headless (tests/report/browser_check.sh)
 )
 
 missing=()

@@ -22,7 +22,7 @@ namespace meshtest {
 namespace {
 
 // Caps keep a hostile or huge summary (or a 20 MB binary log) from bloating the page.
-constexpr size_t kLineCap = 500;              // ids, reasons, labels: one line
+constexpr size_t kLineCap = 2000;             // ids, reasons, labels: one line
 constexpr size_t kTextCap = 16 * 1024;        // messages and check details
 constexpr size_t kReproCap = 4096;
 constexpr size_t kLogReadBytes = 64 * 1024;   // read from the end of a log, at most

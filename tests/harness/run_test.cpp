@@ -615,7 +615,9 @@ TEST(CpuMatrix, SeedOutcomesAndEveryCanaryInOneRun) {
     // A failing canary's chart: both series, and the marker at the step its check named.
     const json& canary = by_id["cpu/canary/grad_sum_not_mean"];
     ASSERT_TRUE(canary["verdict"].contains("step")) << canary["verdict"];
-    EXPECT_NE(browser.text.find("cpu/canary/grad_sum_not_mean"), std::string::npos) << browser.text;
+    const std::string chart = "chart: cpu/canary/grad_sum_not_mean loss_matches: subject and reference drawn, marker at step " +
+                              std::to_string(canary["verdict"]["step"].get<long long>());
+    EXPECT_NE(browser.text.find(chart), std::string::npos) << chart << "\n" << browser.text;
   }
   fs::copy_file(out + "/report.html", kept + "/report.html", fs::copy_options::overwrite_existing);
   fs::remove_all(fs::path(out).parent_path());

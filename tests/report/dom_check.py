@@ -141,12 +141,15 @@ def main():
         for check in case.get("checks", []):
             if check.get("step") is None or not check.get("series"):
                 continue
-            for role in {s.get("role") for s in check["series"]} & {"subject", "reference"}:
-                if role not in found.series:
-                    problems.append(f"case {cid!r}: no data-series={role!r} path for check {check.get('kind')}")
+            missing = ({s.get("role") for s in check["series"]} & {"subject", "reference"}) - found.series
+            for role in sorted(missing):
+                problems.append(f"case {cid!r}: no data-series={role!r} path for check {check.get('kind')}")
             if step_text(check["step"]) not in found.marker_steps:
                 problems.append(f"case {cid!r}: no marker with data-step={step_text(check['step'])!r} "
                                 f"(markers: {sorted(found.marker_steps)})")
+            elif not missing and mode == "--js":
+                print(f"chart: {cid} {check.get('kind')}: subject and reference drawn, "
+                      f"marker at step {step_text(check['step'])}")
     if parser.js_errors.strip():
         problems.append("#js-errors: " + parser.js_errors.strip()[:2000])
     if parser.external:
