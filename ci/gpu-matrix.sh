@@ -18,7 +18,7 @@ build/cuda/meshtest run "$matrix" --backend nccl --out "$run_dir" --grace 10 "$@
 rc=${PIPESTATUS[0]}
 dest=$(cd "$out" && pwd)
 (cd "$run_dir" && find . \( -name 'rank*.log' -o -name 'rank*.json' -o -name metrics.jsonl -o -name generate.json \
-   -o -name summary.json -o -name junit.xml -o -name 'TEST-*.xml' -o -name state_dict_keys.json \) \
+   -o -name summary.json -o -name report.html -o -name junit.xml -o -name 'TEST-*.xml' -o -name state_dict_keys.json \) \
    -not -path '*/checkpoint/*' -exec cp --parents {} "$dest/" \;)
 # The device tool returns at most 8 files: one archive per matrix.
 (cd "$(dirname "$dest")" && tar czf "$name.tgz" "$name" && rm -rf "$name")
