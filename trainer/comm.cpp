@@ -61,6 +61,12 @@ class SelfComm : public Comm {
     return full;
   }
   void barrier() override {}
+  InFlight start_all_gather(const torch::Tensor& piece) override {
+    return [piece] { return piece; };
+  }
+  InFlight start_reduce_scatter_sum(const torch::Tensor& full) override {
+    return [full] { return full; };
+  }
 };
 
 class C10dComm : public Comm {
@@ -154,6 +160,65 @@ class C10dComm : public Comm {
     v.all_reduce_bytes -= static_cast<int64_t>(summed.nbytes()), --v.all_reduce_calls;
     v.reduce_scatter_bytes += static_cast<int64_t>(summed.nbytes()), ++v.reduce_scatter_calls;
     return summed.narrow(0, offset, sizes[rank_]).clone();
+#endif
+  }
+
+  InFlight start_all_gather(const torch::Tensor& piece) override {
+    if (needs_wire_cast(piece)) {
+      auto wide = start_all_gather(piece.to(torch::kFloat32));
+      return [wide, dtype = piece.scalar_type()] { return wide().to(dtype); };
+    }
+    auto input = piece.contiguous();
+    comm_volume().all_gather_bytes += static_cast<int64_t>(input.nbytes()) * size_;
+    ++comm_volume().all_gather_calls;
+#ifdef MESHTEST_CUDA
+    auto output = torch::empty({input.numel() * size_}, input.options());
+    auto work = backend_->_allgather_base(output, input);
+    // The input travels with the handle: its memory must outlive the transfer.
+    return [work, output, input] {
+      work->wait();
+      return output;
+    };
+#else
+    std::vector<torch::Tensor> inputs{input};
+    std::vector<std::vector<torch::Tensor>> outputs(1);
+    for (int i = 0; i < size_; ++i) outputs[0].push_back(torch::empty_like(input));
+    auto work = backend_->allgather(outputs, inputs);
+    return [work, pieces = outputs[0], input] {
+      work->wait();
+      return torch::cat(pieces);
+    };
+#endif
+  }
+
+  InFlight start_reduce_scatter_sum(const torch::Tensor& full) override {
+    if (needs_wire_cast(full)) {
+      auto wide = start_reduce_scatter_sum(full.to(torch::kFloat32));
+      return [wide, dtype = full.scalar_type()] { return wide().to(dtype); };
+    }
+    const int64_t n = full.numel() / size_;
+    comm_volume().reduce_scatter_bytes += static_cast<int64_t>(full.nbytes());
+    ++comm_volume().reduce_scatter_calls;
+#ifdef MESHTEST_CUDA
+    auto input = full.contiguous();
+    auto output = torch::empty({n}, input.options());
+    c10d::ReduceScatterOptions opts;
+    opts.reduceOp = c10d::ReduceOp::SUM;
+    auto work = backend_->_reduce_scatter_base(output, input, opts);
+    return [work, output, input] {
+      work->wait();
+      return output;
+    };
+#else
+    // Gloo in LibTorch 1.13 has no reduce-scatter: all-reduce, keep our part.
+    std::vector<torch::Tensor> tensors{full.contiguous().clone()};
+    c10d::AllreduceOptions opts;
+    opts.reduceOp = c10d::ReduceOp::SUM;
+    auto work = backend_->allreduce(tensors, opts);
+    return [work, summed = tensors[0], offset = n * rank_, n] {
+      work->wait();
+      return summed.narrow(0, offset, n);
+    };
 #endif
   }
 

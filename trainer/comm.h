@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -30,8 +31,14 @@ enum class Backend { kGloo, kNccl };
 // "gloo" | "nccl"; throws std::invalid_argument for anything else.
 Backend parse_backend(const std::string& name);
 
+// A collective in flight. Calling it waits for the result and returns it: on CUDA the
+// current stream waits for the collective's stream (the host does not block); on CPU the
+// host waits. Call it once, on the thread that started the collective.
+using InFlight = std::function<torch::Tensor()>;
+
 // A group of ranks and the collectives meshtrain needs. Every call blocks until its
-// result is usable; a peer that stops answering raises an error after the timeout.
+// result is usable, except the start_* ones, which return at once so that compute can
+// overlap the transfer; a peer that stops answering raises an error after the timeout.
 // A group of one rank makes every collective the identity and talks to nobody.
 class Comm {
  public:
@@ -50,6 +57,12 @@ class Comm {
   virtual torch::Tensor reduce_scatter_sum_dim0(const torch::Tensor& full,
                                                 const std::vector<int64_t>& sizes) = 0;
   virtual void barrier() = 0;
+
+  // Flat buffers of n elements on every rank (equal sizes: callers pad). The all-gather's
+  // result holds rank i's `piece` at [i*n, (i+1)*n); the reduce-scatter's input `full`
+  // holds size()*n elements and its result is this rank's n elements of the sum.
+  virtual InFlight start_all_gather(const torch::Tensor& piece) = 0;
+  virtual InFlight start_reduce_scatter_sum(const torch::Tensor& full) = 0;
 };
 
 // Calls and bytes of this process's collectives (all-gather: the gathered output;

@@ -1,7 +1,7 @@
 #include "parallelize.h"
 
+#include "block_bucket.h"
 #include "faults.h"
-
 #include "mappings.h"
 
 #include <cmath>
@@ -10,14 +10,6 @@
 namespace meshtrain {
 
 namespace {
-
-// The backward half shared by both data-parallel functions below: this rank's
-// reduce-scattered gradient becomes its piece of the mean gradient.
-torch::Tensor finish_gradient(torch::Tensor grad, const ParamLayout& layout) {
-  if (!injected(Fault::kHsdpReplicasUnsynced)) layout.replicate_group->all_reduce_sum(grad);
-  if (!injected(Fault::kGradSumNotMean) && layout.grad_divisor != 1.0) grad.div_(layout.grad_divisor);
-  return grad;
-}
 
 // SimpleFSDP's ReplicateComputation for one parameter: forward turns this rank's piece
 // into the full tensor (all-gather over dp_shard, cast to param_dtype); backward turns
@@ -40,107 +32,6 @@ struct ReplicateComputation : torch::autograd::Function<ReplicateComputation> {
     return {finish_gradient(grad, *layout).to(dtype), torch::Tensor()};
   }
 };
-
-// The parameters of one transformer block, gathered with one all-gather and reduced with
-// one reduce-scatter (and one all-reduce under HSDP or DDP), as SimpleFSDP's bucketing
-// and FSDP2's per-block groups do: a 1B block is ~116 MiB of bf16, where one weight is
-// 2-32 MiB, and NCCL reaches its bandwidth only on large messages. Each rank's pieces
-// travel back to back in one flat buffer, padded to the longest rank's; `full` holds
-// the gathered weights while the block runs (TransformerBlock's hooks clear it on the
-// way in and out).
-struct Bucket {
-  std::vector<const ParamLayout*> layouts;
-  std::vector<torch::Tensor> pieces;  // the registered weights: this rank's pieces
-  std::vector<torch::Tensor> full;
-
-  int64_t row_numel(size_t i) const {
-    int64_t n = 1;
-    for (size_t d = 1; d < layouts[i]->tp_local_shape.size(); ++d) n *= layouts[i]->tp_local_shape[d];
-    return n;
-  }
-  // Elements rank r contributes, and where param i starts among them.
-  int64_t rank_numel(size_t r) const {
-    int64_t n = 0;
-    for (size_t i = 0; i < layouts.size(); ++i) n += layouts[i]->shard_rows[r] * row_numel(i);
-    return n;
-  }
-  int64_t offset(size_t i, size_t r) const {
-    int64_t n = 0;
-    for (size_t j = 0; j < i; ++j) n += layouts[j]->shard_rows[r] * row_numel(j);
-    return n;
-  }
-  int64_t padded_numel() const {
-    int64_t n = 0;
-    for (size_t r = 0; r < layouts.front()->shard_rows.size(); ++r) n = std::max(n, rank_numel(r));
-    return n;
-  }
-  const torch::Tensor& weight(size_t i);
-};
-
-// Communication of one bucket; its input is this rank's pieces back to back (float32,
-// concatenated outside, so autograd splits the gradient back into them).
-struct GatherBucket : torch::autograd::Function<GatherBucket> {
-  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& mine,
-                                                const Bucket* b) {
-    ctx->saved_data["bucket"] = reinterpret_cast<int64_t>(b);
-    ctx->saved_data["dtype"] = static_cast<int64_t>(mine.scalar_type());
-    const ParamLayout& first = *b->layouts.front();
-    const size_t ranks = first.shard_rows.size();
-    const int64_t width = b->padded_numel();
-    auto flat = mine.to(first.param_dtype);
-    if (flat.numel() < width) flat = torch::cat({flat, flat.new_zeros({width - flat.numel()})});
-    const auto gathered = first.shard_group->all_gather_dim0(flat, std::vector<int64_t>(ranks, width));
-    torch::autograd::variable_list full;
-    for (size_t i = 0; i < b->layouts.size(); ++i) {
-      std::vector<torch::Tensor> rows;
-      for (size_t r = 0; r < ranks; ++r)
-        rows.push_back(gathered.narrow(0, static_cast<int64_t>(r) * width + b->offset(i, r),
-                                       b->layouts[i]->shard_rows[r] * b->row_numel(i)));
-      full.push_back((ranks == 1 ? rows[0].clone() : torch::cat(rows)).view(b->layouts[i]->tp_local_shape));
-    }
-    return full;
-  }
-
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list grads) {
-    const auto* b = reinterpret_cast<const Bucket*>(ctx->saved_data["bucket"].toInt());
-    const auto dtype = static_cast<torch::ScalarType>(ctx->saved_data["dtype"].toInt());
-    const ParamLayout& first = *b->layouts.front();
-    const size_t ranks = first.shard_rows.size();
-    const int64_t width = b->padded_numel();
-    std::vector<torch::Tensor> wide;  // each gradient once in reduce_dtype
-    for (size_t i = 0; i < grads.size(); ++i)
-      wide.push_back(grads[i].defined() ? grads[i].to(first.reduce_dtype)
-                                        : torch::zeros(b->layouts[i]->tp_local_shape,
-                                                       b->pieces[i].options().dtype(first.reduce_dtype)));
-    // Rank-major, as the gather laid them out: rank r's rows of every weight, then padding.
-    std::vector<torch::Tensor> parts;
-    for (size_t r = 0; r < ranks; ++r) {
-      int64_t filled = 0;
-      for (size_t i = 0; i < grads.size(); ++i) {
-        // Rank r's rows of the TP-local weight: the dp_shard split of the placement algebra.
-        const Extent rows = shard_extent(b->layouts[i]->tp_local_shape[0], static_cast<int64_t>(ranks),
-                                         static_cast<int64_t>(r));
-        parts.push_back(wide[i].narrow(0, rows.offset, rows.size).flatten());
-        filled += rows.size * b->row_numel(i);
-      }
-      if (filled < width) parts.push_back(torch::zeros({width - filled}, parts.back().options()));
-    }
-    auto mine = first.shard_group->reduce_scatter_sum_dim0(torch::cat(parts), std::vector<int64_t>(ranks, width));
-    mine = finish_gradient(mine, first);
-    const int64_t mine_numel = b->rank_numel(static_cast<size_t>(first.shard_group->rank()));
-    return {mine.narrow(0, 0, mine_numel).to(dtype), torch::Tensor()};
-  }
-};
-
-const torch::Tensor& Bucket::weight(size_t i) {
-  if (full.empty()) {
-    std::vector<torch::Tensor> flat;
-    for (const auto& p : pieces) flat.push_back(p.flatten());
-    full = GatherBucket::apply(torch::cat(flat), this);
-  }
-  return full[i];
-}
 
 }  // namespace
 
@@ -316,24 +207,36 @@ std::unique_ptr<ParallelModel> parallelize(Transformer model, MeshGroups& groups
     };
   }
 
-  // 2. Activation checkpointing, and reshard-after-forward, which frees a block's
-  // gathered weights by recomputing the block (gathering again) in backward.
-  const bool reshard = fsdp && config.reshard_after_forward != ReshardAfterForward::kNever;
-  int64_t layer_id = 0;
-  for (const auto& layer : *model->layers) {
-    const bool selected = config.ac == ActivationCheckpoint::kFull ||
-                          (config.ac == ActivationCheckpoint::kSelective && (layer_id + 1) % 2 == 0);
-    layer->as<TransformerBlock>()->recompute = selected || reshard;
-    ++layer_id;
-  }
+  // 2. Activation checkpointing: the selected blocks run again in backward.
+  std::vector<bool> recomputed;
+  for (int64_t layer_id = 0; layer_id < model->args.n_layers; ++layer_id)
+    recomputed.push_back(config.ac == ActivationCheckpoint::kFull ||
+                         (config.ac == ActivationCheckpoint::kSelective && (layer_id + 1) % 2 == 0));
+  for (int64_t layer_id = 0; layer_id < model->args.n_layers; ++layer_id)
+    model->layers[layer_id]->as<TransformerBlock>()->recompute = recomputed[layer_id];
 
   // 3. Data parallel: every parameter keeps only its piece, and its module computes
   // with the gathered weight -- one bucket per transformer block, ReplicateComputation
-  // for the rest -- then the TP weight transform if any.
+  // for the rest -- then the TP weight transform if any. Reshard after forward frees a
+  // block's gathered weights at its exit and gathers them again for its backward; by
+  // default (torchtitan's) not the last block's, whose backward comes right away.
   const bool needs_dp_function = mode != DataParallelMode::kNone || config.param_dtype != torch::kFloat32;
   const bool talks = shape.dp_shard > 1 || shape.dp_replicate > 1;  // buckets save collectives only
+  std::vector<std::shared_ptr<BlockBucket>> buckets;  // one per block, when blocks talk
+  if (needs_dp_function && talks) {
+    for (int64_t layer_id = 0; layer_id < model->args.n_layers; ++layer_id) {
+      const bool last = layer_id + 1 == model->args.n_layers;
+      BlockBucket::Options options;
+      options.reshard_after_forward = fsdp && (config.reshard_after_forward == ReshardAfterForward::kAlways ||
+                                               (config.reshard_after_forward == ReshardAfterForward::kDefault && !last));
+      options.recomputed = recomputed[layer_id];
+      buckets.push_back(std::make_shared<BlockBucket>(options));
+    }
+    for (size_t i = 0; i < buckets.size(); ++i)
+      buckets[i]->link(i > 0 ? buckets[i - 1].get() : nullptr, i + 1 < buckets.size() ? buckets[i + 1].get() : nullptr);
+  }
   torch::NoGradGuard no_grad;
-  std::map<std::string, std::shared_ptr<Bucket>> bucket_of_block;  // "layers.<i>."
+  std::map<std::shared_ptr<BlockBucket>, size_t> bucket_size;
   for (const auto& item : model->named_modules()) {
     auto* wm = dynamic_cast<WeightModule*>(item.value().get());
     if (wm == nullptr) continue;
@@ -342,32 +245,23 @@ std::unique_ptr<ParallelModel> parallelize(Transformer model, MeshGroups& groups
     // Keep only this rank's piece between steps: the full tensor is dropped here.
     if (!layout->splits.empty()) wm->weight.set_data(slice(wm->weight, layout->chunk));
     Transform dp;
-    const bool in_block = fqn.rfind("layers.", 0) == 0;
-    if (needs_dp_function && talks && in_block) {
-      const std::string block = fqn.substr(0, fqn.find('.', 7) + 1);
-      auto& bucket = bucket_of_block[block];
-      if (!bucket) bucket = std::make_shared<Bucket>();
-      const size_t index = bucket->layouts.size();
-      bucket->layouts.push_back(layout);
-      bucket->pieces.push_back(wm->weight);
+    if (!buckets.empty() && fqn.rfind("layers.", 0) == 0) {
+      auto bucket = buckets.at(std::stoul(fqn.substr(7)));
+      const size_t index = bucket_size[bucket]++;
+      bucket->add(layout, wm->weight);
       dp = [bucket, index](const torch::Tensor&) { return bucket->weight(index); };
     } else if (needs_dp_function) {
       dp = [layout](const torch::Tensor& piece) { return ReplicateComputation::apply(piece, layout); };
     }
     wm->parametrization = then(dp, weight_tp.count(fqn) ? weight_tp.at(fqn) : Transform());
   }
-  // A block's gathered weights live while it runs (its backward keeps what it needs).
-  int64_t block_id = 0;
-  for (const auto& layer : *model->layers) {
-    const auto it = bucket_of_block.find("layers." + std::to_string(block_id++) + ".");
-    if (it == bucket_of_block.end()) continue;
-    // Cleared on the way in as well, so a body that threw cannot leave stale weights.
-    auto clear = [bucket = it->second](const torch::Tensor& t) {
-      bucket->full.clear();
-      return t;
+  for (size_t i = 0; i < buckets.size(); ++i) {
+    auto* block = model->layers[i]->as<TransformerBlock>();
+    block->hooks.input = [bucket = buckets[i]](const torch::Tensor& x) {
+      bucket->enter();
+      return x;
     };
-    layer->as<TransformerBlock>()->hooks.input = clear;
-    layer->as<TransformerBlock>()->hooks.output = clear;
+    block->hooks.output = [bucket = buckets[i]](const torch::Tensor& y) { return bucket->exit(y); };
   }
   return pm;
 }
