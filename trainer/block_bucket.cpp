@@ -5,7 +5,6 @@
 #include <stdexcept>
 
 #include "faults.h"
-#include "placement.h"
 
 namespace meshtrain {
 
@@ -207,28 +206,34 @@ void BlockBucket::reduce(const std::vector<torch::Tensor>& grads) {
   const ParamLayout& first = *layouts_.front();
   const size_t ranks = first.shard_rows.size();
   const int64_t w = width();
-  // Each gradient once in reduce_dtype, then rank-major as the gather laid them out.
-  std::vector<torch::Tensor> wide;
-  for (size_t i = 0; i < grads.size(); ++i)
-    wide.push_back(grads[i].defined() ? grads[i].to(first.reduce_dtype)
-                                      : torch::zeros(layouts_[i]->tp_local_shape,
-                                                     pieces_[i].options().dtype(first.reduce_dtype)));
-  std::vector<torch::Tensor> parts;
-  for (size_t r = 0; r < ranks; ++r) {
-    int64_t filled = 0;
-    for (size_t i = 0; i < grads.size(); ++i) {
-      // Rank r's rows of the TP-local weight: the dp_shard split of the placement algebra.
-      const Extent rows = shard_extent(layouts_[i]->tp_local_shape[0], static_cast<int64_t>(ranks),
-                                       static_cast<int64_t>(r));
-      parts.push_back(wide[i].narrow(0, rows.offset, rows.size).flatten());
-      filled += rows.size * row_numel(i);
+  // Rank-major, as the gather laid them out: rank r's rows of every weight, then
+  // padding; each gradient copied (and cast to reduce_dtype) straight into its place.
+  bool complete = true;  // every element is written below: no need to zero
+  for (const auto& g : grads) complete &= g.defined();
+  for (size_t r = 0; r < ranks; ++r) complete &= rank_numel(r) == w;
+  const auto options = pieces_.front().options().dtype(first.reduce_dtype);
+  auto flat = complete ? torch::empty({static_cast<int64_t>(ranks) * w}, options)
+                       : torch::zeros({static_cast<int64_t>(ranks) * w}, options);
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < grads.size(); ++i) {
+    if (!grads[i].defined()) continue;  // a weight the block did not use: zero gradient
+    const auto grad = grads[i].reshape({-1});
+    if (even()) {
+      const int64_t n = layouts_[i]->shard_rows.front() * row_numel(i);
+      flat.view({static_cast<int64_t>(ranks), w}).narrow(1, offset(i, 0), n).copy_(grad.view({static_cast<int64_t>(ranks), n}));
+      continue;
     }
-    if (filled < w) parts.push_back(torch::zeros({w - filled}, parts.back().options()));
+    int64_t at = 0;
+    for (size_t r = 0; r < ranks; ++r) {
+      const int64_t n = layouts_[i]->shard_rows[r] * row_numel(i);
+      flat.narrow(0, static_cast<int64_t>(r) * w + offset(i, r), n).copy_(grad.narrow(0, at, n));
+      at += n;
+    }
   }
   // At most one reduce-scatter in flight per direction: the block after this one (whose
   // backward ran first) lands its gradient now, before this block's starts.
   if (next_ != nullptr) next_->finish_reduce();
-  pending_reduce_ = first.shard_group->start_reduce_scatter_sum(torch::cat(parts));
+  pending_reduce_ = first.shard_group->start_reduce_scatter_sum(flat);
   torch::autograd::Engine::get_default_engine().queue_callback([this] { finish_reduce(); });
   // The weights are done with: release them (autograd frees its references as it goes).
   free_storage();

@@ -18,9 +18,7 @@ torch::Tensor at_least_float32(const torch::Tensor& x) {
 }  // namespace
 
 torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
-  auto xf = at_least_float32(x);
-  auto normed = xf * torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps);
-  return normed.to(x.scalar_type()) * weight;
+  return compat::rms_norm(x, weight, eps);
 }
 
 std::pair<torch::Tensor, torch::Tensor> rope_tables(int64_t head_dim, int64_t seq_len, double theta) {
