@@ -39,8 +39,8 @@ void add_train_options(CLI::App& cmd, meshtrain::TrainConfig& c) {
                  "dp_shard>1: FSDP; dp_replicate>1: DDP; both: HSDP; tp>1: tensor parallel")
       ->capture_default_str();
   cmd.add_option("--reshard-after-forward", c.reshard_after_forward,
-                 "FSDP/HSDP: free gathered weights after a block's forward and gather again in backward: "
-                 "default (=always) | always | never")
+                 "FSDP/HSDP: free a block's gathered weights after its forward and gather them again just "
+                 "before its backward: default (every block but the last) | always | never")
       ->capture_default_str();
   cmd.add_option("--ac", c.ac, "Activation checkpointing: none | full (every block) | selective (every 2nd block)")
       ->capture_default_str();
