@@ -73,8 +73,10 @@ void clip_grads(const std::vector<torch::Tensor>& params, double norm, double ma
   const double coef = max_norm / (norm + 1e-6);
   if (coef >= 1.0) return;
   torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> grads;
   for (const auto& p : params)
-    if (p.grad().defined()) p.grad().mul_(coef);
+    if (p.grad().defined()) grads.push_back(p.grad());
+  at::_foreach_mul_(grads, coef);  // one launch per device where a loop took one per tensor
 }
 
 }  // namespace meshtrain

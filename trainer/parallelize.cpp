@@ -268,16 +268,16 @@ std::unique_ptr<ParallelModel> parallelize(Transformer model, MeshGroups& groups
 
 double global_grad_norm(const ParallelModel& pm) {
   // Sum squared norms per set of sharding groups, then reduce each set over its groups.
-  std::map<std::vector<MeshDim>, torch::Tensor> partial;  // ordered alike on every rank
+  // Every rank adds every key, so all issue the same collectives in the same order.
+  std::map<std::vector<MeshDim>, std::vector<torch::Tensor>> grads;  // ordered alike on every rank
   for (const auto& l : pm.layouts()) {
     auto p = pm.model->named_parameters()[l.name];
-    // Every rank adds every key, so all issue the same collectives in the same order.
-    // One reduction per tensor (a float64 copy of every gradient cost more than the
-    // backward's elementwise work on GPU); the squares are summed in float64.
-    auto sq = p.grad().defined() ? torch::linalg_vector_norm(p.grad(), 2).to(torch::kFloat64).square()
-                                 : torch::zeros({}, p.options().dtype(torch::kFloat64));
-    auto& acc = partial[l.sharded_over];
-    acc = acc.defined() ? acc + sq : sq;
+    grads[l.sharded_over].push_back(p.grad().defined() ? p.grad() : torch::zeros({1}, p.options()));
+  }
+  std::map<std::vector<MeshDim>, torch::Tensor> partial;
+  for (const auto& [dims, list] : grads) {
+    // One launch per set (a loop of norms took one per tensor); squares summed in float64.
+    partial[dims] = torch::stack(at::_foreach_norm(list, 2)).to(torch::kFloat64).square().sum();
   }
   double total = 0.0;
   for (auto& [dims, sum] : partial) {
