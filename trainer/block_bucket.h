@@ -1,7 +1,8 @@
-// One transformer block's data-parallel parameters, gathered with one all-gather and
-// reduced with one reduce-scatter (SimpleFSDP's bucketing, FSDP2's per-block groups): a
-// 1B block is ~116 MiB of bf16 where one weight is 2-32 MiB, and NCCL reaches its
-// bandwidth only on large messages. Each rank's pieces travel back to back in one flat
+// The data-parallel parameters of one stretch of the model run in sequence -- the
+// embedding, one transformer block, or the final norm with the output layer -- gathered
+// with one all-gather and reduced with one reduce-scatter (SimpleFSDP's bucketing,
+// FSDP2's per-block groups): a 1B block is ~116 MiB of bf16 where one weight is 2-32 MiB,
+// and NCCL reaches its bandwidth only on large messages. "Block" below means the stretch. Each rank's pieces travel back to back in one flat
 // buffer, padded to the longest rank's.
 //
 // Per step a bucket promises:

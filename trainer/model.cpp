@@ -52,15 +52,18 @@ torch::Tensor swiglu(const torch::Tensor& x, const torch::Tensor& w1, const torc
 RMSNormImpl::RMSNormImpl(int64_t dim, double eps_) : eps(eps_) {
   weight = register_parameter("weight", torch::ones({dim}));
 }
+// The input hook runs before the weight is asked for: a data-parallel bucket gathers there.
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
-  return hooks.out(rms_norm(hooks.in(x), compute_weight(), eps));
+  const auto input = hooks.in(x);
+  return hooks.out(rms_norm(input, compute_weight(), eps));
 }
 
 LinearImpl::LinearImpl(int64_t in, int64_t out) {
   weight = register_parameter("weight", torch::empty({out, in}));
 }
 torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
-  return hooks.out(torch::linear(hooks.in(x), compute_weight()));
+  const auto input = hooks.in(x);
+  return hooks.out(torch::linear(input, compute_weight()));
 }
 
 EmbeddingImpl::EmbeddingImpl(int64_t vocab, int64_t dim) {

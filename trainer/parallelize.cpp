@@ -9,32 +9,6 @@
 
 namespace meshtrain {
 
-namespace {
-
-// SimpleFSDP's ReplicateComputation for one parameter: forward turns this rank's piece
-// into the full tensor (all-gather over dp_shard, cast to param_dtype); backward turns
-// the full gradient into this rank's piece of the mean gradient (reduce-scatter over
-// dp_shard, all-reduce over dp_replicate, divide by the dp degree, in reduce_dtype).
-struct ReplicateComputation : torch::autograd::Function<ReplicateComputation> {
-  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& piece,
-                               const ParamLayout* layout) {
-    // The layout lives as long as the ParallelModel; contexts hold plain values only.
-    ctx->saved_data["layout"] = reinterpret_cast<int64_t>(layout);
-    ctx->saved_data["dtype"] = static_cast<int64_t>(piece.scalar_type());
-    return layout->shard_group->all_gather_dim0(piece.to(layout->param_dtype), layout->shard_rows);
-  }
-
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list grads) {
-    const auto* layout = reinterpret_cast<const ParamLayout*>(ctx->saved_data["layout"].toInt());
-    const auto dtype = static_cast<torch::ScalarType>(ctx->saved_data["dtype"].toInt());
-    auto grad = layout->shard_group->reduce_scatter_sum_dim0(grads[0].to(layout->reduce_dtype), layout->shard_rows);
-    return {finish_gradient(grad, *layout).to(dtype), torch::Tensor()};
-  }
-};
-
-}  // namespace
-
 ReshardAfterForward parse_reshard(const std::string& s) {
   if (s == "default") return ReshardAfterForward::kDefault;
   if (s == "always") return ReshardAfterForward::kAlways;
@@ -216,22 +190,31 @@ std::unique_ptr<ParallelModel> parallelize(Transformer model, MeshGroups& groups
     model->layers[layer_id]->as<TransformerBlock>()->recompute = recomputed[layer_id];
 
   // 3. Data parallel: every parameter keeps only its piece, and its module computes
-  // with the gathered weight -- one bucket per transformer block, ReplicateComputation
-  // for the rest -- then the TP weight transform if any. Reshard after forward frees a
-  // block's gathered weights at its exit and gathers them again for its backward; by
-  // default (torchtitan's) not the last block's, whose backward comes right away.
+  // with the gathered weight, then the TP weight transform if any. Where ranks talk, the
+  // weights travel in buckets, in forward order: the embedding, each transformer block,
+  // then the final norm with the output layer ("head"); alone, a weight is only cast. Reshard after forward frees a block's gathered weights at its exit and gathers
+  // them again for its backward; by default (torchtitan's) not the last block's, whose
+  // backward comes right away, and never the embedding's or the head's (FSDP2's root).
   const bool needs_dp_function = mode != DataParallelMode::kNone || config.param_dtype != torch::kFloat32;
-  const bool talks = shape.dp_shard > 1 || shape.dp_replicate > 1;  // buckets save collectives only
-  std::vector<std::shared_ptr<BlockBucket>> buckets;  // one per block, when blocks talk
+  const bool talks = shape.dp_shard > 1 || shape.dp_replicate > 1;
+  const int64_t n_layers = model->args.n_layers;
+  std::vector<std::shared_ptr<BlockBucket>> buckets;  // embedding, blocks, head
+  auto bucket_of = [&](const std::string& fqn) -> std::shared_ptr<BlockBucket> {
+    if (buckets.empty()) return nullptr;
+    if (fqn.rfind("layers.", 0) == 0) return buckets.at(1 + std::stoul(fqn.substr(7)));
+    return fqn.rfind("tok_embeddings.", 0) == 0 ? buckets.front() : buckets.back();
+  };
   if (needs_dp_function && talks) {
-    for (int64_t layer_id = 0; layer_id < model->args.n_layers; ++layer_id) {
-      const bool last = layer_id + 1 == model->args.n_layers;
+    buckets.push_back(std::make_shared<BlockBucket>(BlockBucket::Options{false, false}));
+    for (int64_t layer_id = 0; layer_id < n_layers; ++layer_id) {
+      const bool last = layer_id + 1 == n_layers;
       BlockBucket::Options options;
       options.reshard_after_forward = fsdp && (config.reshard_after_forward == ReshardAfterForward::kAlways ||
                                                (config.reshard_after_forward == ReshardAfterForward::kDefault && !last));
       options.recomputed = recomputed[layer_id];
       buckets.push_back(std::make_shared<BlockBucket>(options));
     }
+    buckets.push_back(std::make_shared<BlockBucket>(BlockBucket::Options{false, false}));
     for (size_t i = 0; i < buckets.size(); ++i)
       buckets[i]->link(i > 0 ? buckets[i - 1].get() : nullptr, i + 1 < buckets.size() ? buckets[i + 1].get() : nullptr);
   }
@@ -245,24 +228,36 @@ std::unique_ptr<ParallelModel> parallelize(Transformer model, MeshGroups& groups
     // Keep only this rank's piece between steps: the full tensor is dropped here.
     if (!layout->splits.empty()) wm->weight.set_data(slice(wm->weight, layout->chunk));
     Transform dp;
-    if (!buckets.empty() && fqn.rfind("layers.", 0) == 0) {
-      auto bucket = buckets.at(std::stoul(fqn.substr(7)));
+    if (auto bucket = bucket_of(fqn)) {
       const size_t index = bucket_size[bucket]++;
       bucket->add(layout, wm->weight);
       dp = [bucket, index](const torch::Tensor&) { return bucket->weight(index); };
-    } else if (needs_dp_function) {
-      dp = [layout](const torch::Tensor& piece) { return ReplicateComputation::apply(piece, layout); };
+    } else if (needs_dp_function) {  // one rank of data parallelism: only the cast
+      dp = [dtype = config.param_dtype](const torch::Tensor& piece) { return piece.to(dtype); };
     }
     wm->parametrization = then(dp, weight_tp.count(fqn) ? weight_tp.at(fqn) : Transform());
   }
-  for (size_t i = 0; i < buckets.size(); ++i) {
-    auto* block = model->layers[i]->as<TransformerBlock>();
-    block->hooks.input = [bucket = buckets[i]](const torch::Tensor& x) {
+  if (buckets.empty()) return pm;
+  // Each bucket's entry and exit, around what TP already hooked there.
+  auto enter = [](std::shared_ptr<BlockBucket> bucket) {
+    return Transform([bucket](const torch::Tensor& x) {
       bucket->enter();
       return x;
-    };
-    block->hooks.output = [bucket = buckets[i]](const torch::Tensor& y) { return bucket->exit(y); };
+    });
+  };
+  auto exit = [](std::shared_ptr<BlockBucket> bucket) {
+    return Transform([bucket](const torch::Tensor& y) { return bucket->exit(y); });
+  };
+  auto& embedding = model->tok_embeddings->hooks;
+  embedding.input = then(enter(buckets.front()), embedding.input);
+  embedding.output = then(embedding.output, exit(buckets.front()));
+  for (int64_t i = 0; i < n_layers; ++i) {
+    auto& block = model->layers[i]->as<TransformerBlock>()->hooks;
+    block.input = enter(buckets[1 + i]);
+    block.output = exit(buckets[1 + i]);
   }
+  model->norm->hooks.input = then(enter(buckets.back()), model->norm->hooks.input);
+  model->output->hooks.output = then(model->output->hooks.output, exit(buckets.back()));
   return pm;
 }
 

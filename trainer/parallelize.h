@@ -2,7 +2,8 @@
 // parameters hold the full, identically initialised tensors and turns it into this
 // rank's part of a data-parallel layout. The model itself is not changed in kind:
 // each parameter becomes this rank's piece, and the module computes with the full
-// weight through a parametrization (SimpleFSDP's ReplicateComputation).
+// weight through a parametrization (SimpleFSDP's ReplicateComputation, done per
+// bucket of weights: block_bucket.h).
 #pragma once
 
 #include <torch/torch.h>

@@ -138,21 +138,21 @@ TEST(DataParallel, FsdpKeepsAQuarterOfTheBytesOnFourRanks) {
 // Per step, FSDP gathers each transformer block's weights with one all-gather (twice with
 // reshard-after-forward: forward, and again just before the block's backward; by default
 // not the last block, whose backward comes right away) and reduces their gradients with
-// one reduce-scatter; the embedding, final norm and output layer take one each. tiny has
-// 2 blocks. DDP reduces a block with one all-reduce.
+// one reduce-scatter; the embedding and the head (final norm and output layer) take one of
+// each. tiny has 2 blocks. DDP reduces each of these buckets with one all-reduce.
 TEST(DataParallel, OneCollectivePerBlockAndDirection) {
   auto calls = [](const fs::path& dump) { return metrics(dump).front()["comm_calls"]; };
   const auto fsdp = calls(run_layout({"tiny", 2, "dp_shard=2", {}, "fsdp2_calls"}));
-  EXPECT_EQ(fsdp["all_gather"], 2 * 2 - 1 + 3);
-  EXPECT_EQ(fsdp["reduce_scatter"], 2 + 3);
+  EXPECT_EQ(fsdp["all_gather"], 2 * 2 - 1 + 2);
+  EXPECT_EQ(fsdp["reduce_scatter"], 2 + 2);
   const auto always = calls(run_layout({"tiny", 2, "dp_shard=2", {"--reshard-after-forward", "always"}, "fsdp2_always_calls"}));
-  EXPECT_EQ(always["all_gather"], 2 * 2 + 3);
+  EXPECT_EQ(always["all_gather"], 2 * 2 + 2);
   const auto never = calls(run_layout({"tiny", 2, "dp_shard=2", {"--reshard-after-forward", "never"}, "fsdp2_never_calls"}));
-  EXPECT_EQ(never["all_gather"], 2 + 3);
+  EXPECT_EQ(never["all_gather"], 2 + 2);
   const auto ddp = calls(run_layout({"tiny", 2, "dp_replicate=2", {}, "ddp2_calls"}));
   EXPECT_EQ(ddp["all_gather"], 0);
-  // One per block and per other weight, and the loss (replicated gradients need none for the norm).
-  EXPECT_EQ(ddp["all_reduce"], 2 + 3 + 1);
+  // One per bucket, and the loss (replicated gradients need none for the norm).
+  EXPECT_EQ(ddp["all_reduce"], 2 + 2 + 1);
 }
 
 TEST(DataParallel, ReplicasEndBitwiseEqual) {
