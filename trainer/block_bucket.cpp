@@ -42,6 +42,18 @@ size_t storage_bytes(const torch::Tensor& t) { return static_cast<size_t>(t.nume
 
 }  // namespace
 
+void release_storage(const torch::Tensor& t) {
+  auto* storage = t.storage().unsafeGetStorageImpl();
+  storage->set_data_ptr_noswap(at::DataPtr(nullptr, storage->device()));
+  storage->set_nbytes(0);
+}
+
+void reallocate_storage(const torch::Tensor& t) {
+  auto* storage = t.storage().unsafeGetStorageImpl();
+  storage->set_data_ptr_noswap(storage->allocator()->allocate(storage_bytes(t)));
+  storage->set_nbytes(storage_bytes(t));
+}
+
 void BlockBucket::add(const ParamLayout* layout, torch::Tensor piece) {
   layouts_.push_back(layout);
   pieces_.push_back(std::move(piece));
@@ -136,11 +148,7 @@ std::vector<torch::Tensor> BlockBucket::gather_new() {
 // Releases the full weights' memory but keeps their storage objects, which autograd's
 // saved tensors share; before_backward gives them memory again.
 void BlockBucket::free_storage() {
-  for (const auto& t : full_) {
-    auto* storage = t.storage().unsafeGetStorageImpl();
-    storage->set_data_ptr_noswap(at::DataPtr(nullptr, storage->device()));
-    storage->set_nbytes(0);
-  }
+  for (const auto& t : full_) release_storage(t);
 }
 
 // ---- the block's forward ----------------------------------------------------------
@@ -186,11 +194,7 @@ bool BlockBucket::will_gather_for_backward() const {
 void BlockBucket::before_backward() {
   if (weights_ == Weights::kFreed) {
     const auto gathered = take_gather();
-    for (const auto& t : full_) {
-      auto* storage = t.storage().unsafeGetStorageImpl();
-      storage->set_data_ptr_noswap(storage->allocator()->allocate(storage_bytes(t)));
-      storage->set_nbytes(storage_bytes(t));
-    }
+    for (const auto& t : full_) reallocate_storage(t);
     // Written through aliases that share the memory but not the version counter:
     // autograd's saved references must not see a modification.
     std::vector<torch::Tensor> aliases;

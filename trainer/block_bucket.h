@@ -32,6 +32,13 @@ namespace meshtrain {
 // gradient: summed over dp_replicate, divided by the data-parallel degree. In place.
 torch::Tensor finish_gradient(torch::Tensor grad, const ParamLayout& layout);
 
+// FSDP2's way to free a tensor autograd has saved without touching the graph: the memory
+// goes, the storage object (which autograd's saved references share) stays, with zero
+// bytes. reallocate_storage gives it fresh, uninitialised memory of its old size; write
+// it through an alias (from_blob) so the saved references' version check still passes.
+void release_storage(const torch::Tensor& t);
+void reallocate_storage(const torch::Tensor& t);
+
 class BlockBucket {
  public:
   struct Options {

@@ -5,6 +5,7 @@
 
 #include <thread>
 
+#include "block_bucket.h"
 #include "comm.h"
 #include "model.h"
 #include "parallelize.h"
@@ -97,4 +98,22 @@ TEST(BlockBucket, GradientsLandInGradAndAccumulate) {
   // The two ranks hold different pieces of the same mean gradient.
   EXPECT_FALSE(torch::equal(result[0].grads.at("layers.0.attention.wq.weight"),
                             result[1].grads.at("layers.0.attention.wq.weight")));
+}
+
+// The property reshard-after-forward stands on: autograd's saved reference to a weight
+// shares its storage, so releasing the storage frees what autograd saved, and memory
+// refilled (through an alias) before backward is what backward reads.
+TEST(BlockBucket, BackwardReadsTheStorageRefilledAfterRelease) {
+  auto x = torch::randn({3, 4}, torch::kFloat64).requires_grad_(true);
+  auto w = torch::randn({5, 4}, torch::kFloat64);
+  const auto original = w.clone();
+  w.requires_grad_(true);
+  auto y = torch::linear(x, w);  // saves w for x's gradient
+  release_storage(w);
+  EXPECT_EQ(w.storage().nbytes(), 0u);
+  reallocate_storage(w);
+  EXPECT_EQ(w.storage().nbytes(), static_cast<size_t>(w.numel()) * w.element_size());
+  torch::from_blob(w.storage().data_ptr().get(), w.sizes(), w.options()).copy_(2 * original);
+  y.sum().backward();
+  EXPECT_TRUE(torch::allclose(x.grad(), torch::ones({3, 5}, torch::kFloat64).mm(2 * original)));
 }
