@@ -8,13 +8,16 @@
 
 namespace meshtrain {
 
-torch::Tensor finish_gradient(torch::Tensor grad, const ParamLayout& layout) {
-  if (!injected(Fault::kHsdpReplicasUnsynced)) layout.replicate_group->all_reduce_sum(grad);
+namespace {
+
+// A gradient reduce-scattered over dp_shard becomes this rank's piece of the mean
+// gradient: summed over dp_replicate (unless that is done), divided by the data-parallel
+// degree. In place.
+torch::Tensor finish_gradient(torch::Tensor grad, const ParamLayout& layout, bool replicas_summed) {
+  if (!replicas_summed && !injected(Fault::kHsdpReplicasUnsynced)) layout.replicate_group->all_reduce_sum(grad);
   if (!injected(Fault::kGradSumNotMean) && layout.grad_divisor != 1.0) grad.div_(layout.grad_divisor);
   return grad;
 }
-
-namespace {
 
 // The autograd node of one forward's gather: its outputs are the block's full weights;
 // its backward hands their gradients to the bucket, which reduce-scatters them and adds
@@ -237,7 +240,11 @@ void BlockBucket::reduce(const std::vector<torch::Tensor>& grads) {
   // At most one reduce-scatter in flight per direction: the block after this one (whose
   // backward ran first) lands its gradient now, before this block's starts.
   if (next_ != nullptr) next_->finish_reduce();
-  pending_reduce_ = first.shard_group->start_reduce_scatter_sum(flat);
+  // Under DDP (one shard) the all-reduce itself is what overlaps; under FSDP and HSDP the
+  // reduce-scatter (HSDP's all-reduce of the shard follows when it lands).
+  reduced_over_replicas_ = first.shard_group->size() == 1 && !injected(Fault::kHsdpReplicasUnsynced);
+  pending_reduce_ = reduced_over_replicas_ ? first.replicate_group->start_all_reduce_sum(flat)
+                                           : first.shard_group->start_reduce_scatter_sum(flat);
   torch::autograd::Engine::get_default_engine().queue_callback([this] { finish_reduce(); });
   // The weights are done with: release them (autograd frees its references as it goes).
   free_storage();
@@ -250,7 +257,7 @@ void BlockBucket::finish_reduce() {
   auto mine = pending_reduce_();
   pending_reduce_ = nullptr;
   const ParamLayout& first = *layouts_.front();
-  mine = finish_gradient(mine, first);
+  mine = finish_gradient(mine, first, reduced_over_replicas_);
   const auto rank = static_cast<size_t>(first.shard_group->rank());
   int64_t at = 0;
   torch::NoGradGuard no_grad;

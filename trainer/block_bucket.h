@@ -28,10 +28,6 @@
 
 namespace meshtrain {
 
-// A gradient reduce-scattered over dp_shard becomes this rank's piece of the mean
-// gradient: summed over dp_replicate, divided by the data-parallel degree. In place.
-torch::Tensor finish_gradient(torch::Tensor grad, const ParamLayout& layout);
-
 // FSDP2's way to free a tensor autograd has saved without touching the graph: the memory
 // goes, the storage object (which autograd's saved references share) stays, with zero
 // bytes. reallocate_storage gives it fresh, uninitialised memory of its old size; write
@@ -90,6 +86,7 @@ class BlockBucket {
   InFlight pending_gather_;
   std::vector<int64_t> gather_versions_;  // the pieces' versions it gathered
   InFlight pending_reduce_;
+  bool reduced_over_replicas_ = false;  // DDP: the in-flight collective is the all-reduce itself
 };
 
 }  // namespace meshtrain

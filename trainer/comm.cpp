@@ -67,6 +67,9 @@ class SelfComm : public Comm {
   InFlight start_reduce_scatter_sum(const torch::Tensor& full) override {
     return [full] { return full; };
   }
+  InFlight start_all_reduce_sum(const torch::Tensor& t) override {
+    return [t] { return t; };
+  }
 };
 
 class C10dComm : public Comm {
@@ -220,6 +223,23 @@ class C10dComm : public Comm {
       return summed.narrow(0, offset, n);
     };
 #endif
+  }
+
+  InFlight start_all_reduce_sum(const torch::Tensor& t) override {
+    if (needs_wire_cast(t)) {
+      auto wide = start_all_reduce_sum(t.to(torch::kFloat32));
+      return [wide, t] { return t.copy_(wide()); };
+    }
+    std::vector<torch::Tensor> tensors{t.is_contiguous() ? t : t.contiguous()};
+    c10d::AllreduceOptions opts;
+    opts.reduceOp = c10d::ReduceOp::SUM;
+    auto work = backend_->allreduce(tensors, opts);
+    comm_volume().all_reduce_bytes += static_cast<int64_t>(t.nbytes());
+    ++comm_volume().all_reduce_calls;
+    return [work, summed = tensors[0]] {
+      work->wait();
+      return summed;
+    };
   }
 
   void barrier() override {

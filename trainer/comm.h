@@ -63,6 +63,8 @@ class Comm {
   // holds size()*n elements and its result is this rank's n elements of the sum.
   virtual InFlight start_all_gather(const torch::Tensor& piece) = 0;
   virtual InFlight start_reduce_scatter_sum(const torch::Tensor& full) = 0;
+  // The result is the element-wise sum over ranks of `t` (summed in place).
+  virtual InFlight start_all_reduce_sum(const torch::Tensor& t) = 0;
 };
 
 // Calls and bytes of this process's collectives (all-gather: the gathered output;
