@@ -34,8 +34,8 @@ def build(mode, mesh, world):
     if mode == "compile":
         # The 16 blocks share one code object: let each keep its compiled graph should
         # dynamo guard on the block (8 by default; past it a block would silently run eager).
-        import torch._dynamo
-        cfg = torch._dynamo.config
+        from torch import _dynamo  # `import torch._dynamo` here would make `torch` local to build()
+        cfg = _dynamo.config
         for name in ("recompile_limit", "cache_size_limit"):
             if hasattr(cfg, name):
                 setattr(cfg, name, max(getattr(cfg, name), 64))
