@@ -344,7 +344,7 @@ void Checkpointer::save(int64_t step, const std::vector<CheckpointTensor>& tenso
     const Chunk& c = t.layout->chunk;
     // One copy of replicated chunks: the rank at coordinate 0 of every unsharded mesh dim.
     bool owner = true;
-    for (MeshDim d : {MeshDim::kDpReplicate, MeshDim::kDpShard, MeshDim::kTp}) {
+    for (MeshDim d : {MeshDim::kDpReplicate, MeshDim::kDpShard, MeshDim::kCp, MeshDim::kTp}) {
       const auto& over = t.layout->sharded_over;
       if (std::find(over.begin(), over.end(), d) == over.end() && groups_.coord.at(d) != 0) owner = false;
     }

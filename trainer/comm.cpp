@@ -70,6 +70,7 @@ class SelfComm : public Comm {
   InFlight start_all_reduce_sum(const torch::Tensor& t) override {
     return [t] { return t; };
   }
+  torch::Tensor send_recv(const torch::Tensor& t, int, int) override { return t.clone(); }
 };
 
 class C10dComm : public Comm {
@@ -242,6 +243,26 @@ class C10dComm : public Comm {
     };
   }
 
+  torch::Tensor send_recv(const torch::Tensor& t, int to, int from) override {
+    if (needs_wire_cast(t)) return send_recv(t.to(torch::kFloat32), to, from).to(t.scalar_type());
+    std::vector<torch::Tensor> outgoing{t.contiguous()};
+    std::vector<torch::Tensor> incoming{torch::empty_like(outgoing[0])};
+    // NCCL runs point-to-point transfers in the order they are posted, and a send waits for
+    // its receiver: even ranks send first and odd ranks receive first, so every send meets a
+    // posted receive in any ring (odd sizes too: rank 0's receive comes after its send).
+    decltype(backend_->send(outgoing, to, 0)) sent, received;  // c10d::Work (ProcessGroup::Work in 1.13)
+    if (rank_ % 2 == 0) {
+      sent = backend_->send(outgoing, to, /*tag=*/0);
+      received = backend_->recv(incoming, from, /*tag=*/0);
+    } else {
+      received = backend_->recv(incoming, from, /*tag=*/0);
+      sent = backend_->send(outgoing, to, /*tag=*/0);
+    }
+    sent->wait();
+    received->wait();
+    return incoming[0];
+  }
+
   void barrier() override {
     c10d::BarrierOptions opts;
     // Tell NCCL our GPU; otherwise a barrier before any collective guesses it from the rank.
@@ -376,11 +397,13 @@ MeshGroups join_mesh(const LaunchEnv& env, const MeshShape& shape, Backend backe
   };
   // Every rank builds its groups in this same order (Gloo connects in the constructor).
   // The world group is always a real backend, so even a one-rank run proves the backend works.
-  g.world = group("world", {D::kDpReplicate, D::kDpShard, D::kTp}, true);
+  g.world = group("world", {D::kDpReplicate, D::kDpShard, D::kCp, D::kTp}, true);
   g.dp_replicate = group("dp_replicate", {D::kDpReplicate});
   g.dp_shard = group("dp_shard", {D::kDpShard});
+  g.cp = group("cp", {D::kCp});
   g.tp = group("tp", {D::kTp});
-  g.dp = group("dp", {D::kDpReplicate, D::kDpShard});
+  g.dp_shard_cp = group("dp_shard_cp", {D::kDpShard, D::kCp});
+  g.dp_cp = group("dp_cp", {D::kDpReplicate, D::kDpShard, D::kCp});
   return g;
 }
 

@@ -65,6 +65,11 @@ class Comm {
   virtual InFlight start_reduce_scatter_sum(const torch::Tensor& full) = 0;
   // The result is the element-wise sum over ranks of `t` (summed in place).
   virtual InFlight start_all_reduce_sum(const torch::Tensor& t) = 0;
+
+  // Point to point: sends `t` to group rank `to` and returns what group rank `from`
+  // sent to this rank (a tensor shaped like `t`). Both transfers are posted before
+  // either is waited for, so a ring where every rank sends and receives cannot deadlock.
+  virtual torch::Tensor send_recv(const torch::Tensor& t, int to, int from) = 0;
 };
 
 // Calls and bytes of this process's collectives (all-gather: the gathered output;
@@ -89,11 +94,19 @@ struct MeshGroups {
   std::shared_ptr<Comm> world;
   std::shared_ptr<Comm> dp_replicate;
   std::shared_ptr<Comm> dp_shard;
+  std::shared_ptr<Comm> cp;
   std::shared_ptr<Comm> tp;
-  std::shared_ptr<Comm> dp;  // dp_replicate x dp_shard flattened: loss averaging, data loading
+  std::shared_ptr<Comm> dp_shard_cp;  // dp_shard x cp flattened: FSDP shards the weights over it
+  std::shared_ptr<Comm> dp_cp;        // dp_replicate x dp_shard x cp: the ranks whose losses average
 
   Comm& along(MeshDim d) const {
-    return d == MeshDim::kDpReplicate ? *dp_replicate : d == MeshDim::kDpShard ? *dp_shard : *tp;
+    switch (d) {
+      case MeshDim::kDpReplicate: return *dp_replicate;
+      case MeshDim::kDpShard: return *dp_shard;
+      case MeshDim::kCp: return *cp;
+      case MeshDim::kTp: return *tp;
+    }
+    return *tp;
   }
 };
 

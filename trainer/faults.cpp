@@ -17,6 +17,7 @@ const std::vector<std::pair<std::string, Fault>>& table() {
       {"hsdp-replicas-unsynced", Fault::kHsdpReplicasUnsynced},
       {"wrong-shard-offset", Fault::kWrongShardOffset},
       {"keys-renamed", Fault::kKeysRenamed},
+      {"cp-local-positions", Fault::kCpLocalPositions},
   };
   return t;
 }

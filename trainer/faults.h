@@ -18,6 +18,7 @@ enum class Fault {
   kHsdpReplicasUnsynced,  // gradients are not all-reduced over dp_replicate
   kWrongShardOffset,      // a loaded shard is read one row off
   kKeysRenamed,           // the checkpoint names tok_embeddings "tok_embedding"
+  kCpLocalPositions,      // context parallel: RoPE sees positions local to the rank's chunks
 };
 
 // Throws std::invalid_argument listing the names for an unknown one.

@@ -91,6 +91,15 @@ void validate_tp(const ModelArgs& a, const MeshShape& shape, bool sequence_paral
          std::to_string(t));
   if (sequence_parallel && seq_len % t != 0)
     fail("--sequence-parallel needs seq_len divisible by tp, got seq_len " + std::to_string(seq_len));
+  // Context parallel cuts each sequence into 2 x cp chunks, and sequence parallel cuts a
+  // rank's share again over tp.
+  const int64_t c = shape.cp;
+  if (c > 1 && seq_len % (2 * c) != 0)
+    throw std::invalid_argument("cp=" + std::to_string(c) + ": context parallel needs seq_len divisible by 2 x cp = " +
+                                std::to_string(2 * c) + ", got seq_len " + std::to_string(seq_len));
+  if (c > 1 && sequence_parallel && (seq_len / c) % t != 0)
+    fail("--sequence-parallel under cp=" + std::to_string(c) + " needs seq_len / cp divisible by tp, got " +
+         std::to_string(seq_len / c));
 }
 
 }  // namespace meshtrain

@@ -35,8 +35,9 @@ void add_train_options(CLI::App& cmd, meshtrain::TrainConfig& c) {
       ->capture_default_str();
   cmd.add_option("--max-norm", c.max_norm, "Clip gradients to this global L2 norm")->capture_default_str();
   cmd.add_option("--mesh", c.mesh,
-                 "Device mesh dp_replicate=R,dp_shard=S,tp=T (missing dims 1; dp_shard=-1 fills the world). "
-                 "dp_shard>1: FSDP; dp_replicate>1: DDP; both: HSDP; tp>1: tensor parallel")
+                 "Device mesh dp_replicate=R,dp_shard=S,cp=C,tp=T (missing dims 1; dp_shard=-1 fills the world). "
+                 "dp_shard>1: FSDP; dp_replicate>1: DDP; both: HSDP; cp>1: context parallel (FSDP over "
+                 "dp_shard x cp); tp>1: tensor parallel")
       ->capture_default_str();
   cmd.add_option("--reshard-after-forward", c.reshard_after_forward,
                  "FSDP/HSDP: free a block's gathered weights after its forward and gather them again just "
@@ -48,6 +49,10 @@ void add_train_options(CLI::App& cmd, meshtrain::TrainConfig& c) {
                "TP: compute the loss on vocabulary-sharded logits without gathering them");
   cmd.add_flag("--sequence-parallel", c.sequence_parallel,
                "TP: shard norms and residual activations along the sequence (seq_len divisible by tp)");
+  cmd.add_option("--cp-rotate", c.cp_rotate,
+                 "CP: how attention reaches other ranks' keys and values: allgather (all at once) | alltoall "
+                 "(passed around the ring, one neighbour exchange per step)")
+      ->capture_default_str();
   cmd.add_flag("--checkpoint.enable", c.checkpoint_enable,
                "Save checkpoints, and resume from the latest complete one in the folder at start");
   cmd.add_option("--checkpoint.folder", c.checkpoint_folder, "Checkpoint folder (default <dump-folder>/checkpoint)");

@@ -160,3 +160,36 @@ torch::Tensor vocab_parallel_cross_entropy(const torch::Tensor& logits, const to
 }
 
 }  // namespace meshtrain::tp
+
+namespace meshtrain::cp {
+
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+struct PassToNext : torch::autograd::Function<PassToNext> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, Comm* c) {
+    ctx->saved_data["comm"] = reinterpret_cast<int64_t>(c);
+    const int n = c->size(), r = c->rank();
+    return c->send_recv(x, (r + 1) % n, (r + n - 1) % n);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list g) {
+    auto* c = reinterpret_cast<Comm*>(ctx->saved_data["comm"].toInt());
+    const int n = c->size(), r = c->rank();
+    return {c->send_recv(g[0], (r + n - 1) % n, (r + 1) % n), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+torch::Tensor all_gather_sequence(const torch::Tensor& x, Comm& cp, int64_t dim) {
+  return tp::gather_from_tp(x, cp, dim, std::vector<int64_t>(cp.size(), x.size(dim)));
+}
+
+torch::Tensor pass_to_next(const torch::Tensor& x, Comm& cp) {
+  if (cp.size() == 1) return x;
+  return PassToNext::apply(x, &cp);
+}
+
+}  // namespace meshtrain::cp

@@ -44,3 +44,17 @@ torch::Tensor vocab_parallel_cross_entropy(const torch::Tensor& logits, const to
                                            Comm& tp, int64_t vocab_start);
 
 }  // namespace meshtrain::tp
+
+namespace meshtrain::cp {
+
+// Context parallel K/V all-gather: forward all-gather along `dim` (equal pieces, rank
+// order); backward reduce-scatter (sum) back to this rank's piece. Sequence parallel's
+// entry, over the cp group.
+torch::Tensor all_gather_sequence(const torch::Tensor& x, Comm& cp, int64_t dim);
+
+// One step of a ring: forward sends x to the next rank (rank + 1 mod n) and returns what
+// the previous rank sent; backward sends the gradient back to the previous rank and
+// returns what the next rank sent back.
+torch::Tensor pass_to_next(const torch::Tensor& x, Comm& cp);
+
+}  // namespace meshtrain::cp

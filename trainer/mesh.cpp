@@ -9,6 +9,7 @@ int64_t MeshShape::size(MeshDim d) const {
   switch (d) {
     case MeshDim::kDpReplicate: return dp_replicate;
     case MeshDim::kDpShard: return dp_shard;
+    case MeshDim::kCp: return cp;
     case MeshDim::kTp: return tp;
   }
   return 1;
@@ -21,19 +22,21 @@ std::string MeshShape::to_compact_string() const {
   };
   add("dp_replicate", dp_replicate);
   add("dp_shard", dp_shard);
+  add("cp", cp);
   add("tp", tp);
   return out.empty() ? "dp_shard=1" : out;
 }
 
 std::string MeshShape::to_string() const {
   return "dp_replicate=" + std::to_string(dp_replicate) + ",dp_shard=" + std::to_string(dp_shard) +
-         ",tp=" + std::to_string(tp);
+         ",cp=" + std::to_string(cp) + ",tp=" + std::to_string(tp);
 }
 
 int64_t MeshCoord::at(MeshDim d) const {
   switch (d) {
     case MeshDim::kDpReplicate: return dp_replicate;
     case MeshDim::kDpShard: return dp_shard;
+    case MeshDim::kCp: return cp;
     case MeshDim::kTp: return tp;
   }
   return 0;
@@ -69,10 +72,11 @@ MeshShape parse_sizes(const std::string& spec, bool& infer_shard) {
       throw std::invalid_argument("--mesh '" + spec + "': " + key + " must be >= 1 (or dp_shard=-1)");
     if (key == "dp_replicate") shape.dp_replicate = size;
     else if (key == "dp_shard") shape.dp_shard = size;
+    else if (key == "cp") shape.cp = size;
     else if (key == "tp") shape.tp = size;
     else
       throw std::invalid_argument("--mesh '" + spec + "': unknown dimension '" + key +
-                                  "' (known: dp_replicate, dp_shard, tp)");
+                                  "' (known: dp_replicate, dp_shard, cp, tp)");
   }
   return shape;
 }
@@ -90,10 +94,10 @@ MeshShape parse_mesh(const std::string& spec, int64_t world_size) {
   bool infer_shard = false;
   MeshShape shape = parse_sizes(spec, infer_shard);
   if (infer_shard) {
-    const int64_t rest = shape.dp_replicate * shape.tp;
+    const int64_t rest = shape.dp_replicate * shape.cp * shape.tp;
     if (world_size % rest != 0)
       throw std::invalid_argument("--mesh '" + spec + "': dp_shard=-1 cannot fill world size " +
-                                  std::to_string(world_size) + " (dp_replicate x tp = " +
+                                  std::to_string(world_size) + " (dp_replicate x cp x tp = " +
                                   std::to_string(rest) + ")");
     shape.dp_shard = world_size / rest;
   }
@@ -105,11 +109,16 @@ MeshShape parse_mesh(const std::string& spec, int64_t world_size) {
 }
 
 MeshCoord coord_of(int64_t rank, const MeshShape& s) {
-  return {rank / (s.dp_shard * s.tp), (rank / s.tp) % s.dp_shard, rank % s.tp};
+  MeshCoord c;
+  c.tp = rank % s.tp;
+  c.cp = (rank / s.tp) % s.cp;
+  c.dp_shard = (rank / (s.tp * s.cp)) % s.dp_shard;
+  c.dp_replicate = rank / (s.tp * s.cp * s.dp_shard);
+  return c;
 }
 
 int64_t rank_of(const MeshCoord& c, const MeshShape& s) {
-  return (c.dp_replicate * s.dp_shard + c.dp_shard) * s.tp + c.tp;
+  return ((c.dp_replicate * s.dp_shard + c.dp_shard) * s.cp + c.cp) * s.tp + c.tp;
 }
 
 std::vector<int64_t> group_ranks(int64_t rank, const MeshShape& shape, const std::vector<MeshDim>& dims) {
@@ -125,6 +134,7 @@ std::vector<int64_t> group_ranks(int64_t rank, const MeshShape& shape, const std
       rest /= n;
       if (*it == MeshDim::kDpReplicate) c.dp_replicate = idx;
       if (*it == MeshDim::kDpShard) c.dp_shard = idx;
+      if (*it == MeshDim::kCp) c.cp = idx;
       if (*it == MeshDim::kTp) c.tp = idx;
     }
     ranks.push_back(rank_of(c, shape));

@@ -21,11 +21,15 @@ torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, doub
   return compat::rms_norm(x, weight, eps);
 }
 
-std::pair<torch::Tensor, torch::Tensor> rope_tables(int64_t head_dim, int64_t seq_len, double theta) {
+std::pair<torch::Tensor, torch::Tensor> rope_tables(int64_t head_dim, const torch::Tensor& positions, double theta) {
   auto opts = torch::dtype(torch::kFloat64);
   auto inv_freq = 1.0 / torch::pow(theta, torch::arange(0, head_dim, 2, opts) / head_dim);  // [Dh/2]
-  auto angles = torch::outer(torch::arange(seq_len, opts), inv_freq);                     // [T, Dh/2]
+  auto angles = torch::outer(positions.cpu().to(torch::kFloat64), inv_freq);              // [T, Dh/2]
   return {torch::cos(angles).to(torch::kFloat32), torch::sin(angles).to(torch::kFloat32)};
+}
+
+std::pair<torch::Tensor, torch::Tensor> rope_tables(int64_t head_dim, int64_t seq_len, double theta) {
+  return rope_tables(head_dim, torch::arange(seq_len, torch::kLong), theta);
 }
 
 torch::Tensor apply_rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
@@ -91,7 +95,7 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& input, const torch::Te
   auto v = wv(x).view({B, T, -1, head_dim});  // [B, T, K, Dh]
   q = apply_rope(q, cos, sin);
   k = apply_rope(k, cos, sin);
-  auto y = gqa_attention(q, k, v).reshape({B, T, -1});  // [B, T, H*Dh]
+  auto y = (core ? core(q, k, v) : gqa_attention(q, k, v)).reshape({B, T, -1});  // [B, T, H*Dh]
   return hooks.out(wo(y));                               // [B, T, D]
 }
 
@@ -166,9 +170,10 @@ TransformerImpl::TransformerImpl(const ModelArgs& a) : args(a) {
   output = register_module("output", Linear(a.dim, a.vocab_size));
 }
 
-torch::Tensor TransformerImpl::forward(const torch::Tensor& tokens) {
+torch::Tensor TransformerImpl::forward(const torch::Tensor& tokens, const torch::Tensor& positions) {
   const auto T = tokens.size(1);
-  auto [cos, sin] = rope_tables(args.head_dim(), T, args.rope_theta);
+  auto [cos, sin] = positions.defined() ? rope_tables(args.head_dim(), positions, args.rope_theta)
+                                        : rope_tables(args.head_dim(), T, args.rope_theta);
   cos = cos.to(tokens.device());
   sin = sin.to(tokens.device());
   auto h = tok_embeddings(tokens);  // [B, T, D]

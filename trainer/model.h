@@ -21,7 +21,9 @@ namespace meshtrain {
 // ---- the building blocks, as plain functions (unit-tested against reference formulas)
 // x: [..., D], weight: [D]. Normalised in float32 (or wider) whatever x's dtype.
 torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps);
-// RoPE tables for positions [0, T): cos and sin, each [T, Dh/2].
+// RoPE tables for `positions` [T] (int64): cos and sin, each [T, Dh/2].
+std::pair<torch::Tensor, torch::Tensor> rope_tables(int64_t head_dim, const torch::Tensor& positions, double theta);
+// ... for positions [0, T).
 std::pair<torch::Tensor, torch::Tensor> rope_tables(int64_t head_dim, int64_t seq_len, double theta);
 // x: [B, T, H, Dh]; rotates adjacent pairs (x[2i], x[2i+1]) like torchtitan's complex RoPE.
 torch::Tensor apply_rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
@@ -82,6 +84,9 @@ struct AttentionImpl : torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
   int64_t head_dim;
   ModuleHooks hooks;
+  // gqa_attention unless set: context parallelism replaces it with attention whose keys
+  // and values include other ranks' tokens (same shapes in and out).
+  std::function<torch::Tensor(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v)> core;
   Linear wq{nullptr}, wk{nullptr}, wv{nullptr}, wo{nullptr};
 };
 TORCH_MODULE(Attention);
@@ -110,8 +115,9 @@ TORCH_MODULE(TransformerBlock);
 
 struct TransformerImpl : torch::nn::Module {
   explicit TransformerImpl(const ModelArgs& args);
-  // tokens: [B, T] int64 -> logits [B, T, V].
-  torch::Tensor forward(const torch::Tensor& tokens);
+  // tokens: [B, T] int64 -> logits [B, T, V]. `positions` [T] are the tokens' places in
+  // the sequence (for RoPE), 0..T-1 when not given.
+  torch::Tensor forward(const torch::Tensor& tokens, const torch::Tensor& positions = {});
   ModelArgs args;
   Embedding tok_embeddings{nullptr};
   torch::nn::ModuleList layers;

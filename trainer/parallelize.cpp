@@ -30,9 +30,9 @@ torch::ScalarType parse_dtype(const std::string& s) {
 }
 
 DataParallelMode data_parallel_mode(const MeshShape& s) {
-  if (s.dp_replicate > 1 && s.dp_shard > 1) return DataParallelMode::kHybridShard;
+  if (s.dp_replicate > 1 && s.dp_shard_cp() > 1) return DataParallelMode::kHybridShard;
   if (s.dp_replicate > 1) return DataParallelMode::kReplicate;
-  if (s.dp_shard > 1) return DataParallelMode::kFullyShard;
+  if (s.dp_shard_cp() > 1) return DataParallelMode::kFullyShard;
   return DataParallelMode::kNone;
 }
 
@@ -88,7 +88,7 @@ void apply_tp(Transformer& model, MeshGroups& groups, const ParallelConfig& conf
               const std::map<std::string, const ParamLayout*>& layout_of, std::map<std::string, Transform>& weight_tp) {
   Comm& tp = *groups.tp;
   const bool sp = config.sequence_parallel;
-  const auto seq_sizes = shard_sizes(config.seq_len, groups.shape.tp);
+  const auto seq_sizes = shard_sizes(config.seq_len / groups.shape.cp, groups.shape.tp);
   // Where a replicated (or sequence-sharded) activation enters a column-parallel region.
   Transform enter = sp ? Transform([&tp, seq_sizes](const torch::Tensor& x) { return tp::gather_from_tp(x, tp, 1, seq_sizes); })
                        : Transform([&tp](const torch::Tensor& x) { return tp::copy_to_tp(x, tp); });
@@ -146,16 +146,18 @@ std::unique_ptr<ParallelModel> parallelize(Transformer model, MeshGroups& groups
       l.sharded_over.push_back(MeshDim::kTp);
     }
     l.tp_local_shape = local_chunk(l.global_shape, l.splits).sizes;
-    if (fsdp) {
-      l.splits.push_back(Split{0, shape.dp_shard, groups.coord.dp_shard});
-      l.sharded_over.push_back(MeshDim::kDpShard);
+    if (fsdp) {  // over dp_shard x cp, dp_shard outer (torchtitan's dp_shard_cp)
+      l.splits.push_back(Split{0, shape.dp_shard_cp(), groups.coord.dp_shard * shape.cp + groups.coord.cp});
+      for (MeshDim d : {MeshDim::kDpShard, MeshDim::kCp})
+        if (shape.size(d) > 1) l.sharded_over.push_back(d);
     }
     l.chunk = local_chunk(l.global_shape, l.splits);
-    // Under replicate, dp_shard has one rank: the gather is the identity.
-    l.shard_rows = shard_sizes(l.tp_local_shape[0], shape.dp_shard);
-    l.shard_group = groups.dp_shard.get();
+    // Under replicate, dp_shard_cp has one rank: the gather is the identity.
+    l.shard_rows = shard_sizes(l.tp_local_shape[0], shape.dp_shard_cp());
+    l.shard_group = groups.dp_shard_cp.get();
     l.replicate_group = groups.dp_replicate.get();
-    l.grad_divisor = static_cast<double>(shape.dp());
+    // Each rank's loss is the mean over its own tokens: dp x cp equal shares of the batch.
+    l.grad_divisor = static_cast<double>(shape.dp() * shape.cp);
     l.param_dtype = config.param_dtype;
     l.reduce_dtype = config.reduce_dtype;
     layouts.push_back(std::move(l));
@@ -181,6 +183,15 @@ std::unique_ptr<ParallelModel> parallelize(Transformer model, MeshGroups& groups
     };
   }
 
+  // 1b. Context parallel: attention reaches the other cp ranks' keys and values.
+  if (shape.cp > 1)
+    for (const auto& layer : *model->layers)
+      layer->as<TransformerBlock>()->attention->core =
+          [&cp = *groups.cp, rotate = config.cp_rotate](const torch::Tensor& q, const torch::Tensor& k,
+                                                         const torch::Tensor& v) {
+            return cp::attention(q, k, v, cp, rotate);
+          };
+
   // 2. Activation checkpointing: the selected blocks run again in backward.
   std::vector<bool> recomputed;
   for (int64_t layer_id = 0; layer_id < model->args.n_layers; ++layer_id)
@@ -196,7 +207,7 @@ std::unique_ptr<ParallelModel> parallelize(Transformer model, MeshGroups& groups
   // them again for its backward; by default (torchtitan's) not the last block's, whose
   // backward comes right away, and never the embedding's or the head's (FSDP2's root).
   const bool needs_dp_function = mode != DataParallelMode::kNone || config.param_dtype != torch::kFloat32;
-  const bool talks = shape.dp_shard > 1 || shape.dp_replicate > 1;
+  const bool talks = shape.dp_shard_cp() > 1 || shape.dp_replicate > 1;
   const int64_t n_layers = model->args.n_layers;
   std::vector<std::shared_ptr<BlockBucket>> buckets;  // embedding, blocks, head
   auto bucket_of = [&](const std::string& fqn) -> std::shared_ptr<BlockBucket> {
@@ -259,6 +270,16 @@ std::unique_ptr<ParallelModel> parallelize(Transformer model, MeshGroups& groups
   model->norm->hooks.input = then(enter(buckets.back()), model->norm->hooks.input);
   model->output->hooks.output = then(model->output->hooks.output, exit(buckets.back()));
   return pm;
+}
+
+torch::Tensor ParallelModel::local_tokens(const torch::Tensor& batch) const {
+  return cp::shard_sequence(batch, groups.shape.cp, groups.coord.cp);
+}
+
+torch::Tensor ParallelModel::positions(int64_t seq_len) const {
+  const int64_t n = groups.shape.cp;
+  if (injected(Fault::kCpLocalPositions)) return torch::arange(seq_len / n, torch::kLong).to(groups.device);
+  return cp::positions(seq_len, n, groups.coord.cp).to(groups.device);
 }
 
 double global_grad_norm(const ParallelModel& pm) {

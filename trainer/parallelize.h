@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "comm.h"
+#include "context_parallel.h"
 #include "model.h"
 #include "placement.h"
 
@@ -29,15 +30,17 @@ struct ParallelConfig {
   torch::ScalarType reduce_dtype = torch::kFloat32;  // what gradients are reduced in
   bool loss_parallel = false;      // TP: cross-entropy on vocabulary-sharded logits
   bool sequence_parallel = false;  // TP: norms and residuals sharded along the sequence
-  int64_t seq_len = 0;             // needed to split the sequence under sequence parallel
+  int64_t seq_len = 0;             // needed to split the sequence under sequence and context parallel
+  cp::Rotate cp_rotate = cp::Rotate::kAllGather;  // how context-parallel attention meets other ranks' K/V
 };
 
 ReshardAfterForward parse_reshard(const std::string& s);
 ActivationCheckpoint parse_ac(const std::string& s);
 torch::ScalarType parse_dtype(const std::string& s);
 
-// SimpleFSDP's mode rule: dp_replicate and dp_shard both > 1 -> hybrid_shard;
-// only dp_replicate -> replicate; dp_shard > 1 -> fully_shard; neither -> none.
+// SimpleFSDP's mode rule, with torchtitan's dp_shard_cp (= dp_shard x cp) as the shard
+// degree: dp_replicate and dp_shard_cp both > 1 -> hybrid_shard; only dp_replicate ->
+// replicate; dp_shard_cp > 1 -> fully_shard; neither -> none.
 DataParallelMode data_parallel_mode(const MeshShape& shape);
 std::string to_string(DataParallelMode mode);
 
@@ -67,6 +70,11 @@ class ParallelModel {
   MeshGroups& groups;
   // Mean cross-entropy of the model's output [B, T, V or V/tp] against targets [B, T].
   std::function<torch::Tensor(const torch::Tensor& logits, const torch::Tensor& targets)> loss;
+  // What this rank feeds the model of a [B, T] batch (inputs or targets), and those
+  // tokens' positions [T / cp] for the model's forward: under context parallel its
+  // sequence chunks (context_parallel.h), otherwise the whole batch and 0..T-1.
+  torch::Tensor local_tokens(const torch::Tensor& batch) const;
+  torch::Tensor positions(int64_t seq_len) const;
   const std::vector<ParamLayout>& layouts() const { return layouts_; }
   DataParallelMode mode() const { return mode_; }
 

@@ -50,6 +50,7 @@ int train(const TrainConfig& cfg) {
   parallel.loss_parallel = cfg.loss_parallel;
   parallel.sequence_parallel = cfg.sequence_parallel;
   parallel.seq_len = cfg.seq_len;
+  parallel.cp_rotate = cp::parse_rotate(cfg.cp_rotate);
   validate_tp(args, shape, parallel.sequence_parallel, parallel.seq_len);
   const int64_t dp_degree = shape.dp();
   const int64_t global_batch =
@@ -155,6 +156,8 @@ int train(const TrainConfig& cfg) {
   if (cfg.generate) {
     if (!resume_step) throw std::runtime_error("generate: no complete checkpoint in '" + ckpt_config.folder + "'");
     if (parallel.sequence_parallel) throw std::invalid_argument("generate: --sequence-parallel needs a fixed seq_len");
+    // Every cp rank decodes the whole prefix itself (the weights stay sharded over dp_shard x cp).
+    for (const auto& layer : *model->layers) layer->as<TransformerBlock>()->attention->core = nullptr;
     // Greedy decoding without a cache: every token re-runs the whole prefix. All ranks
     // see the same logits (gathered over tp, replicated over dp) and pick the same token.
     torch::NoGradGuard no_grad;
@@ -200,7 +203,7 @@ int train(const TrainConfig& cfg) {
                                 {"dp_degree", dp_degree}, {"mesh", shape.to_string()}};
       objects["lr_scheduler"] = {{"step", step - lr_step_offset}, {"warmup_steps", cfg.warmup_steps}, {"lr", cfg.lr}};
     }
-    if (groups.coord.tp == 0) objects["dataloader.dp_rank_" + std::to_string(dp_rank)] = loader.state();
+    if (groups.coord.tp == 0 && groups.coord.cp == 0) objects["dataloader.dp_rank_" + std::to_string(dp_rank)] = loader.state();
     auto tensors = model_state;
     tensors.insert(tensors.end(), optimizer_state.begin(), optimizer_state.end());
     const auto t0 = std::chrono::steady_clock::now();
@@ -238,16 +241,17 @@ int train(const TrainConfig& cfg) {
     auto loss_sum = torch::zeros({}, torch::dtype(torch::kFloat32).device(device));
     for (int64_t micro = 0; micro < accum_steps; ++micro) {
       Batch batch = loader.micro_batch(global_batch, dp_rank, dp_degree, micro, accum_steps);
-      auto inputs = to_tensor(batch.inputs, batch.samples, batch.seq_len, device);    // [b, T]
-      auto targets = to_tensor(batch.targets, batch.samples, batch.seq_len, device);  // [b, T]
+      // This rank's tokens: [b, T], or [b, T / cp] under context parallel.
+      auto inputs = pm->local_tokens(to_tensor(batch.inputs, batch.samples, batch.seq_len, device));
+      auto targets = pm->local_tokens(to_tensor(batch.targets, batch.samples, batch.seq_len, device));
       // The logits [b, T, V] die with this expression: backward needs only the loss's
       // own saved tensors (at batch 4 on 1B the bf16 logits are 2.1 GB).
-      auto loss = pm->loss(model(inputs), targets);
+      auto loss = pm->loss(model(inputs, pm->positions(batch.seq_len)), targets);
       (loss / accum_steps).backward();
       loss_sum += loss.detach();
     }
     auto loss = loss_sum / accum_steps;
-    groups.dp->all_reduce_mean(loss);
+    groups.dp_cp->all_reduce_mean(loss);  // each rank's mean over an equal share of the tokens
 
     const double norm = global_grad_norm(*pm);
     clip_grads(params, norm, cfg.max_norm);
@@ -319,7 +323,7 @@ int train(const TrainConfig& cfg) {
               {"world_size", env.world_size},
               {"mesh", shape.to_string()},
               {"coord", {{"dp_replicate", groups.coord.dp_replicate}, {"dp_shard", groups.coord.dp_shard},
-                         {"tp", groups.coord.tp}}},
+                         {"cp", groups.coord.cp}, {"tp", groups.coord.tp}}},
               {"device", device.str()},
               {"param_bytes", param_bytes},
               {"grad_bytes", grad_bytes},

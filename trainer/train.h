@@ -24,6 +24,7 @@ struct TrainConfig {
   std::string reduce_dtype = "float32";
   bool loss_parallel = false;
   bool sequence_parallel = false;
+  std::string cp_rotate = "allgather";
   bool checkpoint_enable = false;
   std::string checkpoint_folder;  // empty: <dump-folder>/checkpoint
   int64_t checkpoint_interval = 0;

@@ -34,8 +34,9 @@ std::vector<RankResult> run_fsdp2(ReshardAfterForward reshard, ActivationCheckpo
         g.coord = coord_of(r, g.shape);
         const auto timeout = std::chrono::milliseconds(30000);
         g.dp_shard = make_group(store, "dp_shard", {0, 1}, r, Backend::kGloo, timeout);
-        g.world = g.dp = g.dp_shard;
+        g.world = g.dp_shard_cp = g.dp_cp = g.dp_shard;
         g.dp_replicate = make_group(store, "dp_replicate", {r}, r, Backend::kGloo, timeout);
+        g.cp = make_group(store, "cp", {r}, r, Backend::kGloo, timeout);
         g.tp = make_group(store, "tp", {r}, r, Backend::kGloo, timeout);
         Transformer model(model_flavor("tiny"));
         init_weights(model, 7);

@@ -36,6 +36,7 @@ struct Layout {
   std::vector<std::string> extra;  // --ac / --reshard-after-forward
   std::string name;
   int tp = 1;
+  int cp = 1;  // context parallel ranks share their batch: dp = ranks / (tp x cp)
 };
 
 // gtest prints a parameter in test listings and failures; the name says it all.
@@ -43,7 +44,7 @@ void PrintTo(const Layout& l, std::ostream* os) { *os << l.name << " (" << l.mes
 
 fs::path run_layout(const Layout& l) {
   auto dump = fresh_dir(l.name);
-  const int dp = l.ranks / l.tp;
+  const int dp = l.ranks / (l.tp * l.cp);
   auto args = train_args(l.flavor, dump, kGlobalBatch / dp);
   args.insert(args.end(), {"--mesh", l.mesh});
   args.insert(args.end(), l.extra.begin(), l.extra.end());
@@ -116,6 +117,18 @@ std::vector<Layout> layouts() {
   for (const auto& [opt, flags] : tp_options)
     out.push_back({"tiny_uneven", 2, "tp=2", flags, "tiny_uneven_tp2_" + opt, 2});
   out.push_back({"tiny_uneven", 4, "dp_shard=2,tp=2", {"--sequence-parallel"}, "tiny_uneven_fsdp2_tp2_sp", 2});
+
+  // Context parallel in both rotate modes, alone and with FSDP, HSDP and TP.
+  for (std::string rotate : {"allgather", "alltoall"}) {
+    const std::vector<std::string> flags{"--cp-rotate", rotate};
+    out.push_back({"tiny", 2, "cp=2", flags, "tiny_cp2_" + rotate, 1, 2});
+    out.push_back({"tiny_uneven", 2, "cp=2", flags, "tiny_uneven_cp2_" + rotate, 1, 2});
+    out.push_back({"tiny", 4, "dp_shard=2,cp=2", flags, "tiny_fsdp2_cp2_" + rotate, 1, 2});
+  }
+  out.push_back({"tiny", 4, "dp_replicate=2,cp=2", {}, "tiny_ddp2_cp2", 1, 2});
+  out.push_back({"tiny", 4, "cp=2,tp=2", {"--cp-rotate", "alltoall"}, "tiny_cp2_tp2_alltoall", 2, 2});
+  out.push_back({"tiny", 4, "cp=2,tp=2", {"--sequence-parallel", "--loss-parallel"}, "tiny_cp2_tp2_sp_lp", 2, 2});
+  out.push_back({"tiny", 8, "dp_replicate=2,dp_shard=2,cp=2", {"--ac", "full"}, "tiny_hsdp2x2_cp2_ac_full", 1, 2});
   return out;
 }
 

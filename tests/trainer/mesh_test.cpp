@@ -12,7 +12,7 @@ TEST(Mesh, ParsesAndInfersDpShard) {
   EXPECT_EQ(m.tp, 1);
   EXPECT_EQ(parse_mesh("", 1).world_size(), 1);
   EXPECT_EQ(parse_mesh("dp_shard=-1", 3).dp_shard, 3);
-  EXPECT_EQ(parse_mesh("tp=2,dp_shard=2", 4).to_string(), "dp_replicate=1,dp_shard=2,tp=2");
+  EXPECT_EQ(parse_mesh("tp=2,dp_shard=2", 4).to_string(), "dp_replicate=1,dp_shard=2,cp=1,tp=2");
 }
 
 TEST(Mesh, RejectsBadSpecsWithTheReason) {
@@ -24,7 +24,7 @@ TEST(Mesh, RejectsBadSpecsWithTheReason) {
     }
     return std::string("no error");
   };
-  EXPECT_EQ(message("dp_shard=2", 4), "--mesh 'dp_shard=2' has 2 ranks (dp_replicate=1,dp_shard=2,tp=1) but WORLD_SIZE is 4");
+  EXPECT_EQ(message("dp_shard=2", 4), "--mesh 'dp_shard=2' has 2 ranks (dp_replicate=1,dp_shard=2,cp=1,tp=1) but WORLD_SIZE is 4");
   EXPECT_NE(message("pp=2", 2).find("unknown dimension 'pp'"), std::string::npos);
   EXPECT_NE(message("dp_shard=two", 2).find("is not an integer"), std::string::npos);
   EXPECT_NE(message("dp_shard=0", 2).find("must be >= 1"), std::string::npos);
@@ -33,7 +33,7 @@ TEST(Mesh, RejectsBadSpecsWithTheReason) {
 }
 
 TEST(Mesh, TpIsInnermostAndCoordinatesRoundTrip) {
-  MeshShape s{2, 2, 2};
+  MeshShape s = parse_mesh_sizes("dp_replicate=2,dp_shard=2,tp=2");
   auto c = coord_of(1, s);
   EXPECT_EQ(c.dp_replicate, 0);
   EXPECT_EQ(c.dp_shard, 0);
@@ -46,7 +46,7 @@ TEST(Mesh, TpIsInnermostAndCoordinatesRoundTrip) {
 }
 
 TEST(Mesh, GroupsHoldTheRanksThatDifferOnlyInTheirDims) {
-  MeshShape s{2, 2, 2};
+  MeshShape s = parse_mesh_sizes("dp_replicate=2,dp_shard=2,tp=2");
   using D = MeshDim;
   EXPECT_EQ(group_ranks(5, s, {D::kDpShard}), (std::vector<int64_t>{5, 7}));
   EXPECT_EQ(group_ranks(5, s, {D::kTp}), (std::vector<int64_t>{4, 5}));
@@ -54,4 +54,21 @@ TEST(Mesh, GroupsHoldTheRanksThatDifferOnlyInTheirDims) {
   EXPECT_EQ(group_ranks(5, s, {D::kDpReplicate, D::kDpShard}), (std::vector<int64_t>{1, 3, 5, 7}));
   EXPECT_EQ(group_ranks(5, s, {D::kDpReplicate, D::kDpShard, D::kTp}).size(), 8u);
   EXPECT_EQ(dp_rank_of(coord_of(5, s), s), 2);  // (1, 0) of dp 2x2
+}
+
+TEST(Mesh, CpSitsBetweenDpShardAndTp) {
+  MeshShape s = parse_mesh_sizes("dp_shard=2,cp=2,tp=2");
+  EXPECT_EQ(s.world_size(), 8);
+  EXPECT_EQ(s.dp(), 2);  // cp ranks share a batch: they are not data-parallel peers
+  EXPECT_EQ(s.dp_shard_cp(), 4);
+  auto c = coord_of(5, s);  // 5 = (dp_shard 1, cp 0, tp 1)
+  EXPECT_EQ(c.dp_shard, 1);
+  EXPECT_EQ(c.cp, 0);
+  EXPECT_EQ(c.tp, 1);
+  for (int64_t r = 0; r < 8; ++r) EXPECT_EQ(rank_of(coord_of(r, s), s), r);
+  using D = MeshDim;
+  EXPECT_EQ(group_ranks(5, s, {D::kCp}), (std::vector<int64_t>{5, 7}));
+  EXPECT_EQ(group_ranks(5, s, {D::kDpShard, D::kCp}), (std::vector<int64_t>{1, 3, 5, 7}));
+  EXPECT_EQ(parse_mesh("cp=2,dp_shard=-1", 8).dp_shard, 4);
+  EXPECT_EQ(s.to_compact_string(), "dp_shard=2,cp=2,tp=2");
 }
