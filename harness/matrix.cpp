@@ -83,7 +83,7 @@ struct Fields {
 std::optional<meshtrain::MeshShape> read_mesh(const ReadContext& ctx, const YAML::Node& node) {
   std::string spec;
   if (node.IsMap()) {
-    MapReader m(ctx, node, "mesh", {"dp_replicate", "dp_shard", "cp", "tp"});
+    MapReader m(ctx, node, "mesh", {"pp", "dp_replicate", "dp_shard", "cp", "tp"});
     if (!m.ok()) return std::nullopt;
     for (const auto& [dim, size_node] : m.entries()) {
       auto size = read_int(ctx, size_node, "mesh size " + dim, 1);

@@ -148,11 +148,6 @@ std::vector<torch::Tensor> BlockBucket::gather_new() {
   return full;
 }
 
-// Releases the full weights' memory but keeps their storage objects, which autograd's
-// saved tensors share; before_backward gives them memory again.
-void BlockBucket::free_storage() {
-  for (const auto& t : full_) release_storage(t);
-}
 
 // ---- the block's forward ----------------------------------------------------------
 
@@ -178,10 +173,15 @@ torch::Tensor BlockBucket::exit(const torch::Tensor& output) {
     weights_ = Weights::kNone;
     return output;
   }
+  AwaitingBackward pass{full_, false};
   if (options_.reshard_after_forward && !options_.recomputed) {
-    free_storage();
+    // The memory goes; the storage objects, which autograd's saved tensors share, stay
+    // for before_backward to refill.
+    for (const auto& t : full_) release_storage(t);
+    pass.released = true;
     weights_ = Weights::kFreed;
   }
+  awaiting_.push_back(std::move(pass));
   // Runs when the gradient of the block's output is ready: before any of its backward.
   auto hook = [this](const torch::Tensor&) { before_backward(); };
   output.register_hook(hook);
@@ -191,20 +191,21 @@ torch::Tensor BlockBucket::exit(const torch::Tensor& output) {
 // ---- the block's backward ---------------------------------------------------------
 
 bool BlockBucket::will_gather_for_backward() const {
-  return weights_ == Weights::kFreed || options_.recomputed;
+  return (!awaiting_.empty() && awaiting_.front().released) || options_.recomputed;
 }
 
 void BlockBucket::before_backward() {
-  if (weights_ == Weights::kFreed) {
+  if (!awaiting_.empty() && awaiting_.front().released) {
+    auto& pass = awaiting_.front();
     const auto gathered = take_gather();
-    for (const auto& t : full_) reallocate_storage(t);
+    for (const auto& t : pass.weights) reallocate_storage(t);
     // Written through aliases that share the memory but not the version counter:
     // autograd's saved references must not see a modification.
     std::vector<torch::Tensor> aliases;
-    for (const auto& t : full_)
+    for (const auto& t : pass.weights)
       aliases.push_back(torch::from_blob(t.storage().data_ptr().get(), t.sizes(), t.options()));
     unpack(gathered, aliases);
-    weights_ = Weights::kHeld;
+    pass.released = false;
   }
   if (previous_ != nullptr && previous_->will_gather_for_backward()) previous_->start_gather();
 }
@@ -246,10 +247,16 @@ void BlockBucket::reduce(const std::vector<torch::Tensor>& grads) {
   pending_reduce_ = reduced_over_replicas_ ? first.replicate_group->start_all_reduce_sum(flat)
                                            : first.shard_group->start_reduce_scatter_sum(flat);
   torch::autograd::Engine::get_default_engine().queue_callback([this] { finish_reduce(); });
-  // The weights are done with: release them (autograd frees its references as it goes).
-  free_storage();
-  full_.clear();
-  weights_ = Weights::kNone;
+  // This backward's weights are done with: release them (autograd frees its references
+  // as it goes).
+  if (!awaiting_.empty()) {
+    for (const auto& t : awaiting_.front().weights) release_storage(t);
+    awaiting_.pop_front();
+  }
+  if (awaiting_.empty()) {
+    full_.clear();
+    weights_ = Weights::kNone;
+  }
 }
 
 void BlockBucket::finish_reduce() {

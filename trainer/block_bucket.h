@@ -16,11 +16,14 @@
 //    computes, and this block's reduce-scatter runs while the previous block's backward
 //    computes; when backward returns, each piece's .grad holds its part of the mean
 //    gradient (added to what was there, for gradient accumulation).
+// Several forwards may await their backwards (pipeline microbatches): each keeps its own
+// weights, and backwards come in the order of their forwards.
 // The same code runs on Gloo, where "in flight" is a Gloo worker thread.
 #pragma once
 
 #include <torch/torch.h>
 
+#include <deque>
 #include <vector>
 
 #include "comm.h"
@@ -72,7 +75,6 @@ class BlockBucket {
   void start_gather();
   torch::Tensor take_gather();
   void unpack(const torch::Tensor& gathered, const std::vector<torch::Tensor>& into) const;
-  void free_storage();
   bool will_gather_for_backward() const;
 
   Options options_;
@@ -83,6 +85,13 @@ class BlockBucket {
 
   std::vector<torch::Tensor> full_;  // this forward's gathered weights (autograd outputs)
   Weights weights_ = Weights::kNone;
+  // Forwards whose backward has not run yet, oldest first: their weights, and whether
+  // reshard-after-forward released them.
+  struct AwaitingBackward {
+    std::vector<torch::Tensor> weights;
+    bool released = false;
+  };
+  std::deque<AwaitingBackward> awaiting_;
   InFlight pending_gather_;
   std::vector<int64_t> gather_versions_;  // the pieces' versions it gathered
   InFlight pending_reduce_;

@@ -71,6 +71,10 @@ class SelfComm : public Comm {
     return [t] { return t; };
   }
   torch::Tensor send_recv(const torch::Tensor& t, int, int) override { return t.clone(); }
+  InFlight start_send(const torch::Tensor&, int, int) override {
+    throw std::logic_error("a one-rank group has no peer to send to");
+  }
+  void recv(torch::Tensor&, int, int) override { throw std::logic_error("a one-rank group has no peer to receive from"); }
 };
 
 class C10dComm : public Comm {
@@ -263,6 +267,21 @@ class C10dComm : public Comm {
     return incoming[0];
   }
 
+  InFlight start_send(const torch::Tensor& t, int to, int tag) override {
+    std::vector<torch::Tensor> outgoing{needs_wire_cast(t) ? t.to(torch::kFloat32) : t.contiguous()};
+    auto work = backend_->send(outgoing, to, tag);
+    return [work, outgoing] {
+      work->wait();
+      return outgoing[0];
+    };
+  }
+
+  void recv(torch::Tensor& t, int from, int tag) override {
+    std::vector<torch::Tensor> incoming{needs_wire_cast(t) ? torch::empty_like(t, torch::dtype(torch::kFloat32)) : t};
+    backend_->recv(incoming, from, tag)->wait();
+    if (incoming[0].data_ptr() != t.data_ptr()) t.copy_(incoming[0]);
+  }
+
   void barrier() override {
     c10d::BarrierOptions opts;
     // Tell NCCL our GPU; otherwise a barrier before any collective guesses it from the rank.
@@ -397,7 +416,9 @@ MeshGroups join_mesh(const LaunchEnv& env, const MeshShape& shape, Backend backe
   };
   // Every rank builds its groups in this same order (Gloo connects in the constructor).
   // The world group is always a real backend, so even a one-rank run proves the backend works.
-  g.world = group("world", {D::kDpReplicate, D::kDpShard, D::kCp, D::kTp}, true);
+  g.world = group("world", {D::kPp, D::kDpReplicate, D::kDpShard, D::kCp, D::kTp}, true);
+  g.pp = group("pp", {D::kPp});
+  g.pp_grads = group("pp_grads", {D::kPp});
   g.dp_replicate = group("dp_replicate", {D::kDpReplicate});
   g.dp_shard = group("dp_shard", {D::kDpShard});
   g.cp = group("cp", {D::kCp});

@@ -70,6 +70,11 @@ class Comm {
   // sent to this rank (a tensor shaped like `t`). Both transfers are posted before
   // either is waited for, so a ring where every rank sends and receives cannot deadlock.
   virtual torch::Tensor send_recv(const torch::Tensor& t, int to, int from) = 0;
+  // Pipeline transfers. start_send returns at once (the handle waits for completion);
+  // recv fills `t` (its shape and dtype say what arrives) with the next message that group
+  // rank `from` sent with `tag`. Messages of one (sender, tag) arrive in the order sent.
+  virtual InFlight start_send(const torch::Tensor& t, int to, int tag) = 0;
+  virtual void recv(torch::Tensor& t, int from, int tag) = 0;
 };
 
 // Calls and bytes of this process's collectives (all-gather: the gathered output;
@@ -92,6 +97,9 @@ struct MeshGroups {
   MeshCoord coord;
   torch::Device device{torch::kCPU};
   std::shared_ptr<Comm> world;
+  std::shared_ptr<Comm> pp;        // activations forward between stages; loss and norm sums
+  std::shared_ptr<Comm> pp_grads;  // gradients backward between stages (NCCL: its own streams, so
+                                   // a send each way between two stages cannot block the other)
   std::shared_ptr<Comm> dp_replicate;
   std::shared_ptr<Comm> dp_shard;
   std::shared_ptr<Comm> cp;
@@ -101,6 +109,7 @@ struct MeshGroups {
 
   Comm& along(MeshDim d) const {
     switch (d) {
+      case MeshDim::kPp: return *pp;
       case MeshDim::kDpReplicate: return *dp_replicate;
       case MeshDim::kDpShard: return *dp_shard;
       case MeshDim::kCp: return *cp;

@@ -18,6 +18,7 @@ const std::vector<std::pair<std::string, Fault>>& table() {
       {"wrong-shard-offset", Fault::kWrongShardOffset},
       {"keys-renamed", Fault::kKeysRenamed},
       {"cp-local-positions", Fault::kCpLocalPositions},
+      {"pp-loss-not-divided", Fault::kPpLossNotDivided},
   };
   return t;
 }

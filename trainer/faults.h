@@ -19,6 +19,7 @@ enum class Fault {
   kWrongShardOffset,      // a loaded shard is read one row off
   kKeysRenamed,           // the checkpoint names tok_embeddings "tok_embedding"
   kCpLocalPositions,      // context parallel: RoPE sees positions local to the rank's chunks
+  kPpLossNotDivided,      // pipeline parallel: each microbatch's loss is not divided by their number
 };
 
 // Throws std::invalid_argument listing the names for an unknown one.

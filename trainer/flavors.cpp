@@ -26,8 +26,8 @@ ModelArgs model_flavor(const std::string& name) {
   a.flavor = name;
   if (name == "tiny") {  // CPU CI: seconds per hundred steps on one core
     a.dim = 64, a.n_layers = 2, a.n_heads = 8, a.n_kv_heads = 4, a.multiple_of = 32;
-  } else if (name == "tiny_uneven") {  // vocab 259 and ffn 137 divide by neither 2 nor 4
-    a.dim = 40, a.n_layers = 2, a.n_heads = 4, a.n_kv_heads = 2, a.vocab_size = 259;
+  } else if (name == "tiny_uneven") {  // vocab 259, ffn 137 and 5 layers divide by neither 2 nor 4
+    a.dim = 40, a.n_layers = 5, a.n_heads = 4, a.n_kv_heads = 2, a.vocab_size = 259;
     a.multiple_of = 1, a.ffn_dim_multiplier = 1.3;
   } else if (name == "debugmodel") {  // torchtitan's debugmodel (byte vocabulary)
     a.dim = 256, a.n_layers = 6, a.n_heads = 16, a.n_kv_heads = 16, a.multiple_of = 256;

@@ -35,9 +35,9 @@ void add_train_options(CLI::App& cmd, meshtrain::TrainConfig& c) {
       ->capture_default_str();
   cmd.add_option("--max-norm", c.max_norm, "Clip gradients to this global L2 norm")->capture_default_str();
   cmd.add_option("--mesh", c.mesh,
-                 "Device mesh dp_replicate=R,dp_shard=S,cp=C,tp=T (missing dims 1; dp_shard=-1 fills the world). "
-                 "dp_shard>1: FSDP; dp_replicate>1: DDP; both: HSDP; cp>1: context parallel (FSDP over "
-                 "dp_shard x cp); tp>1: tensor parallel")
+                 "Device mesh pp=P,dp_replicate=R,dp_shard=S,cp=C,tp=T (missing dims 1; dp_shard=-1 fills the "
+                 "world). pp>1: pipeline parallel; dp_shard>1: FSDP; dp_replicate>1: DDP; both: HSDP; cp>1: context "
+                 "parallel (FSDP over dp_shard x cp); tp>1: tensor parallel")
       ->capture_default_str();
   cmd.add_option("--reshard-after-forward", c.reshard_after_forward,
                  "FSDP/HSDP: free a block's gathered weights after its forward and gather them again just "
@@ -49,6 +49,15 @@ void add_train_options(CLI::App& cmd, meshtrain::TrainConfig& c) {
                "TP: compute the loss on vocabulary-sharded logits without gathering them");
   cmd.add_flag("--sequence-parallel", c.sequence_parallel,
                "TP: shard norms and residual activations along the sequence (seq_len divisible by tp)");
+  cmd.add_option("--pp.schedule", c.pp_schedule, "PP: gpipe | 1f1b | interleaved_1f1b")->capture_default_str();
+  cmd.add_option("--pp.microbatches", c.pp_microbatches,
+                 "PP: microbatches per (micro-)batch; they must divide the local batch (-1: pp)")
+      ->capture_default_str();
+  cmd.add_option("--pp.virtual-stages", c.pp_virtual_stages,
+                 "PP: stages per pp rank (-1: 2 for interleaved_1f1b, else 1)")
+      ->capture_default_str();
+  cmd.add_option("--pp.split", c.pp_split,
+                 "PP: layers per stage, e.g. 3,2 (one entry per stage; default: as even as possible)");
   cmd.add_option("--cp-rotate", c.cp_rotate,
                  "CP: how attention reaches other ranks' keys and values: allgather (all at once) | alltoall "
                  "(passed around the ring, one neighbour exchange per step)")

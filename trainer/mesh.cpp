@@ -7,6 +7,7 @@ namespace meshtrain {
 
 int64_t MeshShape::size(MeshDim d) const {
   switch (d) {
+    case MeshDim::kPp: return pp;
     case MeshDim::kDpReplicate: return dp_replicate;
     case MeshDim::kDpShard: return dp_shard;
     case MeshDim::kCp: return cp;
@@ -20,6 +21,7 @@ std::string MeshShape::to_compact_string() const {
   auto add = [&](const char* name, int64_t size) {
     if (size != 1) out += (out.empty() ? "" : ",") + std::string(name) + "=" + std::to_string(size);
   };
+  add("pp", pp);
   add("dp_replicate", dp_replicate);
   add("dp_shard", dp_shard);
   add("cp", cp);
@@ -28,12 +30,13 @@ std::string MeshShape::to_compact_string() const {
 }
 
 std::string MeshShape::to_string() const {
-  return "dp_replicate=" + std::to_string(dp_replicate) + ",dp_shard=" + std::to_string(dp_shard) +
+  return "pp=" + std::to_string(pp) + ",dp_replicate=" + std::to_string(dp_replicate) + ",dp_shard=" + std::to_string(dp_shard) +
          ",cp=" + std::to_string(cp) + ",tp=" + std::to_string(tp);
 }
 
 int64_t MeshCoord::at(MeshDim d) const {
   switch (d) {
+    case MeshDim::kPp: return pp;
     case MeshDim::kDpReplicate: return dp_replicate;
     case MeshDim::kDpShard: return dp_shard;
     case MeshDim::kCp: return cp;
@@ -70,13 +73,14 @@ MeshShape parse_sizes(const std::string& spec, bool& infer_shard) {
     }
     if (size < 1)
       throw std::invalid_argument("--mesh '" + spec + "': " + key + " must be >= 1 (or dp_shard=-1)");
-    if (key == "dp_replicate") shape.dp_replicate = size;
+    if (key == "pp") shape.pp = size;
+    else if (key == "dp_replicate") shape.dp_replicate = size;
     else if (key == "dp_shard") shape.dp_shard = size;
     else if (key == "cp") shape.cp = size;
     else if (key == "tp") shape.tp = size;
     else
       throw std::invalid_argument("--mesh '" + spec + "': unknown dimension '" + key +
-                                  "' (known: dp_replicate, dp_shard, cp, tp)");
+                                  "' (known: pp, dp_replicate, dp_shard, cp, tp)");
   }
   return shape;
 }
@@ -94,10 +98,10 @@ MeshShape parse_mesh(const std::string& spec, int64_t world_size) {
   bool infer_shard = false;
   MeshShape shape = parse_sizes(spec, infer_shard);
   if (infer_shard) {
-    const int64_t rest = shape.dp_replicate * shape.cp * shape.tp;
+    const int64_t rest = shape.pp * shape.dp_replicate * shape.cp * shape.tp;
     if (world_size % rest != 0)
       throw std::invalid_argument("--mesh '" + spec + "': dp_shard=-1 cannot fill world size " +
-                                  std::to_string(world_size) + " (dp_replicate x cp x tp = " +
+                                  std::to_string(world_size) + " (pp x dp_replicate x cp x tp = " +
                                   std::to_string(rest) + ")");
     shape.dp_shard = world_size / rest;
   }
@@ -113,12 +117,13 @@ MeshCoord coord_of(int64_t rank, const MeshShape& s) {
   c.tp = rank % s.tp;
   c.cp = (rank / s.tp) % s.cp;
   c.dp_shard = (rank / (s.tp * s.cp)) % s.dp_shard;
-  c.dp_replicate = rank / (s.tp * s.cp * s.dp_shard);
+  c.dp_replicate = (rank / (s.tp * s.cp * s.dp_shard)) % s.dp_replicate;
+  c.pp = rank / (s.tp * s.cp * s.dp_shard * s.dp_replicate);
   return c;
 }
 
 int64_t rank_of(const MeshCoord& c, const MeshShape& s) {
-  return ((c.dp_replicate * s.dp_shard + c.dp_shard) * s.cp + c.cp) * s.tp + c.tp;
+  return (((c.pp * s.dp_replicate + c.dp_replicate) * s.dp_shard + c.dp_shard) * s.cp + c.cp) * s.tp + c.tp;
 }
 
 std::vector<int64_t> group_ranks(int64_t rank, const MeshShape& shape, const std::vector<MeshDim>& dims) {
@@ -132,6 +137,7 @@ std::vector<int64_t> group_ranks(int64_t rank, const MeshShape& shape, const std
     for (auto it = dims.rbegin(); it != dims.rend(); ++it) {
       const int64_t n = shape.size(*it), idx = rest % n;
       rest /= n;
+      if (*it == MeshDim::kPp) c.pp = idx;
       if (*it == MeshDim::kDpReplicate) c.dp_replicate = idx;
       if (*it == MeshDim::kDpShard) c.dp_shard = idx;
       if (*it == MeshDim::kCp) c.cp = idx;

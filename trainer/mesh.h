@@ -1,4 +1,4 @@
-// The device mesh: how ranks are arranged in [dp_replicate, dp_shard, cp, tp]
+// The device mesh: how ranks are arranged in [pp, dp_replicate, dp_shard, cp, tp]
 // (torchtitan's order, tp innermost) and which ranks share each dimension.
 #pragma once
 
@@ -8,25 +8,26 @@
 
 namespace meshtrain {
 
-enum class MeshDim { kDpReplicate = 0, kDpShard = 1, kCp = 2, kTp = 3 };
+enum class MeshDim { kPp = 0, kDpReplicate = 1, kDpShard = 2, kCp = 3, kTp = 4 };
 
 struct MeshShape {
+  int64_t pp = 1;  // pipeline parallel: the ranks hold consecutive stages of the model
   int64_t dp_replicate = 1;
   int64_t dp_shard = 1;
   int64_t cp = 1;  // context parallel: the ranks split each sequence
   int64_t tp = 1;
 
-  int64_t world_size() const { return dp_replicate * dp_shard * cp * tp; }
+  int64_t world_size() const { return pp * dp_replicate * dp_shard * cp * tp; }
   int64_t dp() const { return dp_replicate * dp_shard; }  // data-parallel degree: batches
   // FSDP shards the weights over dp_shard x cp (torchtitan's dp_shard_cp): cp ranks hold
   // the same weights and see different tokens, exactly like data-parallel peers.
   int64_t dp_shard_cp() const { return dp_shard * cp; }
   int64_t size(MeshDim d) const;
-  std::string to_string() const;          // "dp_replicate=2,dp_shard=2,cp=1,tp=1"
+  std::string to_string() const;          // "pp=1,dp_replicate=2,dp_shard=2,cp=1,tp=1"
   std::string to_compact_string() const;  // sizes other than 1: "dp_replicate=2,dp_shard=2"
 };
 
-// Parses "dp_replicate=R,dp_shard=S,cp=C,tp=T" (any subset, any order; missing dims are 1;
+// Parses "pp=P,dp_replicate=R,dp_shard=S,cp=C,tp=T" (any subset, any order; missing dims are 1;
 // dp_shard=-1 takes what the world leaves). Throws std::invalid_argument when a key is
 // unknown, a value malformed, or the product is not world_size.
 MeshShape parse_mesh(const std::string& spec, int64_t world_size);
@@ -34,6 +35,7 @@ MeshShape parse_mesh(const std::string& spec, int64_t world_size);
 MeshShape parse_mesh_sizes(const std::string& spec);
 
 struct MeshCoord {
+  int64_t pp = 0;
   int64_t dp_replicate = 0;
   int64_t dp_shard = 0;
   int64_t cp = 0;

@@ -3,6 +3,7 @@
 #include "compat.h"
 #include "hash.h"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
@@ -164,21 +165,55 @@ torch::Tensor TransformerBlockImpl::forward(const torch::Tensor& x, const torch:
 
 TransformerImpl::TransformerImpl(const ModelArgs& a) : args(a) {
   tok_embeddings = register_module("tok_embeddings", Embedding(a.vocab_size, a.dim));
-  layers = register_module("layers", torch::nn::ModuleList());
-  for (int64_t i = 0; i < a.n_layers; ++i) layers->push_back(TransformerBlock(a));
+  layers = register_module("layers", torch::nn::ModuleDict());
+  for (int64_t i = 0; i < a.n_layers; ++i) layers->update({{std::to_string(i), TransformerBlock(a).ptr()}});
   norm = register_module("norm", RMSNorm(a.dim, a.norm_eps));
   output = register_module("output", Linear(a.dim, a.vocab_size));
 }
 
+TransformerBlock TransformerImpl::block(int64_t id) const {
+  return TransformerBlock(std::dynamic_pointer_cast<TransformerBlockImpl>(layers->operator[](std::to_string(id))));
+}
+
+std::vector<int64_t> TransformerImpl::layer_ids() const {
+  std::vector<int64_t> ids;
+  for (const auto& key : layers->keys()) ids.push_back(std::stoll(key));
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
+
+void TransformerImpl::keep_only(const std::vector<int64_t>& kept, bool embedding, bool head) {
+  for (int64_t id : layer_ids()) {
+    if (std::find(kept.begin(), kept.end(), id) != kept.end()) continue;
+    layers->pop(std::to_string(id));
+    layers->unregister_module(std::to_string(id));  // pop keeps the registration
+  }
+  if (!embedding) {
+    unregister_module("tok_embeddings");
+    tok_embeddings = nullptr;
+  }
+  if (!head) {
+    unregister_module("norm");
+    unregister_module("output");
+    norm = nullptr;
+    output = nullptr;
+  }
+}
+
 torch::Tensor TransformerImpl::forward(const torch::Tensor& tokens, const torch::Tensor& positions) {
-  const auto T = tokens.size(1);
+  return forward_layers(tokens, positions, 0, args.n_layers);
+}
+
+torch::Tensor TransformerImpl::forward_layers(const torch::Tensor& input, const torch::Tensor& positions,
+                                              int64_t first, int64_t last) {
+  const auto T = input.size(1);
   auto [cos, sin] = positions.defined() ? rope_tables(args.head_dim(), positions, args.rope_theta)
                                         : rope_tables(args.head_dim(), T, args.rope_theta);
-  cos = cos.to(tokens.device());
-  sin = sin.to(tokens.device());
-  auto h = tok_embeddings(tokens);  // [B, T, D]
-  for (const auto& layer : *layers) h = layer->as<TransformerBlock>()->forward(h, cos, sin);
-  return output(norm(h));  // [B, T, V]
+  cos = cos.to(input.device());
+  sin = sin.to(input.device());
+  auto h = first == 0 ? tok_embeddings(input) : input;  // [B, T, D]
+  for (int64_t id = first; id < last; ++id) h = block(id)->forward(h, cos, sin);
+  return last == args.n_layers ? output(norm(h)) : h;  // [B, T, V] or [B, T, D]
 }
 
 // ---- initialisation -----------------------------------------------------------

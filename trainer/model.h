@@ -118,9 +118,20 @@ struct TransformerImpl : torch::nn::Module {
   // tokens: [B, T] int64 -> logits [B, T, V]. `positions` [T] are the tokens' places in
   // the sequence (for RoPE), 0..T-1 when not given.
   torch::Tensor forward(const torch::Tensor& tokens, const torch::Tensor& positions = {});
+  // Layers [first, last) (global ids, all held), after the embedding when first == 0 and
+  // followed by the final norm and output when last == n_layers. A pipeline stage's part:
+  // it takes hidden states [B, T, D] instead of tokens when first > 0 and returns hidden
+  // states instead of logits when last < n_layers.
+  torch::Tensor forward_layers(const torch::Tensor& input, const torch::Tensor& positions, int64_t first,
+                               int64_t last);
+  // Drops every layer outside `kept` (global ids) and, unless asked to keep them, the
+  // embedding and the head (norm + output). Names stay global: layer 7 is "layers.7" wherever it lives.
+  void keep_only(const std::vector<int64_t>& kept, bool embedding, bool head);
+  TransformerBlock block(int64_t id) const;  // layer `id` (global), which must be held
+  std::vector<int64_t> layer_ids() const;    // the layers held, ascending
   ModelArgs args;
-  Embedding tok_embeddings{nullptr};
-  torch::nn::ModuleList layers;
+  Embedding tok_embeddings{nullptr};  // null on pipeline stages without it
+  torch::nn::ModuleDict layers;       // keyed by global layer id, as torchtitan's ModuleDict
   RMSNorm norm{nullptr};
   Linear output{nullptr};
 };

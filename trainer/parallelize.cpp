@@ -98,26 +98,30 @@ void apply_tp(Transformer& model, MeshGroups& groups, const ParallelConfig& conf
                          })
                        : Transform([&tp](const torch::Tensor& y) { return tp::reduce_from_tp(y, tp); });
 
-  const ParamLayout& emb = *layout_of.at("tok_embeddings.weight");
-  const int64_t vocab_start = local_chunk(emb.global_shape, {emb.splits.front()}).offsets[0];
-  model->tok_embeddings->lookup = [vocab_start](const torch::Tensor& ids, const torch::Tensor& w) {
-    return tp::masked_embedding(ids, w, vocab_start);
-  };
-  model->tok_embeddings->hooks.output = leave;
-  for (const auto& layer : *model->layers) {
-    auto* block = layer->as<TransformerBlock>();
+  if (model->tok_embeddings) {  // a pipeline stage may not hold it
+    const ParamLayout& emb = *layout_of.at("tok_embeddings.weight");
+    const int64_t vocab_start = local_chunk(emb.global_shape, {emb.splits.front()}).offsets[0];
+    model->tok_embeddings->lookup = [vocab_start](const torch::Tensor& ids, const torch::Tensor& w) {
+      return tp::masked_embedding(ids, w, vocab_start);
+    };
+    model->tok_embeddings->hooks.output = leave;
+  }
+  for (int64_t id : model->layer_ids()) {
+    auto block = model->block(id);
     block->attention->hooks.input = enter;
     block->attention->wo->hooks.output = leave;
     block->feed_forward->hooks.input = enter;
     block->feed_forward->w2->hooks.output = leave;
   }
-  model->output->hooks.input = enter;
-  const ParamLayout& out = *layout_of.at("output.weight");
-  const auto vocab_sizes = shard_sizes(out.global_shape[0], groups.shape.tp);
-  if (!config.loss_parallel)
-    model->output->hooks.output = [&tp, vocab_sizes](const torch::Tensor& y) {
-      return tp::gather_replicated_from_tp(y, tp, 2, vocab_sizes);
-    };
+  if (model->output) {
+    model->output->hooks.input = enter;
+    const ParamLayout& out = *layout_of.at("output.weight");
+    const auto vocab_sizes = shard_sizes(out.global_shape[0], groups.shape.tp);
+    if (!config.loss_parallel)
+      model->output->hooks.output = [&tp, vocab_sizes](const torch::Tensor& y) {
+        return tp::gather_replicated_from_tp(y, tp, 2, vocab_sizes);
+      };
+  }
   // Under sequence parallel each rank normalises its own tokens: the replicated norm
   // weights' gradients are partial and must be summed over tp.
   if (sp)
@@ -170,7 +174,7 @@ std::unique_ptr<ParallelModel> parallelize(Transformer model, MeshGroups& groups
   std::map<std::string, Transform> weight_tp;
   if (shape.tp > 1) apply_tp(model, groups, config, layout_of, weight_tp);
   Comm& tp = *groups.tp;
-  if (shape.tp > 1 && config.loss_parallel) {
+  if (shape.tp > 1 && config.loss_parallel && model->output) {
     const ParamLayout& out = *layout_of.at("output.weight");
     const int64_t vocab_start = local_chunk(out.global_shape, {out.splits.front()}).offsets[0];
     pm->loss = [&tp, vocab_start](const torch::Tensor& logits, const torch::Tensor& targets) {
@@ -185,20 +189,21 @@ std::unique_ptr<ParallelModel> parallelize(Transformer model, MeshGroups& groups
 
   // 1b. Context parallel: attention reaches the other cp ranks' keys and values.
   if (shape.cp > 1)
-    for (const auto& layer : *model->layers)
-      layer->as<TransformerBlock>()->attention->core =
+    for (int64_t id : model->layer_ids())
+      model->block(id)->attention->core =
           [&cp = *groups.cp, rotate = config.cp_rotate](const torch::Tensor& q, const torch::Tensor& k,
                                                          const torch::Tensor& v) {
             return cp::attention(q, k, v, cp, rotate);
           };
 
   // 2. Activation checkpointing: the selected blocks run again in backward.
-  std::vector<bool> recomputed;
-  for (int64_t layer_id = 0; layer_id < model->args.n_layers; ++layer_id)
-    recomputed.push_back(config.ac == ActivationCheckpoint::kFull ||
-                         (config.ac == ActivationCheckpoint::kSelective && (layer_id + 1) % 2 == 0));
-  for (int64_t layer_id = 0; layer_id < model->args.n_layers; ++layer_id)
-    model->layers[layer_id]->as<TransformerBlock>()->recompute = recomputed[layer_id];
+  // Chosen by global layer id, so a pipeline stage recomputes the layers it would without PP.
+  const std::vector<int64_t> layer_ids = model->layer_ids();
+  auto recomputed = [&](int64_t layer_id) {
+    return config.ac == ActivationCheckpoint::kFull ||
+           (config.ac == ActivationCheckpoint::kSelective && (layer_id + 1) % 2 == 0);
+  };
+  for (int64_t id : layer_ids) model->block(id)->recompute = recomputed(id);
 
   // 3. Data parallel: every parameter keeps only its piece, and its module computes
   // with the gathered weight, then the TP weight transform if any. Where ranks talk, the
@@ -208,24 +213,32 @@ std::unique_ptr<ParallelModel> parallelize(Transformer model, MeshGroups& groups
   // backward comes right away, and never the embedding's or the head's (FSDP2's root).
   const bool needs_dp_function = mode != DataParallelMode::kNone || config.param_dtype != torch::kFloat32;
   const bool talks = shape.dp_shard_cp() > 1 || shape.dp_replicate > 1;
-  const int64_t n_layers = model->args.n_layers;
-  std::vector<std::shared_ptr<BlockBucket>> buckets;  // embedding, blocks, head
+  // Under pipeline parallel, torchtitan's default keeps every block's weights until its
+  // backward: other microbatches' forwards would gather them again in between.
+  const bool reshard_by_default = shape.pp == 1;
+  std::map<std::string, std::shared_ptr<BlockBucket>> bucket_named;  // "embedding", "layers.<id>", "head"
+  std::vector<std::shared_ptr<BlockBucket>> buckets;                  // in forward order
   auto bucket_of = [&](const std::string& fqn) -> std::shared_ptr<BlockBucket> {
     if (buckets.empty()) return nullptr;
-    if (fqn.rfind("layers.", 0) == 0) return buckets.at(1 + std::stoul(fqn.substr(7)));
-    return fqn.rfind("tok_embeddings.", 0) == 0 ? buckets.front() : buckets.back();
+    if (fqn.rfind("layers.", 0) == 0) return bucket_named.at(fqn.substr(0, fqn.find('.', 7)));
+    return bucket_named.at(fqn.rfind("tok_embeddings.", 0) == 0 ? "embedding" : "head");
   };
   if (needs_dp_function && talks) {
-    buckets.push_back(std::make_shared<BlockBucket>(BlockBucket::Options{false, false}));
-    for (int64_t layer_id = 0; layer_id < n_layers; ++layer_id) {
-      const bool last = layer_id + 1 == n_layers;
-      BlockBucket::Options options;
-      options.reshard_after_forward = fsdp && (config.reshard_after_forward == ReshardAfterForward::kAlways ||
-                                               (config.reshard_after_forward == ReshardAfterForward::kDefault && !last));
-      options.recomputed = recomputed[layer_id];
+    auto add_bucket = [&](const std::string& name, BlockBucket::Options options) {
       buckets.push_back(std::make_shared<BlockBucket>(options));
+      bucket_named[name] = buckets.back();
+    };
+    if (model->tok_embeddings) add_bucket("embedding", BlockBucket::Options{false, false});
+    for (int64_t id : layer_ids) {
+      const bool last = id == layer_ids.back();
+      BlockBucket::Options options;
+      options.reshard_after_forward =
+          fsdp && (config.reshard_after_forward == ReshardAfterForward::kAlways ||
+                   (config.reshard_after_forward == ReshardAfterForward::kDefault && reshard_by_default && !last));
+      options.recomputed = recomputed(id);
+      add_bucket("layers." + std::to_string(id), options);
     }
-    buckets.push_back(std::make_shared<BlockBucket>(BlockBucket::Options{false, false}));
+    if (model->output) add_bucket("head", BlockBucket::Options{false, false});
     for (size_t i = 0; i < buckets.size(); ++i)
       buckets[i]->link(i > 0 ? buckets[i - 1].get() : nullptr, i + 1 < buckets.size() ? buckets[i + 1].get() : nullptr);
   }
@@ -259,16 +272,20 @@ std::unique_ptr<ParallelModel> parallelize(Transformer model, MeshGroups& groups
   auto exit = [](std::shared_ptr<BlockBucket> bucket) {
     return Transform([bucket](const torch::Tensor& y) { return bucket->exit(y); });
   };
-  auto& embedding = model->tok_embeddings->hooks;
-  embedding.input = then(enter(buckets.front()), embedding.input);
-  embedding.output = then(embedding.output, exit(buckets.front()));
-  for (int64_t i = 0; i < n_layers; ++i) {
-    auto& block = model->layers[i]->as<TransformerBlock>()->hooks;
-    block.input = enter(buckets[1 + i]);
-    block.output = exit(buckets[1 + i]);
+  if (model->tok_embeddings) {
+    auto& embedding = model->tok_embeddings->hooks;
+    embedding.input = then(enter(bucket_named.at("embedding")), embedding.input);
+    embedding.output = then(embedding.output, exit(bucket_named.at("embedding")));
   }
-  model->norm->hooks.input = then(enter(buckets.back()), model->norm->hooks.input);
-  model->output->hooks.output = then(model->output->hooks.output, exit(buckets.back()));
+  for (int64_t id : layer_ids) {
+    auto& block = model->block(id)->hooks;
+    block.input = enter(bucket_named.at("layers." + std::to_string(id)));
+    block.output = exit(bucket_named.at("layers." + std::to_string(id)));
+  }
+  if (model->output) {
+    model->norm->hooks.input = then(enter(bucket_named.at("head")), model->norm->hooks.input);
+    model->output->hooks.output = then(model->output->hooks.output, exit(bucket_named.at("head")));
+  }
   return pm;
 }
 
@@ -301,18 +318,34 @@ double global_grad_norm(const ParallelModel& pm) {
       for (MeshDim d : dims) pm.groups.along(d).all_reduce_sum(sum);
     total += sum.item<double>();
   }
-  return std::sqrt(total);
+  // Pipeline stages hold disjoint parameters: their sums add up.
+  auto stages = torch::full({1}, total, torch::dtype(torch::kFloat64).device(pm.groups.device));
+  pm.groups.pp->all_reduce_sum(stages);
+  return std::sqrt(stages.item<double>());
 }
 
-std::map<std::string, std::pair<double, double>> global_sums(const ParallelModel& pm) {
-  std::map<std::string, std::pair<double, double>> out;
-  for (const auto& l : pm.layouts()) {
-    auto p = pm.model->named_parameters()[l.name].detach().to(torch::kFloat64);
+std::map<std::string, std::pair<double, double>> global_sums(const ParallelModel& pm,
+                                                          const std::vector<std::string>& names) {
+  // Row i: (sum, sum of squares) of names[i]; a pipeline stage fills the rows of the
+  // parameters it holds and the sum over stages completes the table.
+  auto table = torch::zeros({static_cast<int64_t>(names.size()), 2}, torch::kFloat64);
+  const auto params = pm.model->named_parameters();
+  for (size_t i = 0; i < names.size(); ++i) {
+    const ParamLayout* l = nullptr;
+    for (const auto& layout : pm.layouts())
+      if (layout.name == names[i]) l = &layout;
+    if (l == nullptr) continue;
+    auto p = params[l->name].detach().to(torch::kFloat64);
     auto sums = torch::stack({p.sum(), p.pow(2).sum()});
-    for (MeshDim d : l.sharded_over) pm.groups.along(d).all_reduce_sum(sums);
-    sums = sums.cpu();
-    out[l.name] = {sums[0].item<double>(), sums[1].item<double>()};
+    for (MeshDim d : l->sharded_over) pm.groups.along(d).all_reduce_sum(sums);
+    table[static_cast<int64_t>(i)] = sums.cpu();
   }
+  table = table.to(pm.groups.device);
+  pm.groups.pp->all_reduce_sum(table);
+  table = table.cpu();
+  std::map<std::string, std::pair<double, double>> out;
+  for (size_t i = 0; i < names.size(); ++i)
+    out[names[i]] = {table[static_cast<int64_t>(i)][0].item<double>(), table[static_cast<int64_t>(i)][1].item<double>()};
   return out;
 }
 

@@ -91,7 +91,9 @@ std::unique_ptr<ParallelModel> parallelize(Transformer model, MeshGroups& groups
 // is sharded across, so no shard and no replica is counted twice.
 double global_grad_norm(const ParallelModel& pm);
 
-// Per parameter: (sum, sum of squares) of the global tensor, in float64.
-std::map<std::string, std::pair<double, double>> global_sums(const ParallelModel& pm);
+// Per parameter of `names` (every parameter of the whole model, whichever pipeline stage
+// holds it): (sum, sum of squares) of the global tensor, in float64.
+std::map<std::string, std::pair<double, double>> global_sums(const ParallelModel& pm,
+                                                          const std::vector<std::string>& names);
 
 }  // namespace meshtrain

@@ -7,9 +7,11 @@
 #include <cmath>
 #include <optional>
 #include <cstdio>
+#include <sstream>
 #include <stdexcept>
 
 #include "checkpoint.h"
+#include "pipeline.h"
 #include "comm.h"
 #include "compat.h"
 #include "data.h"
@@ -26,6 +28,45 @@ namespace {
 torch::Tensor to_tensor(const std::vector<int64_t>& ids, int64_t rows, int64_t cols,
                         const torch::Device& device) {
   return torch::tensor(ids, torch::kInt64).view({rows, cols}).to(device);
+}
+
+// Which pipeline stages this rank runs and how, checked before any rendezvous; no
+// stages without pp.
+struct PipelinePlan {
+  std::optional<pp::StageMap> stages;
+  pp::PipelineOptions options;
+};
+
+PipelinePlan plan_pipeline(const TrainConfig& cfg, const ModelArgs& args, const MeshShape& shape,
+                           const ParallelConfig& parallel, int rank) {
+  PipelinePlan plan;
+  if (shape.pp == 1) return plan;
+  auto& o = plan.options;
+  o.schedule = pp::parse_schedule(cfg.pp_schedule);
+  const bool interleaved = o.schedule == pp::Schedule::kInterleaved1F1B;
+  const int64_t chunks = cfg.pp_virtual_stages > 0 ? cfg.pp_virtual_stages : interleaved ? 2 : 1;
+  if (chunks > 1 && !interleaved)
+    throw std::invalid_argument("--pp.virtual-stages " + std::to_string(chunks) + " needs --pp.schedule interleaved_1f1b");
+  o.microbatches = cfg.pp_microbatches > 0 ? cfg.pp_microbatches : shape.pp;
+  if (cfg.local_batch_size % o.microbatches != 0)
+    throw std::invalid_argument("--pp.microbatches " + std::to_string(o.microbatches) +
+                                " does not divide --local-batch-size " + std::to_string(cfg.local_batch_size));
+  if (interleaved && o.microbatches % shape.pp != 0)
+    throw std::invalid_argument("interleaved_1f1b needs --pp.microbatches divisible by pp (" +
+                                std::to_string(o.microbatches) + " over pp " + std::to_string(shape.pp) + ")");
+  o.activation_dtype = parallel.param_dtype;
+  o.activation_tokens = cfg.seq_len / shape.cp / (parallel.sequence_parallel ? shape.tp : 1);
+  std::vector<int64_t> split;
+  std::stringstream in(cfg.pp_split);
+  for (std::string item; std::getline(in, item, ',');) {
+    try {
+      split.push_back(std::stoll(item));
+    } catch (const std::exception&) {
+      throw std::invalid_argument("--pp.split '" + cfg.pp_split + "': '" + item + "' is not a layer count");
+    }
+  }
+  plan.stages = pp::stage_map(args.n_layers, shape.pp, coord_of(rank, shape).pp, chunks, split);
+  return plan;
 }
 
 }  // namespace
@@ -60,6 +101,7 @@ int train(const TrainConfig& cfg) {
                                 " is not a multiple of local batch x dp degree " +
                                 std::to_string(cfg.local_batch_size * dp_degree));
   const int64_t accum_steps = global_batch / (cfg.local_batch_size * dp_degree);
+  const PipelinePlan pipeline = plan_pipeline(cfg, args, shape, parallel, env.rank);
   prepare_dump_folder(cfg.dump_folder);
   torch::set_num_threads(cfg.threads);
   if (cfg.deterministic) compat::use_deterministic_algorithms();
@@ -74,6 +116,12 @@ int train(const TrainConfig& cfg) {
   // Full tensors from the seed on every rank, then each keeps its part.
   Transformer full_model(args);
   init_weights(full_model, cfg.seed);
+  std::vector<std::pair<std::string, std::vector<int64_t>>> all_params;  // the whole model's, whatever the stage
+  for (const auto& item : full_model->named_parameters()) all_params.emplace_back(item.key(), item.value().sizes().vec());
+  if (pipeline.stages) {
+    const auto& st = *pipeline.stages;
+    full_model->keep_only(st.layers_held(), /*embedding=*/st.rank == 0, /*head=*/st.rank == st.pp - 1);
+  }
   full_model->to(device);
   auto pm = parallelize(full_model, groups, parallel);
   Transformer& model = pm->model;
@@ -111,8 +159,10 @@ int train(const TrainConfig& cfg) {
 
   // ---- the keys this run saves, written before any load so a failed load still shows them
   std::vector<KeyInfo> keys;
-  for (const auto& t : model_state) keys.push_back({checkpointer.saved_key(t.key), t.layout->global_shape, "float32"});
-  for (const auto& t : optimizer_state) keys.push_back({checkpointer.saved_key(t.key), t.layout->global_shape, "float32"});
+  for (const auto& [name, shape] : all_params) keys.push_back({checkpointer.saved_key("model." + name), shape, "float32"});
+  for (const auto& [name, shape] : all_params)
+    for (const char* moment : {".exp_avg", ".exp_avg_sq"})
+      keys.push_back({checkpointer.saved_key("optimizer.state." + name + moment), shape, "float32"});
   std::vector<std::string> object_keys{"lr_scheduler", "train_state"};
   for (int64_t r = 0; r < dp_degree; ++r) object_keys.push_back("dataloader.dp_rank_" + std::to_string(r));
   if (is_logger) write_state_dict_keys(cfg.dump_folder + "/state_dict_keys.json", keys, object_keys);
@@ -156,8 +206,11 @@ int train(const TrainConfig& cfg) {
   if (cfg.generate) {
     if (!resume_step) throw std::runtime_error("generate: no complete checkpoint in '" + ckpt_config.folder + "'");
     if (parallel.sequence_parallel) throw std::invalid_argument("generate: --sequence-parallel needs a fixed seq_len");
+    if (pipeline.stages)
+      throw std::invalid_argument("generate: pp > 1 is not supported; generate under a mesh without pp (checkpoints "
+                                  "load under any mesh)");
     // Every cp rank decodes the whole prefix itself (the weights stay sharded over dp_shard x cp).
-    for (const auto& layer : *model->layers) layer->as<TransformerBlock>()->attention->core = nullptr;
+    for (int64_t id : model->layer_ids()) model->block(id)->attention->core = nullptr;
     // Greedy decoding without a cache: every token re-runs the whole prefix. All ranks
     // see the same logits (gathered over tp, replicated over dp) and pick the same token.
     torch::NoGradGuard no_grad;
@@ -203,7 +256,7 @@ int train(const TrainConfig& cfg) {
                                 {"dp_degree", dp_degree}, {"mesh", shape.to_string()}};
       objects["lr_scheduler"] = {{"step", step - lr_step_offset}, {"warmup_steps", cfg.warmup_steps}, {"lr", cfg.lr}};
     }
-    if (groups.coord.tp == 0 && groups.coord.cp == 0) objects["dataloader.dp_rank_" + std::to_string(dp_rank)] = loader.state();
+    if (groups.coord.tp == 0 && groups.coord.cp == 0 && groups.coord.pp == 0) objects["dataloader.dp_rank_" + std::to_string(dp_rank)] = loader.state();
     auto tensors = model_state;
     tensors.insert(tensors.end(), optimizer_state.begin(), optimizer_state.end());
     const auto t0 = std::chrono::steady_clock::now();
@@ -246,6 +299,11 @@ int train(const TrainConfig& cfg) {
       auto targets = pm->local_tokens(to_tensor(batch.targets, batch.samples, batch.seq_len, device));
       // The logits [b, T, V] die with this expression: backward needs only the loss's
       // own saved tensors (at batch 4 on 1B the bf16 logits are 2.1 GB).
+      if (pipeline.stages) {
+        loss_sum += pp::pipeline_step(*pm, *pipeline.stages, pipeline.options, inputs, targets,
+                                      pm->positions(batch.seq_len), 1.0 / static_cast<double>(accum_steps));
+        continue;
+      }
       auto loss = pm->loss(model(inputs, pm->positions(batch.seq_len)), targets);
       (loss / accum_steps).backward();
       loss_sum += loss.detach();
@@ -302,12 +360,14 @@ int train(const TrainConfig& cfg) {
 
   // ---- final facts: parameter digests and this rank's memory
   std::vector<Digest> digests;
-  const auto sums = global_sums(*pm);
-  for (const auto& l : pm->layouts()) {
-    const auto& [sum, sum_sq] = sums.at(l.name);
+  std::vector<std::string> names;
+  for (const auto& [name, shape] : all_params) names.push_back(name);
+  const auto sums = global_sums(*pm, names);
+  for (const auto& [name, shape] : all_params) {
+    const auto& [sum, sum_sq] = sums.at(name);
     int64_t numel = 1;
-    for (auto d : l.global_shape) numel *= d;
-    digests.push_back(Digest{"model." + l.name, sum, std::sqrt(sum_sq), numel});
+    for (auto d : shape) numel *= d;
+    digests.push_back(Digest{"model." + name, sum, std::sqrt(sum_sq), numel});
   }
   if (is_logger) write_param_digest(cfg.dump_folder + "/param_digest.json", last_step, digests);
 
@@ -322,7 +382,7 @@ int train(const TrainConfig& cfg) {
               {"rank", env.rank},
               {"world_size", env.world_size},
               {"mesh", shape.to_string()},
-              {"coord", {{"dp_replicate", groups.coord.dp_replicate}, {"dp_shard", groups.coord.dp_shard},
+              {"coord", {{"pp", groups.coord.pp}, {"dp_replicate", groups.coord.dp_replicate}, {"dp_shard", groups.coord.dp_shard},
                          {"cp", groups.coord.cp}, {"tp", groups.coord.tp}}},
               {"device", device.str()},
               {"param_bytes", param_bytes},

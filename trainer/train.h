@@ -25,6 +25,10 @@ struct TrainConfig {
   bool loss_parallel = false;
   bool sequence_parallel = false;
   std::string cp_rotate = "allgather";
+  std::string pp_schedule = "1f1b";
+  int64_t pp_microbatches = -1;    // -1: pp
+  int64_t pp_virtual_stages = -1;  // stages per pp rank; -1: 2 for interleaved_1f1b, else 1
+  std::string pp_split;            // layers per stage, "3,2,2"; empty: as even as possible
   bool checkpoint_enable = false;
   std::string checkpoint_folder;  // empty: <dump-folder>/checkpoint
   int64_t checkpoint_interval = 0;

@@ -37,6 +37,7 @@ std::vector<RankResult> run_fsdp2(ReshardAfterForward reshard, ActivationCheckpo
         g.world = g.dp_shard_cp = g.dp_cp = g.dp_shard;
         g.dp_replicate = make_group(store, "dp_replicate", {r}, r, Backend::kGloo, timeout);
         g.cp = make_group(store, "cp", {r}, r, Backend::kGloo, timeout);
+        g.pp = g.pp_grads = make_group(store, "pp", {r}, r, Backend::kGloo, timeout);
         g.tp = make_group(store, "tp", {r}, r, Backend::kGloo, timeout);
         Transformer model(model_flavor("tiny"));
         init_weights(model, 7);
@@ -45,8 +46,8 @@ std::vector<RankResult> run_fsdp2(ReshardAfterForward reshard, ActivationCheckpo
         config.ac = ac;
         auto pm = parallelize(model, g, config);
         RankResult& out = results[r];
-        for (const auto& layer : *pm->model->layers) {
-          auto* block = layer->as<TransformerBlock>();
+        for (int64_t id : pm->model->layer_ids()) {
+          auto block = pm->model->block(id);
           block->hooks.input = [inner = block->hooks.input, &out](const torch::Tensor& x) {
             ++out.block_runs;
             return inner(x);

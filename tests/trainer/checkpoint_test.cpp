@@ -243,7 +243,7 @@ TEST(Checkpoint, CkptInspectDiffAndConsolidate) {
 
   auto inspect = meshtrain({"ckpt", "inspect", a});
   ASSERT_EQ(inspect.exit_code, 0) << inspect.err;
-  EXPECT_NE(inspect.out.find("written under dp_replicate=1,dp_shard=4,cp=1,tp=1"), std::string::npos) << inspect.out;
+  EXPECT_NE(inspect.out.find("written under pp=1,dp_replicate=1,dp_shard=4,cp=1,tp=1"), std::string::npos) << inspect.out;
   EXPECT_NE(inspect.out.find("model.tok_embeddings.weight  float32 [258, 64]  4 chunks  66048 bytes"),
             std::string::npos) << inspect.out;
 

@@ -137,9 +137,9 @@ TEST(MeshtrainCli, BadInputGetsOneLineErrors) {
   expect_one_line_error(meshtrain({"train", "--dump-folder", dump.string()}, {{"RANK", "3"}, {"WORLD_SIZE", "2"}}),
                         "RANK=3 is not below WORLD_SIZE=2");
   expect_one_line_error(meshtrain({"train", "--mesh", "dp_shard=3", "--dump-folder", dump.string()}),
-                        "--mesh 'dp_shard=3' has 3 ranks (dp_replicate=1,dp_shard=3,cp=1,tp=1) but WORLD_SIZE is 1");
+                        "--mesh 'dp_shard=3' has 3 ranks (pp=1,dp_replicate=1,dp_shard=3,cp=1,tp=1) but WORLD_SIZE is 1");
   expect_one_line_error(meshtrain({"train", "--mesh", "dp=2", "--dump-folder", dump.string()}),
-                        "unknown dimension 'dp' (known: dp_replicate, dp_shard, tp)");
+                        "unknown dimension 'dp' (known: pp, dp_replicate, dp_shard, cp, tp)");
   expect_one_line_error(meshtrain({"train", "--ac", "some", "--dump-folder", dump.string()}), "unknown --ac 'some'");
   if (std::string(MESHTRAIN_TEST_BACKEND) == "gloo")  // the CPU build: refused before any step runs
     expect_one_line_error(meshtrain({"train", "--profile-step", "2", "--dump-folder", dump.string()}),

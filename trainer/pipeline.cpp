@@ -1,0 +1,160 @@
+#include "pipeline.h"
+
+#include "faults.h"
+
+#include <map>
+#include <numeric>
+#include <stdexcept>
+#include <utility>
+
+namespace meshtrain::pp {
+
+Schedule parse_schedule(const std::string& s) {
+  if (s == "gpipe") return Schedule::kGPipe;
+  if (s == "1f1b") return Schedule::k1F1B;
+  if (s == "interleaved_1f1b") return Schedule::kInterleaved1F1B;
+  throw std::invalid_argument("unknown --pp.schedule '" + s + "' (known: gpipe, 1f1b, interleaved_1f1b)");
+}
+
+std::vector<int64_t> layers_per_stage(int64_t n_layers, int64_t n_stages, const std::vector<int64_t>& split) {
+  if (!split.empty()) {
+    if (static_cast<int64_t>(split.size()) != n_stages)
+      throw std::invalid_argument("--pp.split has " + std::to_string(split.size()) + " entries for " +
+                                  std::to_string(n_stages) + " pipeline stages");
+    for (int64_t n : split)
+      if (n < 1) throw std::invalid_argument("--pp.split: every stage needs at least one layer");
+    if (std::accumulate(split.begin(), split.end(), int64_t{0}) != n_layers)
+      throw std::invalid_argument("--pp.split sums to " +
+                                  std::to_string(std::accumulate(split.begin(), split.end(), int64_t{0})) +
+                                  " layers; the model has " + std::to_string(n_layers));
+    return split;
+  }
+  if (n_stages > n_layers)
+    throw std::invalid_argument(std::to_string(n_stages) + " pipeline stages for " + std::to_string(n_layers) +
+                                " layers: every stage needs at least one layer");
+  std::vector<int64_t> out;
+  for (int64_t s = 0; s < n_stages; ++s) out.push_back(n_layers / n_stages + (s < n_layers % n_stages ? 1 : 0));
+  return out;
+}
+
+std::vector<int64_t> StageMap::layers_held() const {
+  std::vector<int64_t> ids;
+  for (int64_t c = 0; c < chunks; ++c)
+    for (int64_t id = first_layer[stage(c)]; id < first_layer[stage(c) + 1]; ++id) ids.push_back(id);
+  return ids;
+}
+
+StageMap stage_map(int64_t n_layers, int64_t pp, int64_t rank, int64_t chunks, const std::vector<int64_t>& split) {
+  StageMap m;
+  m.pp = pp;
+  m.rank = rank;
+  m.chunks = chunks;
+  m.first_layer = {0};
+  for (int64_t n : layers_per_stage(n_layers, pp * chunks, split)) m.first_layer.push_back(m.first_layer.back() + n);
+  return m;
+}
+
+std::vector<Action> schedule(Schedule s, int64_t pp, int64_t rank, int64_t microbatches, int64_t chunks) {
+  std::vector<Action> out;
+  const int64_t n = microbatches;
+  if (s == Schedule::kGPipe) {
+    for (int64_t m = 0; m < n; ++m) out.push_back({true, m, 0});
+    for (int64_t m = 0; m < n; ++m) out.push_back({false, m, 0});
+    return out;
+  }
+  if (s == Schedule::k1F1B) chunks = 1;
+  else if (n % pp != 0)
+    throw std::invalid_argument("interleaved_1f1b needs --pp.microbatches divisible by pp (" + std::to_string(n) +
+                                " over pp " + std::to_string(pp) + ")");
+  // The k-th forward and backward of this rank (Megatron-LM's interleaved order: pp
+  // microbatches through one chunk, then the same ones through the next; backwards
+  // visit the chunks last first). With one chunk it is plain 1F1B.
+  const int64_t total = n * chunks, group = pp * chunks;
+  auto forward = [&](int64_t k) { return Action{true, (k / group) * pp + k % pp, (k % group) / pp}; };
+  auto backward = [&](int64_t k) { return Action{false, (k / group) * pp + k % pp, chunks - 1 - (k % group) / pp}; };
+  const int64_t warmup =
+      std::min(total, chunks == 1 ? pp - rank - 1 : (pp - rank - 1) * 2 + (chunks - 1) * pp);
+  for (int64_t k = 0; k < warmup; ++k) out.push_back(forward(k));
+  for (int64_t k = 0; k < total - warmup; ++k) {
+    out.push_back(forward(warmup + k));
+    out.push_back(backward(k));
+  }
+  for (int64_t k = total - warmup; k < total; ++k) out.push_back(backward(k));
+  return out;
+}
+
+namespace {
+// Messages into stage s: activations with tag 2s, gradients with tag 2s + 1.
+int tag_into(int64_t stage, bool activation) { return static_cast<int>(2 * stage + (activation ? 0 : 1)); }
+}  // namespace
+
+torch::Tensor pipeline_step(ParallelModel& pm, const StageMap& stages, const PipelineOptions& options,
+                            const torch::Tensor& inputs, const torch::Tensor& targets, const torch::Tensor& positions,
+                            double loss_scale) {
+  Transformer& model = pm.model;
+  Comm& activations = *pm.groups.pp;
+  Comm& gradients = *pm.groups.pp_grads;
+  const int64_t n = options.microbatches, batch = inputs.size(0);
+  if (batch % n != 0)
+    throw std::invalid_argument("--pp.microbatches " + std::to_string(n) + " does not divide the local batch of " +
+                                std::to_string(batch) + " samples");
+  const auto input_mbs = inputs.split(batch / n, 0);
+  const auto target_mbs = targets.split(batch / n, 0);
+  const std::vector<int64_t> activation_shape{batch / n, options.activation_tokens, model->args.dim};
+  const auto activation_options = torch::dtype(options.activation_dtype).device(inputs.device());
+  const int64_t last_stage = stages.n_stages() - 1;
+  const int next = static_cast<int>((stages.rank + 1) % stages.pp);
+  const int prev = static_cast<int>((stages.rank + stages.pp - 1) % stages.pp);
+
+  // What a microbatch's forward through a stage leaves for its backward.
+  struct InFlightMicrobatch {
+    torch::Tensor input;   // received activations (a leaf: its gradient goes back upstream)
+    torch::Tensor output;  // sent activations, or the scaled loss on the last stage
+  };
+  std::map<std::pair<int64_t, int64_t>, InFlightMicrobatch> alive;  // (chunk, microbatch)
+  std::vector<InFlight> sends;  // waited for at the end: a send never blocks the schedule
+  auto loss_sum = torch::zeros({}, torch::dtype(torch::kFloat32).device(inputs.device()));
+  for (const Action& a : schedule(options.schedule, stages.pp, stages.rank, n, stages.chunks)) {
+    const int64_t stage = stages.stage(a.chunk);
+    const int64_t first = stages.first_layer[stage], last = stages.first_layer[stage + 1];
+    const auto key = std::make_pair(a.chunk, a.microbatch);
+    if (a.forward) {
+      InFlightMicrobatch mb;
+      if (stage == 0) {
+        mb.input = input_mbs[a.microbatch];
+      } else {
+        mb.input = torch::empty(activation_shape, activation_options);
+        activations.recv(mb.input, prev, tag_into(stage, true));
+        mb.input.requires_grad_(true);
+      }
+      auto y = model->forward_layers(mb.input, positions, first, last);
+      if (stage == last_stage) {
+        // The step's loss is the mean over microbatches: each one's share is 1/n.
+        const double share = loss_scale / static_cast<double>(n);
+        auto loss = pm.loss(y, target_mbs[a.microbatch]);
+        mb.output = loss * (injected(Fault::kPpLossNotDivided) ? loss_scale : share);
+        loss_sum += loss.detach() * share;
+      } else {
+        mb.output = y;
+        sends.push_back(activations.start_send(y.detach(), next, tag_into(stage + 1, true)));
+      }
+      alive[key] = std::move(mb);
+    } else {
+      InFlightMicrobatch mb = std::move(alive.at(key));
+      alive.erase(key);
+      if (stage == last_stage) {
+        mb.output.backward();
+      } else {
+        auto grad = torch::empty(activation_shape, activation_options);
+        gradients.recv(grad, next, tag_into(stage, false));
+        torch::autograd::backward({mb.output}, {grad});
+      }
+      if (stage > 0) sends.push_back(gradients.start_send(mb.input.grad(), prev, tag_into(stage - 1, false)));
+    }
+  }
+  for (auto& send : sends) send();
+  activations.all_reduce_sum(loss_sum);  // only the last stage's is non-zero
+  return loss_sum / loss_scale;
+}
+
+}  // namespace meshtrain::pp
