@@ -119,6 +119,60 @@ TEST(Checkpoint, SeedChainDp4ToDp2Tp2ToTp4) {
   }
 }
 
+// Pipeline stages save their own layers under global keys, so a run can move between
+// pipeline and non-pipeline meshes: [pp:2,dp_shard:2] steps 1-5 -> [dp_shard:4] 6-10 ->
+// [tp:4] 11-15 -> [pp:4] 16-20, each segment against the uninterrupted run. debugmodel:
+// pp=4 needs four layers and tp=4 four kv heads.
+TEST(Checkpoint, ResumesAcrossPipelineAndOtherMeshes) {
+  auto dump = fresh_dir("pp_chain");
+  auto args = [&](const fs::path& out, int dp, const std::string& mesh, std::vector<std::string> extra) {
+    std::vector<std::string> a{"train", "--model", "debugmodel", "--seq-len", "32", "--steps", "20", "--seed", "7",
+                               "--global-batch-size", std::to_string(kGlobalBatch), "--local-batch-size",
+                               std::to_string(kGlobalBatch / dp), "--mesh", mesh, "--dump-folder", out.string(),
+                               "--backend", "gloo", "--quiet"};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  };
+  auto run_ok = [&](const fs::path& out, int ranks, int dp, const std::string& mesh, std::vector<std::string> extra) {
+    fs::create_directories(out);
+    Job job(ranks, args(out, dp, mesh, std::move(extra)), out);
+    auto codes = job.wait();
+    for (int r = 0; r < ranks; ++r) ASSERT_EQ(codes[r], 0) << mesh << " rank " << r << ": " << job.err(r);
+  };
+  auto full = dump / "uninterrupted";
+  run_ok(full, 4, 4, "dp_shard=4", {});
+  const std::string folder = (dump / "checkpoint").string();
+  struct Segment { int ranks, dp; std::string mesh; int stop; };
+  const std::vector<Segment> chain{{4, 2, "pp=2,dp_shard=2", 5}, {4, 4, "dp_shard=4", 10}, {4, 1, "tp=4", 15},
+                                   {4, 1, "pp=4", 20}};
+  auto f = metrics(full);
+  ASSERT_EQ(f.size(), 20u);
+  for (size_t i = 0; i < chain.size(); ++i) {
+    const auto& seg = chain[i];
+    auto out = dump / ("segment" + std::to_string(i));
+    run_ok(out, seg.ranks, seg.dp, seg.mesh,
+           {"--checkpoint.enable", "--checkpoint.folder", folder, "--stop-at", std::to_string(seg.stop),
+            "--checkpoint.exclude-from-loading", "dataloader"});
+    auto m = metrics(out);
+    ASSERT_EQ(m.size(), 5u) << seg.mesh;
+    for (int k = 0; k < 5; ++k) {
+      const double want = f[seg.stop - 5 + k]["loss"], got = m[k]["loss"];
+      EXPECT_NEAR(got, want, 1e-5 * want) << seg.mesh << " step " << seg.stop - 4 + k;
+    }
+  }
+  // Every stage's keys are in the checkpoint, under their global names.
+  auto keys = json::parse(slurp(dump / "segment0" / "state_dict_keys.json"))["keys"];
+  EXPECT_TRUE(keys.contains("model.layers.5.feed_forward.w2.weight"));
+  EXPECT_TRUE(keys.contains("model.tok_embeddings.weight"));
+  auto tensor_keys = [](const json& all) {
+    std::vector<std::string> out;
+    for (const auto& [key, info] : all.items())
+      if (info["kind"] == "tensor") out.push_back(key + " " + info["shape"].dump());
+    return out;
+  };
+  EXPECT_EQ(tensor_keys(keys), tensor_keys(json::parse(slurp(full / "state_dict_keys.json"))["keys"]));
+}
+
 TEST(Checkpoint, ParametrizeKeysFailUnderTp4LikeTheSeedAndTheKeyMapFixesIt) {
   auto dump = fresh_dir("parametrize");
   auto full = uninterrupted_and_first_half(dump, {"--checkpoint.key-style", "parametrize"});

@@ -36,7 +36,8 @@ struct Layout {
   std::vector<std::string> extra;  // --ac / --reshard-after-forward
   std::string name;
   int tp = 1;
-  int cp = 1;  // context parallel ranks share their batch: dp = ranks / (tp x cp)
+  int cp = 1;  // context parallel ranks share their batch: dp = ranks / (pp x tp x cp)
+  int pp = 1;  // pipeline stages share their batch too
 };
 
 // gtest prints a parameter in test listings and failures; the name says it all.
@@ -44,7 +45,7 @@ void PrintTo(const Layout& l, std::ostream* os) { *os << l.name << " (" << l.mes
 
 fs::path run_layout(const Layout& l) {
   auto dump = fresh_dir(l.name);
-  const int dp = l.ranks / (l.tp * l.cp);
+  const int dp = l.ranks / (l.pp * l.tp * l.cp);
   auto args = train_args(l.flavor, dump, kGlobalBatch / dp);
   args.insert(args.end(), {"--mesh", l.mesh});
   args.insert(args.end(), l.extra.begin(), l.extra.end());
@@ -129,6 +130,25 @@ std::vector<Layout> layouts() {
   out.push_back({"tiny", 4, "cp=2,tp=2", {"--cp-rotate", "alltoall"}, "tiny_cp2_tp2_alltoall", 2, 2});
   out.push_back({"tiny", 4, "cp=2,tp=2", {"--sequence-parallel", "--loss-parallel"}, "tiny_cp2_tp2_sp_lp", 2, 2});
   out.push_back({"tiny", 8, "dp_replicate=2,dp_shard=2,cp=2", {"--ac", "full"}, "tiny_hsdp2x2_cp2_ac_full", 1, 2});
+
+  // Pipeline parallel: every schedule, on tiny (one layer per stage) and tiny_uneven
+  // (5 layers: stages of 3 and 2, or 2, 1, 1, 1 interleaved), alone and with FSDP, TP, CP.
+  for (std::string schedule : {"gpipe", "1f1b"}) {
+    const std::vector<std::string> flags{"--pp.schedule", schedule, "--pp.microbatches", "4"};
+    out.push_back({"tiny", 2, "pp=2", flags, "tiny_pp2_" + schedule, 1, 1, 2});
+    out.push_back({"tiny_uneven", 2, "pp=2", flags, "tiny_uneven_pp2_" + schedule, 1, 1, 2});
+  }
+  out.push_back({"tiny_uneven", 2, "pp=2", {"--pp.schedule", "interleaved_1f1b", "--pp.microbatches", "4"},
+                 "tiny_uneven_pp2_interleaved_1f1b", 1, 1, 2});
+  out.push_back({"tiny_uneven", 2, "pp=2", {"--pp.split", "1,4"}, "tiny_uneven_pp2_split_1_4", 1, 1, 2});
+  out.push_back({"tiny_uneven", 4, "pp=2,dp_shard=2", {"--pp.schedule", "interleaved_1f1b"},
+                 "tiny_uneven_pp2_fsdp2_interleaved", 1, 1, 2});
+  out.push_back({"tiny", 4, "pp=2,dp_shard=2", {"--reshard-after-forward", "always"}, "tiny_pp2_fsdp2_reshard_always",
+                 1, 1, 2});
+  out.push_back({"tiny_uneven", 4, "pp=2,tp=2", {"--sequence-parallel"}, "tiny_uneven_pp2_tp2_sp", 2, 1, 2});
+  out.push_back({"tiny", 8, "pp=2,dp_shard=2,tp=2", {"--pp.schedule", "gpipe"}, "tiny_pp2_fsdp2_tp2_gpipe", 2, 1, 2});
+  out.push_back({"tiny", 4, "pp=2,dp_replicate=2", {"--ac", "full"}, "tiny_pp2_ddp2_ac_full", 1, 1, 2});
+  out.push_back({"tiny", 4, "pp=2,cp=2", {"--cp-rotate", "alltoall"}, "tiny_pp2_cp2_alltoall", 1, 2, 2});
   return out;
 }
 
