@@ -316,8 +316,10 @@ std::string Checkpointer::saved_key(const std::string& key) const {
 
 std::string Checkpointer::styled_key(const std::string& canonical) const {
   // torch.nn.utils.parametrize renames a wrapped parameter `w` of module m to
-  // m.parametrizations.w.original. SimpleFSDP wraps every parameter in data parallel.
-  if (config_.key_style != "parametrize" || groups_.shape.dp() == 1 || config_.key_map != "none") return canonical;
+  // m.parametrizations.w.original. SimpleFSDP wraps every parameter in data parallel,
+  // which context parallel implies (FSDP over dp_shard x cp).
+  const bool wrapped = groups_.shape.dp() * groups_.shape.cp > 1;
+  if (config_.key_style != "parametrize" || !wrapped || config_.key_map != "none") return canonical;
   if (canonical.find(".weight") == std::string::npos) return canonical;
   const std::string leaf = ".weight";
   const auto at = canonical.find(leaf + ".");

@@ -418,7 +418,10 @@ MeshGroups join_mesh(const LaunchEnv& env, const MeshShape& shape, Backend backe
   // The world group is always a real backend, so even a one-rank run proves the backend works.
   g.world = group("world", {D::kPp, D::kDpReplicate, D::kDpShard, D::kCp, D::kTp}, true);
   g.pp = group("pp", {D::kPp});
-  g.pp_grads = group("pp_grads", {D::kPp});
+  g.pp_activations = group("pp_activations", {D::kPp});
+  g.pp_activations_wrap = group("pp_activations_wrap", {D::kPp});
+  g.pp_gradients = group("pp_gradients", {D::kPp});
+  g.pp_gradients_wrap = group("pp_gradients_wrap", {D::kPp});
   g.dp_replicate = group("dp_replicate", {D::kDpReplicate});
   g.dp_shard = group("dp_shard", {D::kDpShard});
   g.cp = group("cp", {D::kCp});

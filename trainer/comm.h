@@ -97,9 +97,12 @@ struct MeshGroups {
   MeshCoord coord;
   torch::Device device{torch::kCPU};
   std::shared_ptr<Comm> world;
-  std::shared_ptr<Comm> pp;        // activations forward between stages; loss and norm sums
-  std::shared_ptr<Comm> pp_grads;  // gradients backward between stages (NCCL: its own streams, so
-                                   // a send each way between two stages cannot block the other)
+  std::shared_ptr<Comm> pp;  // one model replica's pipeline stages: loss and norm sums
+  // Point-to-point channels between stages, one per direction, and one more each for the
+  // wrap from the last pp rank to the first (interleaved schedules). Each carries messages
+  // one way between any two ranks, and on NCCL each is its own communicator and stream,
+  // so a transfer one way can never queue behind a transfer the other way.
+  std::shared_ptr<Comm> pp_activations, pp_activations_wrap, pp_gradients, pp_gradients_wrap;
   std::shared_ptr<Comm> dp_replicate;
   std::shared_ptr<Comm> dp_shard;
   std::shared_ptr<Comm> cp;

@@ -13,19 +13,20 @@ Rotate parse_rotate(const std::string& s) {
   throw std::invalid_argument("unknown --cp-rotate '" + s + "' (known: allgather, alltoall)");
 }
 
-torch::Tensor positions(int64_t seq_len, int64_t n, int64_t i) {
-  if (n == 1) return torch::arange(seq_len, torch::kLong);
+torch::Tensor positions(int64_t seq_len, int64_t n, int64_t i, torch::Device device) {
+  const auto options = torch::dtype(torch::kLong).device(device);
+  if (n == 1) return torch::arange(seq_len, options);
   if (seq_len % (2 * n) != 0)
     throw std::invalid_argument("context parallel over " + std::to_string(n) + " ranks needs seq_len divisible by " +
                                 std::to_string(2 * n) + ", got " + std::to_string(seq_len));
   const int64_t chunk = seq_len / (2 * n);
-  return torch::cat({torch::arange(i * chunk, (i + 1) * chunk, torch::kLong),
-                     torch::arange((2 * n - 1 - i) * chunk, (2 * n - i) * chunk, torch::kLong)});
+  return torch::cat({torch::arange(i * chunk, (i + 1) * chunk, options),
+                     torch::arange((2 * n - 1 - i) * chunk, (2 * n - i) * chunk, options)});
 }
 
 torch::Tensor shard_sequence(const torch::Tensor& x, int64_t n, int64_t i) {
   if (n == 1) return x;
-  return x.index_select(1, positions(x.size(1), n, i).to(x.device()));
+  return x.index_select(1, positions(x.size(1), n, i, x.device()));
 }
 
 namespace {
@@ -67,29 +68,27 @@ torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const to
   const int64_t n_rep = q.size(2) / k.size(2);
   const auto device = q.device();
   auto q_heads = widened(q.transpose(1, 2));  // [B, H, T/n, Dh]
-  auto q_pos = positions(seq_len, n, rank).to(device);
+  auto q_pos = positions(seq_len, n, rank, device);
   torch::Tensor out;
   if (rotate == Rotate::kAllGather) {
     auto k_all = all_gather_sequence(k, cp, 1);  // [B, T, K, Dh], rank by rank
     auto v_all = all_gather_sequence(v, cp, 1);
     std::vector<torch::Tensor> k_pos;
-    for (int64_t j = 0; j < n; ++j) k_pos.push_back(positions(seq_len, n, j));
-    out = attend(q_heads, heads_first(k_all, n_rep), heads_first(v_all, n_rep), q_pos, torch::cat(k_pos).to(device)).out;
+    for (int64_t j = 0; j < n; ++j) k_pos.push_back(positions(seq_len, n, j, device));
+    out = attend(q_heads, heads_first(k_all, n_rep), heads_first(v_all, n_rep), q_pos, torch::cat(k_pos)).out;
   } else {
     // Step s holds the keys of rank (rank - s) mod n. The blocks' results combine by their
     // log-sum-exp weights, which is the softmax over every key at once.
+    // K and V travel as one tensor: one exchange per step, and one order for their gradients.
     std::vector<torch::Tensor> outs, lses;
-    auto k_here = k, v_here = v;
+    auto kv = torch::stack({k, v});  // [2, B, T/n, K, Dh]
     for (int64_t s = 0; s < n; ++s) {
       const int64_t source = (rank - s + n) % n;
-      auto part = attend(q_heads, heads_first(k_here, n_rep), heads_first(v_here, n_rep), q_pos,
-                         positions(seq_len, n, source).to(device));
+      auto part = attend(q_heads, heads_first(kv[0], n_rep), heads_first(kv[1], n_rep), q_pos,
+                         positions(seq_len, n, source, device));
       outs.push_back(part.out);
       lses.push_back(part.lse);
-      if (s + 1 < n) {
-        k_here = pass_to_next(k_here, cp);
-        v_here = pass_to_next(v_here, cp);
-      }
+      if (s + 1 < n) kv = pass_to_next(kv, cp);
     }
     auto lse = torch::logsumexp(torch::stack(lses), 0);  // [B, H, T/n]
     out = torch::zeros_like(outs[0]);

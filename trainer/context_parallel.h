@@ -21,8 +21,9 @@ Rotate parse_rotate(const std::string& s);  // "allgather" | "alltoall"
 
 // The sequence [0, seq_len) cut into 2n equal chunks; rank i of n holds chunks i and
 // 2n-1-i, so that under a causal mask every rank has the same amount of attention work.
-// Returns their global positions, [seq_len / n] int64 (seq_len must divide by 2n).
-torch::Tensor positions(int64_t seq_len, int64_t n, int64_t i);
+// Returns their global positions, [seq_len / n] int64 on `device` (made there: no copy,
+// no wait for the device), seq_len divisible by 2n.
+torch::Tensor positions(int64_t seq_len, int64_t n, int64_t i, torch::Device device = torch::kCPU);
 
 // This rank's tokens of x [B, T, ...]: x[:, positions(T, n, i)].
 torch::Tensor shard_sequence(const torch::Tensor& x, int64_t n, int64_t i);

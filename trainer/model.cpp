@@ -24,8 +24,8 @@ torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, doub
 
 std::pair<torch::Tensor, torch::Tensor> rope_tables(int64_t head_dim, const torch::Tensor& positions, double theta) {
   auto opts = torch::dtype(torch::kFloat64);
-  auto inv_freq = 1.0 / torch::pow(theta, torch::arange(0, head_dim, 2, opts) / head_dim);  // [Dh/2]
-  auto angles = torch::outer(positions.cpu().to(torch::kFloat64), inv_freq);              // [T, Dh/2]
+  auto inv_freq = 1.0 / torch::pow(theta, torch::arange(0, head_dim, 2, opts.device(positions.device())) / head_dim);
+  auto angles = torch::outer(positions.to(torch::kFloat64), inv_freq);  // [T, Dh/2], where positions are
   return {torch::cos(angles).to(torch::kFloat32), torch::sin(angles).to(torch::kFloat32)};
 }
 

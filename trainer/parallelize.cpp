@@ -213,9 +213,10 @@ std::unique_ptr<ParallelModel> parallelize(Transformer model, MeshGroups& groups
   // backward comes right away, and never the embedding's or the head's (FSDP2's root).
   const bool needs_dp_function = mode != DataParallelMode::kNone || config.param_dtype != torch::kFloat32;
   const bool talks = shape.dp_shard_cp() > 1 || shape.dp_replicate > 1;
-  // Under pipeline parallel, torchtitan's default keeps every block's weights until its
-  // backward: other microbatches' forwards would gather them again in between.
-  const bool reshard_by_default = shape.pp == 1;
+  // Under pipeline parallel every forward gathers its own copy of the weights and keeps it
+  // until its backward, so by default every block reshards: with 1F1B up to pp microbatches
+  // (GPipe: all of them) await their backwards, and each would otherwise hold a full copy.
+  const bool last_block_keeps = shape.pp == 1;
   std::map<std::string, std::shared_ptr<BlockBucket>> bucket_named;  // "embedding", "layers.<id>", "head"
   std::vector<std::shared_ptr<BlockBucket>> buckets;                  // in forward order
   auto bucket_of = [&](const std::string& fqn) -> std::shared_ptr<BlockBucket> {
@@ -234,13 +235,22 @@ std::unique_ptr<ParallelModel> parallelize(Transformer model, MeshGroups& groups
       BlockBucket::Options options;
       options.reshard_after_forward =
           fsdp && (config.reshard_after_forward == ReshardAfterForward::kAlways ||
-                   (config.reshard_after_forward == ReshardAfterForward::kDefault && reshard_by_default && !last));
+                   (config.reshard_after_forward == ReshardAfterForward::kDefault && !(last && last_block_keeps)));
       options.recomputed = recomputed(id);
       add_bucket("layers." + std::to_string(id), options);
     }
     if (model->output) add_bucket("head", BlockBucket::Options{false, false});
-    for (size_t i = 0; i < buckets.size(); ++i)
-      buckets[i]->link(i > 0 ? buckets[i - 1].get() : nullptr, i + 1 < buckets.size() ? buckets[i + 1].get() : nullptr);
+    // Prefetch follows the model's order within a stretch of consecutive layers; an
+    // interleaved pipeline's next chunk runs many actions later, so it is not linked.
+    std::vector<int64_t> order;  // each bucket's place in the whole model: embedding -1, head n_layers
+    if (model->tok_embeddings) order.push_back(-1);
+    order.insert(order.end(), layer_ids.begin(), layer_ids.end());
+    if (model->output) order.push_back(model->args.n_layers);
+    for (size_t i = 0; i < buckets.size(); ++i) {
+      const bool after_previous = i > 0 && order[i - 1] + 1 == order[i];
+      const bool before_next = i + 1 < buckets.size() && order[i] + 1 == order[i + 1];
+      buckets[i]->link(after_previous ? buckets[i - 1].get() : nullptr, before_next ? buckets[i + 1].get() : nullptr);
+    }
   }
   torch::NoGradGuard no_grad;
   std::map<std::shared_ptr<BlockBucket>, size_t> bucket_size;
@@ -295,13 +305,14 @@ torch::Tensor ParallelModel::local_tokens(const torch::Tensor& batch) const {
 
 torch::Tensor ParallelModel::positions(int64_t seq_len) const {
   const int64_t n = groups.shape.cp;
-  if (injected(Fault::kCpLocalPositions)) return torch::arange(seq_len / n, torch::kLong).to(groups.device);
-  return cp::positions(seq_len, n, groups.coord.cp).to(groups.device);
+  if (injected(Fault::kCpLocalPositions)) return torch::arange(seq_len / n, torch::dtype(torch::kLong).device(groups.device));
+  return cp::positions(seq_len, n, groups.coord.cp, groups.device);
 }
 
 double global_grad_norm(const ParallelModel& pm) {
   // Sum squared norms per set of sharding groups, then reduce each set over its groups.
-  // Every rank adds every key, so all issue the same collectives in the same order.
+  // Every rank of a stage adds every key, so the ranks of each group (never wider than a
+  // stage) issue the same collectives in the same order.
   std::map<std::vector<MeshDim>, std::vector<torch::Tensor>> grads;  // ordered alike on every rank
   for (const auto& l : pm.layouts()) {
     auto p = pm.model->named_parameters()[l.name];

@@ -92,8 +92,13 @@ torch::Tensor pipeline_step(ParallelModel& pm, const StageMap& stages, const Pip
                             const torch::Tensor& inputs, const torch::Tensor& targets, const torch::Tensor& positions,
                             double loss_scale) {
   Transformer& model = pm.model;
-  Comm& activations = *pm.groups.pp;
-  Comm& gradients = *pm.groups.pp_grads;
+  const MeshGroups& g = pm.groups;
+  const bool first_rank = stages.rank == 0, last_rank = stages.rank == stages.pp - 1;
+  // Into the next stage wraps from the last rank to the first; from the previous one, the other way.
+  Comm& activations_out = last_rank ? *g.pp_activations_wrap : *g.pp_activations;
+  Comm& activations_in = first_rank ? *g.pp_activations_wrap : *g.pp_activations;
+  Comm& gradients_out = first_rank ? *g.pp_gradients_wrap : *g.pp_gradients;
+  Comm& gradients_in = last_rank ? *g.pp_gradients_wrap : *g.pp_gradients;
   const int64_t n = options.microbatches, batch = inputs.size(0);
   if (batch % n != 0)
     throw std::invalid_argument("--pp.microbatches " + std::to_string(n) + " does not divide the local batch of " +
@@ -110,9 +115,10 @@ torch::Tensor pipeline_step(ParallelModel& pm, const StageMap& stages, const Pip
   struct InFlightMicrobatch {
     torch::Tensor input;   // received activations (a leaf: its gradient goes back upstream)
     torch::Tensor output;  // sent activations, or the scaled loss on the last stage
+    InFlight sent;         // the activations' send: done once their gradient is back
   };
   std::map<std::pair<int64_t, int64_t>, InFlightMicrobatch> alive;  // (chunk, microbatch)
-  std::vector<InFlight> sends;  // waited for at the end: a send never blocks the schedule
+  std::vector<InFlight> gradient_sends;  // waited for at the end: a send never blocks the schedule
   auto loss_sum = torch::zeros({}, torch::dtype(torch::kFloat32).device(inputs.device()));
   for (const Action& a : schedule(options.schedule, stages.pp, stages.rank, n, stages.chunks)) {
     const int64_t stage = stages.stage(a.chunk);
@@ -124,7 +130,7 @@ torch::Tensor pipeline_step(ParallelModel& pm, const StageMap& stages, const Pip
         mb.input = input_mbs[a.microbatch];
       } else {
         mb.input = torch::empty(activation_shape, activation_options);
-        activations.recv(mb.input, prev, tag_into(stage, true));
+        activations_in.recv(mb.input, prev, tag_into(stage, true));
         mb.input.requires_grad_(true);
       }
       auto y = model->forward_layers(mb.input, positions, first, last);
@@ -136,7 +142,7 @@ torch::Tensor pipeline_step(ParallelModel& pm, const StageMap& stages, const Pip
         loss_sum += loss.detach() * share;
       } else {
         mb.output = y;
-        sends.push_back(activations.start_send(y.detach(), next, tag_into(stage + 1, true)));
+        mb.sent = activations_out.start_send(y.detach(), next, tag_into(stage + 1, true));
       }
       alive[key] = std::move(mb);
     } else {
@@ -146,14 +152,16 @@ torch::Tensor pipeline_step(ParallelModel& pm, const StageMap& stages, const Pip
         mb.output.backward();
       } else {
         auto grad = torch::empty(activation_shape, activation_options);
-        gradients.recv(grad, next, tag_into(stage, false));
+        gradients_in.recv(grad, next, tag_into(stage, false));
+        mb.sent();  // the next stage used those activations for this gradient: the send is over
         torch::autograd::backward({mb.output}, {grad});
       }
-      if (stage > 0) sends.push_back(gradients.start_send(mb.input.grad(), prev, tag_into(stage - 1, false)));
+      if (stage > 0)
+        gradient_sends.push_back(gradients_out.start_send(mb.input.grad(), prev, tag_into(stage - 1, false)));
     }
   }
-  for (auto& send : sends) send();
-  activations.all_reduce_sum(loss_sum);  // only the last stage's is non-zero
+  for (auto& send : gradient_sends) send();
+  g.pp->all_reduce_sum(loss_sum);  // only the last stage's is non-zero
   return loss_sum / loss_scale;
 }
 

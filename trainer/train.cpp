@@ -50,6 +50,7 @@ PipelinePlan plan_pipeline(const TrainConfig& cfg, const ModelArgs& args, const 
   o.microbatches = cfg.pp_microbatches > 0 ? cfg.pp_microbatches : shape.pp;
   if (cfg.local_batch_size % o.microbatches != 0)
     throw std::invalid_argument("--pp.microbatches " + std::to_string(o.microbatches) +
+                                (cfg.pp_microbatches > 0 ? "" : " (the default: pp)") +
                                 " does not divide --local-batch-size " + std::to_string(cfg.local_batch_size));
   if (interleaved && o.microbatches % shape.pp != 0)
     throw std::invalid_argument("interleaved_1f1b needs --pp.microbatches divisible by pp (" +
@@ -59,11 +60,14 @@ PipelinePlan plan_pipeline(const TrainConfig& cfg, const ModelArgs& args, const 
   std::vector<int64_t> split;
   std::stringstream in(cfg.pp_split);
   for (std::string item; std::getline(in, item, ',');) {
+    size_t used = 0;
     try {
-      split.push_back(std::stoll(item));
+      split.push_back(std::stoll(item, &used));
     } catch (const std::exception&) {
-      throw std::invalid_argument("--pp.split '" + cfg.pp_split + "': '" + item + "' is not a layer count");
+      used = 0;
     }
+    if (used == 0 || used != item.size())
+      throw std::invalid_argument("--pp.split '" + cfg.pp_split + "': '" + item + "' is not a layer count");
   }
   plan.stages = pp::stage_map(args.n_layers, shape.pp, coord_of(rank, shape).pp, chunks, split);
   return plan;
@@ -159,10 +163,10 @@ int train(const TrainConfig& cfg) {
 
   // ---- the keys this run saves, written before any load so a failed load still shows them
   std::vector<KeyInfo> keys;
-  for (const auto& [name, shape] : all_params) keys.push_back({checkpointer.saved_key("model." + name), shape, "float32"});
-  for (const auto& [name, shape] : all_params)
+  for (const auto& [name, dims] : all_params) keys.push_back({checkpointer.saved_key("model." + name), dims, "float32"});
+  for (const auto& [name, dims] : all_params)
     for (const char* moment : {".exp_avg", ".exp_avg_sq"})
-      keys.push_back({checkpointer.saved_key("optimizer.state." + name + moment), shape, "float32"});
+      keys.push_back({checkpointer.saved_key("optimizer.state." + name + moment), dims, "float32"});
   std::vector<std::string> object_keys{"lr_scheduler", "train_state"};
   for (int64_t r = 0; r < dp_degree; ++r) object_keys.push_back("dataloader.dp_rank_" + std::to_string(r));
   if (is_logger) write_state_dict_keys(cfg.dump_folder + "/state_dict_keys.json", keys, object_keys);
@@ -297,13 +301,13 @@ int train(const TrainConfig& cfg) {
       // This rank's tokens: [b, T], or [b, T / cp] under context parallel.
       auto inputs = pm->local_tokens(to_tensor(batch.inputs, batch.samples, batch.seq_len, device));
       auto targets = pm->local_tokens(to_tensor(batch.targets, batch.samples, batch.seq_len, device));
-      // The logits [b, T, V] die with this expression: backward needs only the loss's
-      // own saved tensors (at batch 4 on 1B the bf16 logits are 2.1 GB).
-      if (pipeline.stages) {
+      if (pipeline.stages) {  // this rank's stages, every microbatch, in the schedule's order
         loss_sum += pp::pipeline_step(*pm, *pipeline.stages, pipeline.options, inputs, targets,
                                       pm->positions(batch.seq_len), 1.0 / static_cast<double>(accum_steps));
         continue;
       }
+      // The logits [b, T, V] die with this expression: backward needs only the loss's
+      // own saved tensors (at batch 4 on 1B the bf16 logits are 2.1 GB).
       auto loss = pm->loss(model(inputs, pm->positions(batch.seq_len)), targets);
       (loss / accum_steps).backward();
       loss_sum += loss.detach();
@@ -361,12 +365,12 @@ int train(const TrainConfig& cfg) {
   // ---- final facts: parameter digests and this rank's memory
   std::vector<Digest> digests;
   std::vector<std::string> names;
-  for (const auto& [name, shape] : all_params) names.push_back(name);
+  for (const auto& [name, dims] : all_params) names.push_back(name);
   const auto sums = global_sums(*pm, names);
-  for (const auto& [name, shape] : all_params) {
+  for (const auto& [name, dims] : all_params) {
     const auto& [sum, sum_sq] = sums.at(name);
     int64_t numel = 1;
-    for (auto d : shape) numel *= d;
+    for (auto d : dims) numel *= d;
     digests.push_back(Digest{"model." + name, sum, std::sqrt(sum_sq), numel});
   }
   if (is_logger) write_param_digest(cfg.dump_folder + "/param_digest.json", last_step, digests);

@@ -37,7 +37,8 @@ std::vector<RankResult> run_fsdp2(ReshardAfterForward reshard, ActivationCheckpo
         g.world = g.dp_shard_cp = g.dp_cp = g.dp_shard;
         g.dp_replicate = make_group(store, "dp_replicate", {r}, r, Backend::kGloo, timeout);
         g.cp = make_group(store, "cp", {r}, r, Backend::kGloo, timeout);
-        g.pp = g.pp_grads = make_group(store, "pp", {r}, r, Backend::kGloo, timeout);
+        g.pp = g.pp_activations = g.pp_activations_wrap = g.pp_gradients = g.pp_gradients_wrap =
+            make_group(store, "pp", {r}, r, Backend::kGloo, timeout);
         g.tp = make_group(store, "tp", {r}, r, Backend::kGloo, timeout);
         Transformer model(model_flavor("tiny"));
         init_weights(model, 7);

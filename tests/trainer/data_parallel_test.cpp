@@ -149,6 +149,11 @@ std::vector<Layout> layouts() {
   out.push_back({"tiny", 8, "pp=2,dp_shard=2,tp=2", {"--pp.schedule", "gpipe"}, "tiny_pp2_fsdp2_tp2_gpipe", 2, 1, 2});
   out.push_back({"tiny", 4, "pp=2,dp_replicate=2", {"--ac", "full"}, "tiny_pp2_ddp2_ac_full", 1, 1, 2});
   out.push_back({"tiny", 4, "pp=2,cp=2", {"--cp-rotate", "alltoall"}, "tiny_pp2_cp2_alltoall", 1, 2, 2});
+  out.push_back({"tiny_uneven", 3, "pp=3", {"--pp.microbatches", "4"}, "tiny_uneven_pp3_1f1b", 1, 1, 3});  // 2, 2, 1 layers
+  // Gradient accumulation around the pipeline (2 x 4 samples, each cut into 2 microbatches).
+  out.push_back({"tiny", 2, "pp=2", {"--local-batch-size", "4"}, "tiny_pp2_accumulation", 1, 1, 2});
+  out.push_back({"tiny", 4, "pp=2,tp=2", {"--loss-parallel"}, "tiny_pp2_tp2_loss_parallel", 2, 1, 2});
+  out.push_back({"tiny", 8, "pp=2,dp_replicate=2,dp_shard=2", {}, "tiny_pp2_hsdp2x2", 1, 1, 2});
   return out;
 }
 
