@@ -1,6 +1,7 @@
 #include "context_parallel.h"
 
 #include "mappings.h"
+#include "placement.h"
 
 #include <cmath>
 #include <stdexcept>
@@ -19,9 +20,13 @@ torch::Tensor positions(int64_t seq_len, int64_t n, int64_t i, torch::Device dev
   if (seq_len % (2 * n) != 0)
     throw std::invalid_argument("context parallel over " + std::to_string(n) + " ranks needs seq_len divisible by " +
                                 std::to_string(2 * n) + ", got " + std::to_string(seq_len));
-  const int64_t chunk = seq_len / (2 * n);
-  return torch::cat({torch::arange(i * chunk, (i + 1) * chunk, options),
-                     torch::arange((2 * n - 1 - i) * chunk, (2 * n - i) * chunk, options)});
+  // Chunks i and 2n-1-i of 2n, as the placement algebra cuts an extent.
+  std::vector<torch::Tensor> held;
+  for (int64_t c : {i, 2 * n - 1 - i}) {
+    const Extent e = shard_extent(seq_len, 2 * n, c);
+    held.push_back(torch::arange(e.offset, e.offset + e.size, options));
+  }
+  return torch::cat(held);
 }
 
 torch::Tensor shard_sequence(const torch::Tensor& x, int64_t n, int64_t i) {
