@@ -6,32 +6,15 @@
 #include <thread>
 
 #include "comm.h"
+#include "gloo_ranks.h"
 #include "context_parallel.h"
 #include "mappings.h"
 #include "model.h"
 
 using namespace meshtrain;
+using meshtrain_test::run_ranks;
 
 namespace {
-
-void run_ranks(int n, const std::function<void(int, Comm&)>& body) {
-  auto store = c10::make_intrusive<c10d::HashStore>();
-  std::vector<int64_t> ranks;
-  for (int r = 0; r < n; ++r) ranks.push_back(r);
-  std::vector<std::thread> threads;
-  std::vector<std::string> errors(n);
-  for (int r = 0; r < n; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        auto comm = make_group(store, "cp", ranks, r, Backend::kGloo, std::chrono::seconds(30));
-        body(r, *comm);
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
-      }
-    });
-  for (auto& t : threads) t.join();
-  for (int r = 0; r < n; ++r) ASSERT_EQ(errors[r], "") << "rank " << r;
-}
 
 torch::Tensor randn(at::IntArrayRef shape, uint64_t seed) {
   auto gen = at::detail::createCPUGenerator(seed);

@@ -1,0 +1,35 @@
+// Ranks as threads of one test process: body(rank, group) on `n` threads, each a rank of
+// one Gloo group over an in-memory store. Fails the test with each rank's error.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "comm.h"
+
+namespace meshtrain_test {
+
+inline void run_ranks(int n, const std::function<void(int, meshtrain::Comm&)>& body) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  std::vector<int64_t> ranks;
+  for (int r = 0; r < n; ++r) ranks.push_back(r);
+  std::vector<std::thread> threads;
+  std::vector<std::string> errors(n);
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        auto comm = meshtrain::make_group(store, "group", ranks, r, meshtrain::Backend::kGloo, std::chrono::seconds(30));
+        body(r, *comm);
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < n; ++r) ASSERT_EQ(errors[r], "") << "rank " << r;
+}
+
+}  // namespace meshtrain_test
