@@ -676,7 +676,7 @@ CheckResult check_exit(const CaseOutcome& o) {
       v.exit_code = res.first_failure.exit_code;
       r.message = "phase " + p.name + ": rank " + std::to_string(res.first_failure.rank) + " failed first with " +
                   res.first_failure.describe();
-      const std::string error = error_message(p.error_file(res.first_failure.rank));
+      const std::string error = rank_error_message(p.dir, res.first_failure.rank);
       if (!error.empty()) r.message += ": " + error.substr(0, error.find('\n'));
     } else {
       // Stopped from outside with no rank failing first (meshtest's own stop): no rank to blame.

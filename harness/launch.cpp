@@ -1,21 +1,18 @@
 #include "launch.h"
+#include "ports.h"
 
 #include <boost/process.hpp>
 #include <boost/process/extend.hpp>
 #include <nlohmann/json.hpp>
 
-#include <arpa/inet.h>
 #include <dirent.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <sys/prctl.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
-#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -70,7 +67,13 @@ RankGroup::RankGroup(LaunchSpec spec) : spec_(std::move(spec)), impl_(std::make_
   if (spec_.nproc < 1) throw LaunchError("nproc must be at least 1");
   const std::string program = find_program(spec_.argv.front());
   const std::vector<std::string> args(spec_.argv.begin() + 1, spec_.argv.end());
-  if (spec_.master_port == 0) spec_.master_port = free_port();
+  if (spec_.master_port == 0) {
+    try {
+      spec_.master_port = reserve_store_port();
+    } catch (const std::runtime_error& e) {
+      throw LaunchError(e.what());
+    }
+  }
   if (!spec_.log_dir.empty()) fs::create_directories(spec_.log_dir);
   const std::string work_dir = spec_.work_dir.empty() ? fs::current_path().string() : spec_.work_dir;
 
@@ -97,7 +100,7 @@ RankGroup::RankGroup(LaunchSpec spec) : spec_(std::move(spec)), impl_(std::make_
     env["TORCHELASTIC_RESTART_COUNT"] = "0";
     env["TORCHELASTIC_MAX_RESTARTS"] = "0";
     // A Python trainer decorated with torch.distributed.elastic's @record writes its
-    // uncaught exception here; the harness quotes it (error_message()).
+    // uncaught exception here; the harness quotes it (rank_error_message()).
     if (!spec_.log_dir.empty()) env["TORCHELASTIC_ERROR_FILE"] = error_file(rank);
     if (!spec_.gpus.empty()) {
       std::string ids;
@@ -156,7 +159,9 @@ std::string RankGroup::error_file(int rank) const {
   return spec_.log_dir.empty() ? "" : rank_error_file(spec_.log_dir, rank);
 }
 
-std::string error_message(const std::string& error_file) {
+namespace {
+
+std::string error_file_message(const std::string& error_file) {
   std::ifstream in(error_file);
   if (!in) return "";
   try {
@@ -167,6 +172,26 @@ std::string error_message(const std::string& error_file) {
   } catch (const std::exception&) {
     return "";
   }
+}
+
+// The last log line that names an error: a Python traceback ends with one, meshtrain
+// prints "meshtrain: error: ...", most C++ trainers print something like it.
+std::string last_error_line(const std::string& log) {
+  std::istringstream lines(tail_of_file(log, 40));
+  std::string found;
+  for (std::string line; std::getline(lines, line);) {
+    std::string lower = line;
+    std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+    if (lower.find("error") != std::string::npos) found = line;
+  }
+  return found;
+}
+
+}  // namespace
+
+std::string rank_error_message(const std::string& dir, int rank) {
+  const std::string recorded = error_file_message(rank_error_file(dir, rank));
+  return recorded.empty() ? last_error_line(rank_log_path(dir, rank)) : recorded;
 }
 
 std::string RankGroup::log_path(int rank) const {
@@ -224,31 +249,6 @@ bool RankGroup::poll() {
     result_.duration_s = seconds_since(started_);
   }
   return all_reaped;
-}
-
-int free_port() {
-  static std::deque<int> recent;  // handed out by this process; not reused for a while
-  for (int attempt = 0; attempt < 64; ++attempt) {
-    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) throw LaunchError(std::string("socket: ") + std::strerror(errno));
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = 0;
-    socklen_t len = sizeof(addr);
-    if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-        ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-      ::close(fd);
-      throw LaunchError(std::string("cannot find a free port: ") + std::strerror(errno));
-    }
-    ::close(fd);
-    const int port = ntohs(addr.sin_port);
-    if (std::find(recent.begin(), recent.end(), port) != recent.end()) continue;
-    recent.push_back(port);
-    if (recent.size() > 256) recent.pop_front();
-    return port;
-  }
-  throw LaunchError("cannot find a free port not recently used");
 }
 
 bool lost_port_race(const RankGroup& group) {

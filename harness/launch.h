@@ -85,16 +85,13 @@ class RankGroup {
   bool done_ = false;
 };
 
-// A TCP port on 127.0.0.1 that was free a moment ago and has not been handed out
-// by this process recently (two cases starting together must not share one).
-int free_port();
-
 // A rank's files in a phase's log folder: rank<R>.log and error_rank<R>.json.
 std::string rank_log_path(const std::string& dir, int rank);
 std::string rank_error_file(const std::string& dir, int rank);
 
-// The message a rank's torchelastic error file holds ("" when there is none).
-std::string error_message(const std::string& error_file);
+// What a failed rank said: the message of its torchelastic error file, else the last
+// line of its log that names an error ("" when neither has one).
+std::string rank_error_message(const std::string& dir, int rank);
 
 // True when a failed launch looks like it lost the race for MASTER_PORT.
 bool lost_port_race(const RankGroup& group);

@@ -31,7 +31,6 @@ struct PhaseOutcome {
   std::vector<Point> curve;
   bool ok() const { return ran && launch_error.empty() && result.ok(); }
   std::string log_path(int rank) const;
-  std::string error_file(int rank) const;  // the rank's TORCHELASTIC_ERROR_FILE
 };
 
 // A curve a number check compared, kept so a report can draw what was judged.

@@ -43,7 +43,6 @@ void install_stop_handlers() {
 
 std::string PhaseOutcome::log_path(int rank) const { return rank_log_path(dir, rank); }
 
-std::string PhaseOutcome::error_file(int rank) const { return rank_error_file(dir, rank); }
 
 std::string CaseOutcome::failing_log() const {
   for (const auto& p : phases) {

@@ -1,10 +1,14 @@
 // meshtrain: the LibTorch trainer that ships with meshtest.
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include <cstdio>
+#include <cstdlib>
+#include <ctime>
 #include <exception>
-
+#include <fstream>
 #include <iostream>
+#include <string>
 
 #include "ckpt_tools.h"
 #include "faults.h"
@@ -103,6 +107,19 @@ void add_train_options(CLI::App& cmd, meshtrain::TrainConfig& c) {
       ->capture_default_str();
 }
 
+// Prints the error, and like torchelastic's @record writes it where the launcher asked
+// (TORCHELASTIC_ERROR_FILE), so the launcher can say why this rank failed. Returns 1.
+int fail(const std::string& what) {
+  const std::string message = "meshtrain: error: " + what;
+  std::fprintf(stderr, "%s\n", message.c_str());
+  if (const char* path = std::getenv("TORCHELASTIC_ERROR_FILE"); path && *path) {
+    const nlohmann::json record = {
+        {"message", {{"message", message}, {"extraInfo", {{"timestamp", std::to_string(std::time(nullptr))}}}}}};
+    std::ofstream(path) << record.dump() << "\n";
+  }
+  return 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -166,11 +183,9 @@ int main(int argc, char** argv) {
       return meshtrain::train(generate_config);
     }
   } catch (const c10::Error& e) {
-    std::fprintf(stderr, "meshtrain: error: %s\n", e.what_without_backtrace());
-    return 1;
+    return fail(e.what_without_backtrace());
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "meshtrain: error: %s\n", e.what());
-    return 1;
+    return fail(e.what());
   }
   return 0;
 }

@@ -126,6 +126,15 @@ TEST_F(Run, TheFailingRanksTorchelasticErrorFileIsQuoted) {
             "exit: phase train: rank 1 failed first with exit code 1: RuntimeError: CUDA out of memory");
 }
 
+TEST_F(Run, WithoutAnErrorFileTheFailingRanksLastErrorLineIsQuoted) {
+  matrix("suite: s\ncases:\n  - name: cpp\n    command: [FAKE, --exit-rank, '1', --say, "
+         "'trainer: error: Connection reset by peer', --sleep, '30']\n    ngpu: 2\n");
+  const Output o = meshtest("--ngpu 2");
+  EXPECT_EQ(o.rc, 1);
+  EXPECT_EQ(case_of(summary(), "s/cpp")["reason"],
+            "exit: phase train: rank 1 failed first with exit code 1: trainer: error: Connection reset by peer");
+}
+
 TEST_F(Run, RanksThatIgnoreSigtermGetSigkillAfterTheGracePeriod) {
   matrix("suite: s\ncases:\n  - name: stubborn\n    command: [FAKE, --exit-rank, '0', --exit-code, '3', --crash-after, '0.3', --ignore-sigterm, "
          "--hang-rank, '1']\n    ngpu: 2\n");

@@ -116,6 +116,17 @@ TEST(MeshtrainCli, HelpDocumentsTheFlags) {
     EXPECT_NE(r.out.find(flag), std::string::npos) << flag;
 }
 
+TEST(MeshtrainCli, AFailingRankRecordsItsErrorWhereTheLauncherAsks) {
+  auto dir = fresh_dir("record");
+  const std::string file = (dir / "error_rank0.json").string();
+  const Result r = meshtrain({"train", "--steps", "-1", "--dump-folder", (dir / "dump").string()},
+                             {{"TORCHELASTIC_ERROR_FILE", file}});
+  EXPECT_EQ(r.exit_code, 1);
+  const auto record = nlohmann::json::parse(slurp(file));
+  EXPECT_EQ(record["message"]["message"], "meshtrain: error: --steps must be >= 0");
+  EXPECT_TRUE(record["message"]["extraInfo"].contains("timestamp")) << record.dump();
+}
+
 TEST(MeshtrainCli, BadInputGetsOneLineErrors) {
   auto dump = fresh_dir("bad");
   expect_one_line_error(meshtrain({"train", "--bogus", "1"}), "--bogus");

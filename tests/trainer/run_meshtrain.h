@@ -1,10 +1,6 @@
 // Runs the meshtrain binary as a user (or meshtest) would: real processes, real files.
 #pragma once
 
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <boost/process.hpp>
 #include <chrono>
 #include <filesystem>
@@ -16,6 +12,8 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "ports.h"
 
 namespace meshtrain_test {
 
@@ -61,25 +59,11 @@ inline Result meshtrain(const std::vector<std::string>& args, const std::map<std
   return {c.exit_code(), slurp(dir / "out"), slurp(dir / "err")};
 }
 
-// A TCP port nobody listens on right now.
-inline int free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  socklen_t len = sizeof addr;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
-
 // `n` ranks of one job, launched with torchrun's variables; stdout/stderr per rank in `logs`.
 class Job {
  public:
   Job(int n, const std::vector<std::string>& args, const fs::path& logs) : logs_(logs) {
-    const std::string port = std::to_string(free_port());
+    const std::string port = std::to_string(meshtest::reserve_store_port());
     for (int r = 0; r < n; ++r) {
       auto env = clean_env({{"RANK", std::to_string(r)},
                             {"LOCAL_RANK", std::to_string(r)},
