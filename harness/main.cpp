@@ -15,6 +15,7 @@
 #include <map>
 
 #include "adapters.h"
+#include "bisect.h"
 #include "checks.h"
 #include "ckpt_cli.h"
 #include "default_matrix.h"
@@ -495,6 +496,30 @@ int main(int argc, char** argv) {
   ckpt_diff_cmd->add_option("--rtol", ckpt.rtol, "With --values: |A-B| <= atol + rtol x |B|")->capture_default_str();
   ckpt_diff_cmd->add_option("--atol", ckpt.atol, "With --values")->capture_default_str();
 
+  BisectOptions bisect_opt;
+  bisect_opt.build = kDefaultBisectBuild;
+  auto* bisect_cmd = app.add_subcommand(
+      "bisect", "Find the commit where a case started failing: git bisect, with a build and the case at each commit");
+  bisect_cmd->add_option("ID", bisect_opt.case_id, "Case id")->required();
+  bisect_cmd->add_option("MATRIX", bisect_opt.matrices, "Matrix YAML files (default: the built-in cpu.yaml)")
+      ->check(CLI::ExistingFile);
+  bisect_cmd->add_option("--good", bisect_opt.good, "A commit where the case meets its expectation")->required();
+  bisect_cmd->add_option("--bad", bisect_opt.bad, "A later commit where it does not")->capture_default_str();
+  bisect_cmd->add_option("--build", bisect_opt.build,
+                         "Shell command run in the repository root at every commit; a failure skips the commit "
+                         "('' builds nothing)")
+      ->capture_default_str();
+  bisect_cmd->add_option("--repo", bisect_opt.repo, "A folder inside the git work tree")->capture_default_str();
+  bisect_cmd->add_option("--out", bisect_opt.out, "Output folder (default: a new one under $TMPDIR)");
+  bisect_cmd->add_option("--backend", bisect_opt.backend, "gloo (CPU) | nccl (GPU)")
+      ->check(CLI::IsMember({"gloo", "nccl"}))->capture_default_str();
+  bisect_cmd->add_option("--ngpu", bisect_opt.ngpu, "Devices in the pool, as for run");
+  bisect_cmd->add_option("--meshtrain", bisect_opt.meshtrain, "The meshtrain binary (default: next to meshtest)");
+  bisect_cmd->add_option("--retries", bisect_opt.retries,
+                         "Reruns of a failing case; one that then passes is flaky and its commit skipped")
+      ->capture_default_str();
+  bisect_cmd->add_flag("--json", bisect_opt.json, "The result as one JSON document");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -503,6 +528,7 @@ int main(int argc, char** argv) {
 
   try {
     if (*launch_cmd) return run_launch(nproc, log_dir, timeout_s, grace_s, command);
+    if (*bisect_cmd) return bisect(bisect_opt);
 
     if (*show_cmd) {
       const auto suites = load_all(show_files);
