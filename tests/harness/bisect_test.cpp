@@ -13,6 +13,8 @@
 #include <string>
 #include <thread>
 
+#include "shell.h"
+
 namespace bp = boost::process;
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -21,22 +23,6 @@ namespace {
 
 const std::string kMeshtest = MESHTEST_BIN;
 const std::string kMakeRepo = std::string(MESHTEST_SOURCE_DIR) + "/tests/fixtures/make_bisect_repo.sh";
-
-struct Output {
-  int rc = -1;
-  std::string text;
-};
-
-Output sh(const std::string& command) {
-  Output out;
-  FILE* p = ::popen((command + " 2>&1").c_str(), "r");
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) out.text.append(buf, n);
-  const int status = ::pclose(p);
-  out.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return out;
-}
 
 std::string trimmed(std::string s) {
   while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();

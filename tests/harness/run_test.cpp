@@ -16,6 +16,8 @@
 #include <string>
 #include <thread>
 
+#include "shell.h"
+
 namespace fs = std::filesystem;
 using nlohmann::json;
 
@@ -23,22 +25,6 @@ namespace {
 
 const std::string kMeshtest = MESHTEST_BIN;
 const std::string kFake = FAKE_TRAINER_BIN;
-
-struct Output {
-  int rc = -1;
-  std::string text;
-};
-
-Output sh(const std::string& command) {
-  Output out;
-  FILE* p = ::popen((command + " 2>&1").c_str(), "r");
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) out.text.append(buf, n);
-  const int status = ::pclose(p);
-  out.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return out;
-}
 
 class Run : public ::testing::Test {
  protected:
