@@ -382,6 +382,29 @@ cases:
     EXPECT_TRUE(fs::exists(dir_ + "/out/s/" + std::string(c) + "/train/metrics.jsonl")) << c;
 }
 
+// Two meshtest runs of one matrix at once on one host (two CI jobs on one runner): their
+// stores, Gloo sockets, CPU slots and files must not collide. Each case is 4 Gloo ranks
+// with a process group per mesh dimension, so dozens of sockets open while the stores start.
+TEST_F(Run, TwoRunsOfOneMatrixAtOnceBothPass) {
+  if (std::string(MESHTRAIN_TEST_BACKEND) != "gloo") GTEST_SKIP() << "the CUDA build runs meshtrain on NCCL";
+  matrix(R"(suite: s
+defaults: {model: tiny, options: {steps: 2, local-batch-size: 1}}
+cases:
+  - {name: fsdp, mesh: {dp_shard: 4}}
+  - {name: hsdp_tp, mesh: {dp_replicate: 2, tp: 2}}
+  - {name: fsdp_tp, mesh: {dp_shard: 2, tp: 2}}
+  - {name: ddp, mesh: {dp_replicate: 4}}
+)");
+  const std::string run = "CI=1 " + kMeshtest + " run " + dir_ + "/m.yaml --ngpu 8 --grace 5 --out " + dir_;
+  const Output both = sh("(" + run + "/a > " + dir_ + "/a.log 2>&1; echo a=$?) & (" + run + "/b > " + dir_ +
+                         "/b.log 2>&1; echo b=$?) & wait");
+  EXPECT_NE(both.text.find("a=0"), std::string::npos) << both.text << sh("cat " + dir_ + "/a.log").text;
+  EXPECT_NE(both.text.find("b=0"), std::string::npos) << both.text << sh("cat " + dir_ + "/b.log").text;
+  for (const char* out : {"a", "b"})
+    for (const char* c : {"fsdp", "hsdp_tp", "fsdp_tp", "ddp"})
+      EXPECT_TRUE(fs::exists(dir_ + "/" + out + "/s/" + c + "/train/metrics.jsonl")) << out << " " << c;
+}
+
 TEST(Launch, ExitStatusFollowsTheFirstFailingRank) {
   EXPECT_EQ(sh(kMeshtest + " launch --nproc 3 -- " + kFake).rc, 0);
   const Output code = sh(kMeshtest + " launch --nproc 3 --grace 2 -- " + kFake + " --exit-rank 1 --exit-code 5 --sleep 30");
