@@ -307,7 +307,9 @@ json Bisector::result_json(const std::string& outcome, const std::string& first_
   }
   r["builds"] = {{"first_s", std::max(first_build, 0.0)}, {"later_mean_s", later ? later_builds / later : 0.0},
                  {"later", later}};
-  r["candidates"] = candidates;
+  r["candidates"] = json::array();
+  for (const auto& sha : candidates)
+    r["candidates"].push_back({{"commit", sha}, {"subject", git_ok(top_, {"show", "-s", "--format=%s", sha})}});
   if (first_bad.empty()) return r;
 
   const std::string info = git_ok(top_, {"show", "-s", "--format=%s%n%an <%ae>%n%aI", first_bad});
@@ -366,8 +368,9 @@ void Bisector::print(const json& r) const {
     }
   }
   if (!r["candidates"].empty()) {
-    std::printf("\nthe first bad commit is one of (the others could not be judged):\n");
-    for (const auto& c : r["candidates"]) std::printf("  %s\n", c.get<std::string>().c_str());
+    std::printf("\nthe first bad commit is one of these (skipped commits lie between the last good and the first bad):\n");
+    for (const auto& c : r["candidates"])
+      std::printf("  %s %s\n", c["commit"].get<std::string>().c_str(), c["subject"].get<std::string>().c_str());
   }
   if (r["builds"]["later"].get<int>() > 0)
     std::printf("\nbuilds: the first %.1f s, the %d later ones %.1f s each on average\n",

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -122,6 +123,20 @@ TEST_F(Bisect, ChecksBothEndsAndRefusesADirtyTree) {
   EXPECT_NE(o.text.find("has uncommitted changes to tracked files"), std::string::npos) << o.text;
   EXPECT_EQ(git("status --porcelain"), " M scale");
 
+}
+
+TEST_F(Bisect, AnUnbuildableCommitNextToTheRegressionLeavesBothAsCandidates) {
+  make_repo(14, 13, 0);
+  const Output o = sh("cd " + repo_ + " && " + kMeshtest + " bisect toy/train matrix.yaml --good HEAD~20 --build " +
+                      "'sh build.sh' --out " + dir_ + "/out --json");
+  EXPECT_EQ(o.rc, 1) << o.text;
+  const json r = json::parse(o.text.substr(o.text.find("\n{\n") + 1));
+  EXPECT_EQ(r["outcome"], "only skipped commits left");
+  std::set<std::string> subjects;
+  for (const auto& c : r["candidates"]) subjects.insert(c["subject"].get<std::string>());
+  EXPECT_EQ(subjects, (std::set<std::string>{"c13", "c14"})) << r.dump(1);
+  EXPECT_FALSE(r.contains("first_bad"));
+  EXPECT_EQ(git("symbolic-ref --short HEAD"), "main");
 }
 
 TEST_F(Bisect, SigintMidBisectStopsTheCaseAndRestoresTheRepository) {
