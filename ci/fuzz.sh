@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Fuzzes every parser of outside data (libFuzzer + ASan + UBSan, preset `fuzz`): the pickle /
-# DCP .metadata reader, the TFRecord/TensorBoard reader and the log-line parsers, SECONDS each.
+# DCP .metadata reader, the TFRecord/TensorBoard reader, the log-line parsers and the matrix
+# loader, and the JUnit/Surefire writers with hostile bytes in every field, SECONDS each.
 # Each target starts from its seed corpus in tests/fuzz/corpus/<target>/ (inputs that once
 # crashed are kept there, so every run replays them first) plus real files made by PyTorch: the
 # DCP .metadata files of tests/fixtures and ../shared/fixtures for the pickle reader, the
-# TensorBoard event files of tests/fixtures for the TFRecord reader. A crash fails the script and
+# TensorBoard event files of tests/fixtures for the TFRecord reader; the shipped matrices seed
+# the matrix loader. A crash fails the script and
 # leaves the input in build/fuzz/artifacts/<target>/.
 # Usage: ci/fuzz.sh [SECONDS] [TARGET...]   (default 60 s, every target; CI runs 60)
 set -euo pipefail
@@ -12,7 +14,7 @@ cd "$(dirname "$0")/.."
 seconds=${1:-60}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(pickle_fuzz tfrecord_fuzz log_fuzz)
+[ ${#targets[@]} -gt 0 ] || targets=(pickle_fuzz tfrecord_fuzz log_fuzz matrix_fuzz report_fuzz)
 [ -f build/fuzz/build.ninja ] || cmake --preset fuzz >/dev/null
 if ! cmake --build --preset fuzz > build/fuzz/build.log 2>&1; then
   grep -E -A5 "error|FAILED" build/fuzz/build.log | head -n 40
@@ -28,6 +30,7 @@ for target in "${targets[@]}"; do
   case $target in
     pickle_fuzz) seeds=$(find ../shared/fixtures tests/fixtures -name .metadata 2>/dev/null || true) ;;
     tfrecord_fuzz) seeds=$(find tests/fixtures -name 'events.out.tfevents.*' 2>/dev/null || true) ;;
+    matrix_fuzz) seeds=$(ls test_matrix/*.yaml examples/*.yaml) ;;
   esac
   for f in $seeds; do cp "$f" "$corpus/seed-$(echo "$f" | md5sum | cut -c1-8)"; done
   mkdir -p build/fuzz/artifacts/$target

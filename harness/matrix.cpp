@@ -521,6 +521,11 @@ std::optional<Case> build_case(const ReadContext& ctx, const YAML::Node& node, c
   static const std::regex name_syntax(R"([A-Za-z0-9_.,=+\-\[\]/]+)");
   if (!std::regex_match(c.name, name_syntax))
     ctx.error(*name_node, "case name '" + c.name + "' may hold only letters, digits and _ . , = + - [ ] /");
+  // The name is a folder path under --out: no step out of it, no empty step.
+  static const std::regex escaping_step(R"((^|/)\.{1,2}(/|$)|^/|//|/$)");
+  if (std::regex_search(c.name, escaping_step))
+    ctx.error(*name_node, "case name '" + c.name + "' is a path under --out: no '.' or '..' steps, no leading, "
+                          "trailing or doubled '/'");
   c.id = suite + "/" + c.name;
 
   Fields f = defaults;

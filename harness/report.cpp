@@ -3,6 +3,7 @@
 #include <pugixml.hpp>
 
 #include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <map>
 
@@ -330,7 +331,11 @@ void write_surefire(const json& summary, const std::string& dir) {
     suite.append_attribute("skipped") = n.skipped;
     suite.append_attribute("failures") = n.failures;
     suite.append_attribute("time") = seconds(n.time).c_str();
-    save(doc, (fs::path(dir) / ("TEST-" + suite_name + ".xml")).string());
+    // The name comes from summary.json, which a person may edit: it names one file in `dir`.
+    std::string file_name = "TEST-" + suite_name + ".xml";
+    for (char& ch : file_name)
+      if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '_' && ch != '.' && ch != '-') ch = '_';
+    save(doc, (fs::path(dir) / file_name).string());
   }
 }
 

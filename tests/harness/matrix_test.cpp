@@ -203,6 +203,16 @@ TEST(MatrixValidate, DuplicateIds) {
   EXPECT_NE(e.find("m.yaml:6:5: duplicate case id 's/a' (first at m.yaml:4:5)"), std::string::npos) << e;
 }
 
+TEST(MatrixValidate, CaseNamesCannotLeaveTheOutputFolder) {
+  for (const char* name : {"../../escape", "a/../../b", "..", "/abs", "a//b", "a/", "./a"}) {
+    const std::string e = errors_of(std::string("suite: s\ncases:\n  - name: ") + name + "\n    command: [x]\n");
+    EXPECT_NE(e.find("m.yaml:3:11: case name '" + std::string(name) + "' is a path under --out: no '.' or '..' steps"),
+              std::string::npos)
+        << name << ": " << e;
+  }
+  EXPECT_EQ(errors_of("suite: s\ncases:\n  - name: a/b.c/save[x=1]\n    command: [x]\n"), "");
+}
+
 TEST(MatrixValidate, MeshThatDoesNotFitTheModel) {
   const std::string e = errors_of("suite: s\ncases:\n  - name: a\n    model: tiny\n    mesh: {tp: 8}\n");
   EXPECT_NE(e.find("m.yaml:5:11: mesh tp=8 does not fit the model: tp=8: n_kv_heads 4 of model 'tiny' is not "

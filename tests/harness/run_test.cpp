@@ -405,6 +405,19 @@ cases:
       EXPECT_TRUE(fs::exists(dir_ + "/" + out + "/s/" + c + "/train/metrics.jsonl")) << out << " " << c;
 }
 
+TEST_F(Run, AnEditedSummaryCannotMakeReportWriteOutsideItsFolder) {
+  matrix("suite: s\ncases:\n  - name: a\n    command: [FAKE]\n");
+  ASSERT_EQ(meshtest("--ngpu 1").rc, 0);
+  json s = summary();
+  s["cases"][0]["suite"] = "../../evil";
+  std::ofstream(dir_ + "/out/summary.json") << s.dump();
+  fs::remove_all(dir_ + "/out/surefire");
+  EXPECT_EQ(sh(kMeshtest + " report " + dir_ + "/out").rc, 0);
+  EXPECT_TRUE(fs::exists(dir_ + "/out/surefire/TEST-.._.._evil.xml"));
+  EXPECT_FALSE(fs::exists(dir_ + "/evil.xml"));
+  EXPECT_FALSE(fs::exists(dir_ + "/out/surefire/TEST-..")) << "a folder made from the suite name";
+}
+
 TEST(Launch, ExitStatusFollowsTheFirstFailingRank) {
   EXPECT_EQ(sh(kMeshtest + " launch --nproc 3 -- " + kFake).rc, 0);
   const Output code = sh(kMeshtest + " launch --nproc 3 --grace 2 -- " + kFake + " --exit-rank 1 --exit-code 5 --sleep 30");
