@@ -14,6 +14,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <thread>
+#include <utility>
 
 #include "adapters.h"
 #include "launch.h"
@@ -39,11 +40,18 @@ struct GitOutput {
   std::string text;
 };
 
+// In the C locale (its answers are read as English text) and in a process group of its
+// own, so that a Ctrl-C meant for meshtest does not cut a checkout in half.
 GitOutput git(const std::string& repo, const std::vector<std::string>& args) {
   std::vector<std::string> all = {"-C", repo};
   all.insert(all.end(), args.begin(), args.end());
+  bp::environment env = boost::this_process::environment();
+  env["LC_ALL"] = "C";
+  if (env.find("LANGUAGE") != env.end()) env.erase("LANGUAGE");
   bp::ipstream pipe;
-  bp::child c(bp::search_path("git"), bp::args = all, (bp::std_out & bp::std_err) > pipe, bp::std_in < bp::null);
+  bp::group own;
+  bp::child c(bp::search_path("git"), bp::args = all, env, (bp::std_out & bp::std_err) > pipe, bp::std_in < bp::null,
+              own);
   std::string text, line;
   while (std::getline(pipe, line)) text += line + "\n";
   c.wait();
@@ -52,6 +60,7 @@ GitOutput git(const std::string& repo, const std::vector<std::string>& args) {
 
 std::string git_ok(const std::string& repo, const std::vector<std::string>& args) {
   const GitOutput g = git(repo, args);
+  if (g.code != 0 && g_stop_signal != 0) throw Interrupted{g_stop_signal};
   if (g.code != 0) {
     std::string cmd;
     for (const auto& a : args) cmd += " " + a;
@@ -118,15 +127,17 @@ std::string check_numbers(const json& check) {
     if (s.value("role", "") == "reference" && !reference) reference = &s;
   }
   if (!subject || !reference) return "";
+  // summary.json writes a non-finite value as null.
+  auto value = [](const json& v) { return v.is_number() ? v.get<double>() : NAN; };
   std::map<double, double> ref;
-  for (const auto& p : reference->at("points")) ref[p[0].get<double>()] = p[1].get<double>();
+  for (const auto& p : reference->at("points")) ref[p[0].get<double>()] = value(p[1]);
   const json band = check.value("band", json::object());
   const double atol = band.value("atol", 0.0), rtol = band.value("rtol", 0.0);
   double worst = -1, at = 0, bound = 0;
   for (const auto& p : subject->at("points")) {
     const double step = p[0].get<double>();
-    if (!ref.count(step) || p[1].is_null()) continue;
-    double diff = std::fabs(p[1].get<double>() - ref[step]);
+    if (!ref.count(step)) continue;
+    double diff = std::fabs(value(p[1]) - ref[step]);
     if (std::isnan(diff)) diff = INFINITY;
     if (diff > worst) worst = diff, at = step, bound = atol + rtol * std::fabs(ref[step]);
   }
@@ -159,13 +170,49 @@ const json* same_check(const json& the_case, const json& check, size_t index) {
   return nullptr;
 }
 
+// `git bisect start`, and `git bisect reset` on every way out; says so plainly when git
+// cannot put the repository back.
+class BisectSession {
+ public:
+  BisectSession(std::string top, std::string original) : top_(std::move(top)), original_(std::move(original)) {
+    git_ok(top_, {"bisect", "start"});
+  }
+  ~BisectSession() { end(); }
+  BisectSession(const BisectSession&) = delete;
+  BisectSession& operator=(const BisectSession&) = delete;
+
+  // Resets once; true when the repository is back where it was.
+  bool end() {
+    if (ended_) return restored_;
+    ended_ = true;
+    const GitOutput g = git(top_, {"bisect", "reset"});
+    restored_ = g.code == 0;
+    where_ = restored_ ? "the repository is back on " + original_
+                       : "the repository is NOT back on " + original_ + " (git bisect reset: " + g.text +
+                             "); do what git asks (e.g. git stash), then run git bisect reset in " + top_;
+    if (!restored_) std::fprintf(stderr, "bisect: %s\n", where_.c_str());
+    return restored_;
+  }
+  const std::string& where() const { return where_; }
+
+ private:
+  std::string top_, original_, where_;
+  bool ended_ = false, restored_ = false;
+};
+
 class Bisector {
  public:
   explicit Bisector(const BisectOptions& o) : o_(o) {}
   int run();
 
  private:
+  struct Search {
+    std::string outcome;
+    std::string first_bad;                // "" unless found
+    std::vector<std::string> candidates;  // when only skipped commits are left
+  };
   void prepare();
+  Search search();  // both ends, then git bisect until an answer
   Tested& test(const std::string& sha);
   Judgement judge(Tested& t, int run_code);
   std::string mark(const std::string& sha, Judgement j);  // git bisect good|bad|skip; its output
@@ -258,9 +305,13 @@ Judgement Bisector::judge(Tested& t, int run_code) {
             "commit?): " + t.dir + "/meshtest/rank0.log";
     return Judgement::kSkip;
   }
-  const json summary = json::parse(in);
-  for (const auto& c : summary.at("cases"))
-    if (c.value("id", "") == o_.case_id) t.the_case = c;
+  const json summary = json::parse(in, nullptr, false);
+  if (summary.is_discarded() || !summary.contains("cases") || !summary["cases"].is_array()) {
+    t.why = "meshtest run exited " + std::to_string(run_code) + " with an unreadable " + t.dir + "/run/summary.json";
+    return Judgement::kSkip;
+  }
+  for (const auto& c : summary["cases"])
+    if (c.is_object() && c.value("id", "") == o_.case_id) t.the_case = c;
   if (t.the_case.is_null()) {
     t.why = "no case " + o_.case_id + " in this commit's run";
     return Judgement::kSkip;
@@ -376,73 +427,73 @@ void Bisector::print(const json& r) const {
     std::printf("\nbuilds: the first %.1f s, the %d later ones %.1f s each on average\n",
                 r["builds"]["first_s"].get<double>(), r["builds"]["later"].get<int>(),
                 r["builds"]["later_mean_s"].get<double>());
-  std::printf("everything: %s; the repository is back on %s\n", o_.out.c_str(), original_.c_str());
+}
+
+Bisector::Search Bisector::search() {
+  Search found;
+  // Both ends first: a bisect between two failing (or two passing) commits finds nothing.
+  git_ok(top_, {"checkout", "-q", "--detach", bad_});
+  const Tested& at_bad = test(bad_);
+  git_ok(top_, {"checkout", "-q", "--detach", good_});
+  const Tested& at_good = test(good_);
+  if (at_bad.judgement != Judgement::kBad) {
+    found.outcome = "not reproduced at bad";
+    return found;
+  }
+  if (at_good.judgement != Judgement::kGood) {
+    found.outcome = "good is not good";
+    return found;
+  }
+  mark(bad_, Judgement::kBad);
+  for (std::string said = mark(good_, Judgement::kGood);;) {
+    if (said.find("is the first bad commit") != std::string::npos) {
+      found.first_bad = said.substr(0, said.find(' '));
+      break;
+    }
+    if (said.find("only 'skip'ped commits left") != std::string::npos) {
+      std::istringstream lines(said);
+      for (std::string line; std::getline(lines, line);)
+        if (line.size() >= 40 && line.find_first_not_of("0123456789abcdef") >= 40) found.candidates.push_back(line);
+      found.outcome = "only skipped commits left";
+      return found;
+    }
+    const std::string sha = git_ok(top_, {"rev-parse", "HEAD"});
+    if (tested_.count(sha)) throw std::runtime_error("git bisect did not move on from " + sha + ": " + said);
+    said = mark(sha, test(sha).judgement);
+  }
+  // The numbers at the parent: git may have inferred it good without running it.
+  const std::string parent = git_ok(top_, {"rev-parse", found.first_bad + "^"});
+  if (!tested_.count(parent)) {
+    git_ok(top_, {"checkout", "-q", "--detach", parent});
+    test(parent);
+  }
+  found.outcome = "found";
+  return found;
 }
 
 int Bisector::run() {
   prepare();
   install_stop_handlers();
   std::fprintf(stderr, "bisect: %s in %s, output in %s\n", o_.case_id.c_str(), top_.c_str(), o_.out.c_str());
-  git_ok(top_, {"bisect", "start"});
-  std::string outcome, first_bad;
-  std::vector<std::string> candidates;
-  int code = 1;
+  BisectSession session(top_, original_);
+  Search found;
+  json r;
   try {
-    // Both ends first: a bisect between two failing (or two passing) commits finds nothing.
-    git_ok(top_, {"checkout", "-q", "--detach", bad_});
-    const Tested& at_bad = test(bad_);
-    git_ok(top_, {"checkout", "-q", "--detach", good_});
-    const Tested& at_good = test(good_);
-    if (at_bad.judgement != Judgement::kBad) {
-      outcome = "not reproduced at bad";
-    } else if (at_good.judgement != Judgement::kGood) {
-      outcome = "good is not good";
-    } else {
-      mark(bad_, Judgement::kBad);
-      std::string said = mark(good_, Judgement::kGood);
-      for (;;) {
-        if (said.find("is the first bad commit") != std::string::npos) {
-          first_bad = said.substr(0, said.find(' '));
-          break;
-        }
-        if (said.find("only 'skip'ped commits left") != std::string::npos) {
-          std::istringstream lines(said);
-          for (std::string line; std::getline(lines, line);)
-            if (line.size() >= 40 && line.find_first_not_of("0123456789abcdef") >= 40) candidates.push_back(line);
-          break;
-        }
-        const std::string sha = git_ok(top_, {"rev-parse", "HEAD"});
-        said = mark(sha, test(sha).judgement);
-      }
-      if (!first_bad.empty()) {
-        // The numbers at the parent: git may have inferred it good without running it.
-        const std::string parent = git_ok(top_, {"rev-parse", first_bad + "^"});
-        if (!tested_.count(parent)) {
-          git_ok(top_, {"checkout", "-q", "--detach", parent});
-          test(parent);
-        }
-        outcome = "found";
-        code = 0;
-      } else {
-        outcome = "only skipped commits left";
-      }
-    }
+    found = search();
+    r = result_json(found.outcome, found.first_bad, found.candidates);
   } catch (const Interrupted& i) {
-    git(top_, {"bisect", "reset"});
-    std::fprintf(stderr, "bisect: interrupted by signal %d; the repository is back on %s\n", i.signal,
-                 original_.c_str());
+    session.end();
+    std::fprintf(stderr, "bisect: interrupted by signal %d; %s\n", i.signal, session.where().c_str());
     return 128 + i.signal;
-  } catch (...) {
-    git(top_, {"bisect", "reset"});
-    throw;
   }
-  const json r = result_json(outcome, first_bad, candidates);
-  const GitOutput reset = git(top_, {"bisect", "reset"});
-  if (reset.code != 0) std::fprintf(stderr, "bisect: git bisect reset failed: %s", reset.text.c_str());
+  r["restored"] = session.end();
   std::ofstream(fs::path(o_.out) / "bisect.json") << r.dump(2) << "\n";
   if (o_.json) std::printf("%s\n", r.dump(2).c_str());
   else print(r);
-  return code;
+  std::fflush(stdout);
+  std::fprintf(o_.json ? stderr : stdout, "everything: %s; %s\n", o_.out.c_str(), session.where().c_str());
+  if (g_stop_signal != 0) return 128 + g_stop_signal;
+  return found.first_bad.empty() ? 1 : 0;
 }
 
 }  // namespace

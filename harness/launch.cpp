@@ -101,7 +101,10 @@ RankGroup::RankGroup(LaunchSpec spec) : spec_(std::move(spec)), impl_(std::make_
     env["TORCHELASTIC_MAX_RESTARTS"] = "0";
     // A Python trainer decorated with torch.distributed.elastic's @record writes its
     // uncaught exception here; the harness quotes it (rank_error_message()).
-    if (!spec_.log_dir.empty()) env["TORCHELASTIC_ERROR_FILE"] = error_file(rank);
+    if (!spec_.log_dir.empty()) {
+      env["TORCHELASTIC_ERROR_FILE"] = error_file(rank);
+      fs::remove(error_file(rank));  // an earlier attempt's (a lost port race) must not be quoted for this one
+    }
     if (!spec_.gpus.empty()) {
       std::string ids;
       for (const auto& g : spec_.gpus) ids += (ids.empty() ? "" : ",") + g;

@@ -521,11 +521,9 @@ std::optional<Case> build_case(const ReadContext& ctx, const YAML::Node& node, c
   static const std::regex name_syntax(R"([A-Za-z0-9_.,=+\-\[\]/]+)");
   if (!std::regex_match(c.name, name_syntax))
     ctx.error(*name_node, "case name '" + c.name + "' may hold only letters, digits and _ . , = + - [ ] /");
-  // The name is a folder path under --out: no step out of it, no empty step.
-  static const std::regex escaping_step(R"((^|/)\.{1,2}(/|$)|^/|//|/$)");
-  if (std::regex_search(c.name, escaping_step))
-    ctx.error(*name_node, "case name '" + c.name + "' is a path under --out: no '.' or '..' steps, no leading, "
-                          "trailing or doubled '/'");
+  // The case's folder is <out>/<suite>/<name with '/' as '_'>: '.' and '..' would be the suite's or --out.
+  if (c.name == "." || c.name == "..")
+    ctx.error(*name_node, "case name '" + c.name + "' would name a folder above the case's (<out>/<suite>/" + c.name + ")");
   c.id = suite + "/" + c.name;
 
   Fields f = defaults;
@@ -680,6 +678,8 @@ Suite load_suite(const YAML::Node& root, const std::string& file) {
     if (auto s = read_string(ctx, *n, "suite")) suite.name = *s;
     static const std::regex suite_syntax("[A-Za-z0-9_.-]+");
     if (!std::regex_match(suite.name, suite_syntax)) ctx.error(*n, "suite must be a word (letters, digits, _ . -)");
+    else if (suite.name == "." || suite.name == "..")
+      ctx.error(*n, "suite '" + suite.name + "' would name a folder above --out's suites (<out>/" + suite.name + ")");
   } else {
     ctx.error(root, "the matrix file needs a 'suite' name");
   }

@@ -115,7 +115,7 @@ int fail(const std::string& what) {
   if (const char* path = std::getenv("TORCHELASTIC_ERROR_FILE"); path && *path) {
     const nlohmann::json record = {
         {"message", {{"message", message}, {"extraInfo", {{"timestamp", std::to_string(std::time(nullptr))}}}}}};
-    std::ofstream(path) << record.dump() << "\n";
+    std::ofstream(path) << record.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   }
   return 1;
 }

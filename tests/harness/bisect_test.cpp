@@ -67,11 +67,13 @@ class Bisect : public ::testing::Test {
 TEST_F(Bisect, NamesThePlantedRegressionSkipsWhatDoesNotBuildAndReportsTheFlake) {
   make_repo(14, 12, 10);
   const std::string before = state();
-  const Output o = sh("cd " + repo_ + " && " + kMeshtest + " bisect toy/train matrix.yaml --good HEAD~20 --build " +
-                      "'sh build.sh' --out " + dir_ + "/out --json");
+  // --json: stdout is one JSON document (progress and the closing line go to stderr).
+  const Output o = sh("(cd " + repo_ + " && " + kMeshtest + " bisect toy/train matrix.yaml --good HEAD~20 --build " +
+                      "'sh build.sh' --out " + dir_ + "/out --json 2>/dev/null)");
   ASSERT_EQ(o.rc, 0) << o.text;
-  const json r = json::parse(o.text.substr(o.text.find("\n{\n") + 1));
+  const json r = json::parse(o.text);
   EXPECT_EQ(r["outcome"], "found");
+  EXPECT_TRUE(r["restored"].get<bool>());
   const json& fb = r["first_bad"];
   EXPECT_EQ(fb["subject"], "c14");
   EXPECT_EQ(fb["commit"], git("rev-parse main~6"));
@@ -127,10 +129,10 @@ TEST_F(Bisect, ChecksBothEndsAndRefusesADirtyTree) {
 
 TEST_F(Bisect, AnUnbuildableCommitNextToTheRegressionLeavesBothAsCandidates) {
   make_repo(14, 13, 0);
-  const Output o = sh("cd " + repo_ + " && " + kMeshtest + " bisect toy/train matrix.yaml --good HEAD~20 --build " +
-                      "'sh build.sh' --out " + dir_ + "/out --json");
+  const Output o = sh("(cd " + repo_ + " && " + kMeshtest + " bisect toy/train matrix.yaml --good HEAD~20 --build " +
+                      "'sh build.sh' --out " + dir_ + "/out --json 2>/dev/null)");
   EXPECT_EQ(o.rc, 1) << o.text;
-  const json r = json::parse(o.text.substr(o.text.find("\n{\n") + 1));
+  const json r = json::parse(o.text);
   EXPECT_EQ(r["outcome"], "only skipped commits left");
   std::set<std::string> subjects;
   for (const auto& c : r["candidates"]) subjects.insert(c["subject"].get<std::string>());
@@ -146,8 +148,10 @@ TEST_F(Bisect, SigintMidBisectStopsTheCaseAndRestoresTheRepository) {
   env["TOY_TRAIN_SLEEP"] = "60";
   env["CI"] = "1";
   const std::string out = dir_ + "/out";
+  // In a process group of its own, interrupted as a terminal's Ctrl-C does: SIGINT to the group.
+  bp::group terminal;
   bp::child c(kMeshtest, bp::args = {"bisect", "toy/train", "matrix.yaml", "--good", "HEAD~20", "--out", out, "--build", ""},
-              bp::start_dir = repo_, env, (bp::std_out & bp::std_err) > (dir_ + "/log"));
+              bp::start_dir = repo_, env, (bp::std_out & bp::std_err) > (dir_ + "/log"), terminal);
   // Wait until the first case runs (its rank 0 sleeps in train.sh), then interrupt.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   bool running = false;
@@ -159,7 +163,7 @@ TEST_F(Bisect, SigintMidBisectStopsTheCaseAndRestoresTheRepository) {
   }
   ASSERT_TRUE(running) << sh("cat " + dir_ + "/log").text;
   EXPECT_EQ(git("symbolic-ref -q --short HEAD"), "") << "bisect should be on a detached commit now";
-  ::kill(c.id(), SIGINT);
+  ::killpg(terminal.native_handle(), SIGINT);
   c.wait();
   EXPECT_EQ(c.exit_code(), 130) << sh("cat " + dir_ + "/log").text;
   EXPECT_EQ(state(), before);
@@ -183,10 +187,10 @@ TEST_F(Bisect, OnMeshtestsOwnHistoryNamesTheCommitThatBrokeACase) {
   }
   ASSERT_NE(git("show main~2 -- test_matrix/cpu.yaml").find("+    options: {inject-fault: tp-missing-allreduce}"),
             std::string::npos);
-  const Output o = sh("cd " + repo_ + " && CI=1 " + kMeshtest + " bisect cpu/2d test_matrix/cpu.yaml --good HEAD~6 " +
-                      "--build '' --meshtrain " + MESHTRAIN_BIN + " --out " + dir_ + "/out --json");
+  const Output o = sh("(cd " + repo_ + " && CI=1 " + kMeshtest + " bisect cpu/2d test_matrix/cpu.yaml --good HEAD~6 " +
+                      "--build '' --meshtrain " + MESHTRAIN_BIN + " --out " + dir_ + "/out --json 2>/dev/null)");
   ASSERT_EQ(o.rc, 0) << o.text;
-  const json r = json::parse(o.text.substr(o.text.find("\n{\n") + 1));
+  const json r = json::parse(o.text);
   EXPECT_EQ(r["first_bad"]["subject"], "scratch 4");
   EXPECT_EQ(r["first_bad"]["check"], "loss_matches");
   EXPECT_TRUE(r["first_bad"]["parent"]["passed"].get<bool>());
