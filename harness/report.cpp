@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
+#include <functional>
 #include <map>
 
 #include "launch.h"
@@ -169,6 +170,20 @@ void save(const pugi::xml_document& doc, const std::string& path) {
   fs::rename(tmp, path);
 }
 
+// TEST-<suite>.xml. The suite comes from summary.json, which a person may edit: the name
+// must be one file in the folder, and short enough for any file system (255 bytes).
+std::string surefire_file_name(const std::string& suite) {
+  std::string name = suite;
+  for (char& ch : name)
+    if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '_' && ch != '.' && ch != '-') ch = '_';
+  if (name.size() > 200) {
+    char tail[24];
+    std::snprintf(tail, sizeof tail, "-%016zx", std::hash<std::string>{}(suite));
+    name = name.substr(0, 180) + tail;
+  }
+  return "TEST-" + name + ".xml";
+}
+
 }  // namespace
 
 std::string human_seconds(double s) {
@@ -331,11 +346,7 @@ void write_surefire(const json& summary, const std::string& dir) {
     suite.append_attribute("skipped") = n.skipped;
     suite.append_attribute("failures") = n.failures;
     suite.append_attribute("time") = seconds(n.time).c_str();
-    // The name comes from summary.json, which a person may edit: it names one file in `dir`.
-    std::string file_name = "TEST-" + suite_name + ".xml";
-    for (char& ch : file_name)
-      if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '_' && ch != '.' && ch != '-') ch = '_';
-    save(doc, (fs::path(dir) / file_name).string());
+    save(doc, (fs::path(dir) / surefire_file_name(suite_name)).string());
   }
 }
 

@@ -416,6 +416,17 @@ TEST_F(Run, AnEditedSummaryCannotMakeReportWriteOutsideItsFolder) {
   EXPECT_TRUE(fs::exists(dir_ + "/out/surefire/TEST-.._.._evil.xml"));
   EXPECT_FALSE(fs::exists(dir_ + "/evil.xml"));
   EXPECT_FALSE(fs::exists(dir_ + "/out/surefire/TEST-..")) << "a folder made from the suite name";
+
+  // A name longer than a file system allows (found by report_fuzz): still one file.
+  s["cases"][0]["suite"] = std::string(300, 's');
+  std::ofstream(dir_ + "/out/summary.json") << s.dump();
+  fs::remove_all(dir_ + "/out/surefire");
+  EXPECT_EQ(sh(kMeshtest + " report " + dir_ + "/out").rc, 0);
+  std::vector<std::string> files;
+  for (const auto& e : fs::directory_iterator(dir_ + "/out/surefire")) files.push_back(e.path().filename().string());
+  ASSERT_EQ(files.size(), 1u);
+  EXPECT_EQ(files[0].rfind("TEST-" + std::string(180, 's') + "-", 0), 0u) << files[0];
+  EXPECT_LE(files[0].size(), 255u);
 }
 
 TEST(Launch, ExitStatusFollowsTheFirstFailingRank) {
