@@ -13,6 +13,8 @@ const CheckParam kBaselinePhase{"baseline_phase", ParamType::kString};
 const CheckParam kRtol{"rtol", ParamType::kNumber};
 const CheckParam kAtol{"atol", ParamType::kNumber};
 const CheckParam kExact{"exact", ParamType::kBool};
+// A file of reference values from a vouched-for run, relative to the matrix file's folder.
+const CheckParam kGolden{"golden", ParamType::kString};
 }  // namespace
 
 bool CheckKind::takes_baseline() const {
@@ -27,7 +29,7 @@ const std::vector<CheckKind>& check_kinds() {
       {"loss_finite", {kPhase}},
       {"loss_decreases", {kPhase, {"factor", ParamType::kNumber}}},
       {"loss_matches",
-       {kPhase, kAgainst, kBaseline, kBaselinePhase, {"golden", ParamType::kString}, kRtol, kAtol, kExact,
+       {kPhase, kAgainst, kBaseline, kBaselinePhase, kGolden, kRtol, kAtol, kExact,
         {"metric", ParamType::kString}},
        {"baseline", "against", "golden"}},
       {"keys_match",
@@ -36,7 +38,7 @@ const std::vector<CheckKind>& check_kinds() {
       {"tokens_match", {kPhase, kAgainst, kBaseline, kBaselinePhase}, {"against", "baseline"}},
       {"resume_matches", {kPhase, kAgainst, kBaseline, kBaselinePhase, kRtol, kAtol, kExact}, {"against", "baseline"}},
       {"replicas_equal", {kPhase}},
-      {"params_match", {kPhase, kAgainst, kBaseline, kBaselinePhase, kRtol, kAtol}, {"against", "baseline"}},
+      {"params_match", {kPhase, kAgainst, kBaseline, kBaselinePhase, kGolden, kRtol, kAtol}, {"against", "baseline", "golden"}},
       {"tensors_match",
        {kPhase, kAgainst, kBaseline, kBaselinePhase, kRtol, kAtol, {"prefix", ParamType::kString}},
        {"against", "baseline"}},

@@ -246,6 +246,12 @@ std::string tolerance_text(double atol, double rtol, double ref) {
   return "atol " + num(atol) + " + rtol " + num(rtol) + " x |" + num(ref) + "| = " + sci(atol + rtol * std::fabs(ref));
 }
 
+// Widens `r.margin` to |diff| / tolerance: NaN, or any difference against a zero tolerance, is infinite.
+void widen_margin(CheckResult& r, double diff, double tolerance) {
+  const double ratio = std::isnan(diff) ? INFINITY : tolerance > 0 ? diff / tolerance : diff > 0 ? INFINITY : 0;
+  r.margin = std::max(r.margin.value_or(0), ratio);
+}
+
 std::vector<std::pair<long long, double>> points(const Curve& c, const std::string& metric) {
   std::vector<std::pair<long long, double>> out;
   for (const auto& [step, m] : c) out.emplace_back(step, metric == "grad_norm" ? m.grad_norm : m.loss);
@@ -273,6 +279,7 @@ void compare_curves(const Curve& got, const Curve& want, const std::string& metr
     const double b = metric == "grad_norm" ? it->second.grad_norm : it->second.loss;
     const double diff = std::fabs(a - b);
     const bool ok = exact ? a == b : std::isfinite(a) && diff <= atol + rtol * std::fabs(b);
+    if (!exact) widen_margin(result, std::isfinite(a) ? diff : NAN, atol + rtol * std::fabs(b));
     char row[160];
     std::snprintf(row, sizeof(row), "%6lld  %14.8g  %14.8g  %10.3e%s\n", step, a, b, diff, ok ? "" : "  <-");
     table += row;
@@ -310,11 +317,14 @@ void check_loss_finite(const CaseOutcome& o, const CheckSpec& spec, const FindCa
   }
 }
 
-void check_loss_decreases(const CaseOutcome& o, const CheckSpec& spec, const FindCase&, CheckResult&) {
+void check_loss_decreases(const CaseOutcome& o, const CheckSpec& spec, const FindCase&, CheckResult& result) {
   const Target t = subject(o, spec);
   const Curve c = read_metrics(t);
   const double factor = param_or(spec, "factor", 0.9);
   const double first = c.begin()->second.loss, last = c.rbegin()->second.loss;
+  // The margin here: the drop required over the drop seen.
+  const double required = (1 - factor) * std::fabs(first), seen = first - last;
+  result.margin = seen > 0 ? required / seen : INFINITY;
   if (!(last <= factor * first)) {
     Finding f{t.label + ": loss went " + num(first) + " (step " + std::to_string(c.begin()->first) + ") -> " +
                       num(last) + " (step " + std::to_string(c.rbegin()->first) + "); expected <= " + num(factor) +
@@ -325,6 +335,13 @@ void check_loss_decreases(const CaseOutcome& o, const CheckSpec& spec, const Fin
   }
 }
 
+// `golden`, relative to the matrix file's folder.
+std::string golden_path(const CaseOutcome& o, const CheckSpec& spec) {
+  fs::path golden = spec.params["golden"].get<std::string>();
+  if (golden.is_relative()) golden = fs::path(o.spec->file).parent_path() / golden;
+  return golden.string();
+}
+
 void check_loss_matches(const CaseOutcome& o, const CheckSpec& spec, const FindCase& find, CheckResult& result) {
   const Target t = subject(o, spec);
   const Curve got = read_metrics(t);
@@ -333,10 +350,9 @@ void check_loss_matches(const CaseOutcome& o, const CheckSpec& spec, const FindC
   Curve want;
   std::string want_label;
   if (spec.params.contains("golden")) {
-    fs::path golden = spec.params["golden"].get<std::string>();
-    if (golden.is_relative()) golden = fs::path(o.spec->file).parent_path() / golden;
-    want = read_golden(golden.string());
-    want_label = "golden " + golden.string();
+    const std::string golden = golden_path(o, spec);
+    want = read_golden(golden);
+    want_label = "golden " + golden;
   } else {
     const auto ref = reference(o, spec, find);
     if (!ref) throw Failure{"loss_matches needs baseline, against or golden", ""};
@@ -511,21 +527,30 @@ void check_replicas_equal(const CaseOutcome& o, const CheckSpec& spec, const Fin
                       ""};
 }
 
-void check_params_match(const CaseOutcome& o, const CheckSpec& spec, const FindCase& find, CheckResult&) {
+void check_params_match(const CaseOutcome& o, const CheckSpec& spec, const FindCase& find, CheckResult& result) {
   const Target t = subject(o, spec);
-  const auto ref = reference(o, spec, find);
-  if (!ref) throw Failure{"params_match needs against or baseline", ""};
+  std::string want_path, want_label;
+  if (spec.params.contains("golden")) {
+    want_path = golden_path(o, spec);
+    want_label = "golden " + want_path;
+  } else {
+    const auto ref = reference(o, spec, find);
+    if (!ref) throw Failure{"params_match needs against, baseline or golden", ""};
+    want_path = ref->dir + "/param_digest.json";
+    want_label = ref->label;
+  }
   const json a = read_json(t.dir + "/param_digest.json").at("params");
-  const json b = read_json(ref->dir + "/param_digest.json").at("params");
+  const json b = read_json(want_path).at("params");
   const double rtol = param_or(spec, "rtol", 1e-5), atol = param_or(spec, "atol", 0);
   for (const auto& [key, want] : b.items()) {
-    if (!a.contains(key)) throw Finding{key + " is in " + ref->label + " but not in " + t.label, ""};
+    if (!a.contains(key)) throw Finding{key + " is in " + want_label + " but not in " + t.label, ""};
     const double l2 = want.at("l2").get<double>();
     for (const char* field : {"l2", "sum"}) {
       const double x = a[key].at(field).get<double>(), y = want.at(field).get<double>();
       // A trained weight's sum can be near zero: both fields are judged against the norm.
+      widen_margin(result, std::fabs(x - y), atol + rtol * std::fabs(l2));
       if (!(std::fabs(x - y) <= atol + rtol * std::fabs(l2)))
-        throw Finding{key + ": " + field + " " + num(x) + " in " + t.label + " vs " + num(y) + " in " + ref->label +
+        throw Finding{key + ": " + field + " " + num(x) + " in " + t.label + " vs " + num(y) + " in " + want_label +
                           ": |diff| " + sci(std::fabs(x - y)) + " > " + tolerance_text(atol, rtol, l2),
                       ""};
     }
@@ -547,7 +572,7 @@ std::string coordinates(size_t index, const std::vector<int64_t>& shape) {
 
 // Two checkpoints' tensors element by element (torch.allclose's rule: |a - b| <= atol + rtol x |b|,
 // b the reference), over the reference's tensor keys after each side's key mapping.
-void check_tensors_match(const CaseOutcome& o, const CheckSpec& spec, const FindCase& find, CheckResult&) {
+void check_tensors_match(const CaseOutcome& o, const CheckSpec& spec, const FindCase& find, CheckResult& result) {
   const Target t = subject(o, spec);
   const auto ref = reference(o, spec, find);
   if (!ref) throw Failure{"tensors_match needs against or baseline", ""};
@@ -581,6 +606,7 @@ void check_tensors_match(const CaseOutcome& o, const CheckSpec& spec, const Find
       if (a[i] == b[i]) continue;  // equal infinities too
       const double diff = std::fabs(a[i] - b[i]), bound = atol + rtol * std::fabs(b[i]);
       max_diff = std::max(max_diff, std::isnan(diff) ? INFINITY : diff);
+      widen_margin(result, diff, bound);
       if (diff <= bound) continue;
       ++differing;
       const double excess = std::isnan(diff) ? INFINITY : diff - bound;
@@ -705,6 +731,16 @@ const std::map<std::string, CheckFn>& implementations() {
 // Orders the results of one kind: a judged failure, then any failure, then a pass.
 int verdict_rank(const CheckResult& c) { return c.passed ? 0 : c.judged ? 2 : 1; }
 
+// " (margin 34x)": how far past its tolerance a canary's check went.
+std::string margin_text(const std::optional<double>& margin) {
+  if (!margin) return "";
+  if (!std::isfinite(*margin)) return " (margin inf)";
+  char buf[48];
+  std::snprintf(buf, sizeof(buf), *margin < 100 ? " (margin %.3gx)" : *margin < 1e6 ? " (margin %.0fx)" : " (margin %.2gx)",
+                *margin);
+  return buf;
+}
+
 // Message checks confirm *why* an expected failure happened.
 bool is_message_check(const std::string& kind) { return kind == "log_contains" || kind == "error_matches"; }
 
@@ -727,6 +763,7 @@ std::vector<CheckResult> run_checks(const CaseOutcome& o, const FindCase& find) 
       r.finding.value = f.value;
       r.finding.reference = f.reference;
       r.finding.tolerance = f.tolerance;
+      r.finding.margin = r.margin;
     } catch (const std::exception& e) {
       r.passed = false;
       r.judged = false;
@@ -742,11 +779,16 @@ std::vector<CheckResult> run_checks(const CaseOutcome& o, const FindCase& find) 
   return out;
 }
 
-std::map<long long, double> read_loss_curve(const std::string& phase_dir, const Outputs& outputs) {
+std::map<long long, double> read_loss_curve(const std::string& phase_dir, const Outputs& outputs,
+                                            const std::string& metric) {
+  if (metric != "loss" && metric != "grad_norm") throw std::runtime_error("metric must be loss or grad_norm, got " + metric);
   try {
     std::map<long long, double> out;
     const RunPaths paths{"", "", fs::path(phase_dir).parent_path().string(), phase_dir};
-    for (const auto& [step, m] : read_curve(outputs.metrics, paths)) out[step] = m.loss;
+    for (const auto& [step, m] : read_curve(outputs.metrics, paths)) {
+      if (metric == "grad_norm" && !m.has_grad_norm) throw std::runtime_error(phase_dir + " reports no grad_norm");
+      out[step] = metric == "loss" ? m.loss : m.grad_norm;
+    }
     return out;
   } catch (const Failure& f) {
     throw std::runtime_error(f.message);
@@ -798,7 +840,10 @@ void judge(CaseOutcome& o) {
       first_failed_other = &c;
     if (!c.passed && !c.judged && !unjudged) unjudged = &c;
     // A canary is caught when a check of the named kind judged and failed.
-    if (e.kind == Expectation::kFail && c.kind == e.check && (!expected || verdict_rank(c) > verdict_rank(*expected)))
+    // Of several checks of that kind, the clearest catch counts.
+    if (e.kind == Expectation::kFail && c.kind == e.check &&
+        (!expected || verdict_rank(c) > verdict_rank(*expected) ||
+         (verdict_rank(c) == verdict_rank(*expected) && c.margin.value_or(0) > expected->margin.value_or(0))))
       expected = &c;
   }
   o.details.clear();
@@ -845,7 +890,8 @@ void judge(CaseOutcome& o) {
         o.verdict = decided_by(*expected, VerdictKind::kCanaryCrashed,
                                "canary for " + e.check + " could not be judged: " + expected->message);
       } else if (expected && !expected->passed) {
-        o.verdict = decided_by(*expected, VerdictKind::kCanaryCaught, "canary caught by " + e.check + ": " + expected->message);
+        o.verdict = decided_by(*expected, VerdictKind::kCanaryCaught,
+                               "canary caught by " + e.check + margin_text(expected->margin) + ": " + expected->message);
       } else {
         o.verdict = {VerdictKind::kCanaryNotCaught, "canary not caught: check " + e.check + " passed on a known-bad run"};
         o.verdict.check = e.check;

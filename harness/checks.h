@@ -25,7 +25,9 @@ void record_curves(CaseOutcome& outcome);
 
 // What `meshtest diff` and `golden export` read, from where `outputs` says (the default:
 // meshtrain's contract files); throw std::runtime_error.
-std::map<long long, double> read_loss_curve(const std::string& phase_dir, const Outputs& outputs = {});
+// `metric`: loss or grad_norm.
+std::map<long long, double> read_loss_curve(const std::string& phase_dir, const Outputs& outputs = {},
+                                            const std::string& metric = "loss");
 // key (after the checkpoint source's mapping) -> "[shape]"
 std::map<std::string, std::string> read_tensor_keys(const std::string& phase_dir, const Outputs& outputs = {});
 

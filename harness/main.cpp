@@ -379,12 +379,12 @@ int merge_runs(const std::string& out, const std::vector<std::string>& inputs) {
   return render_reports(out, true);
 }
 
-// torchtitan's "<step> <loss>" golden format from a finished case.
-int export_golden(const std::string& dir, const std::string& id, const std::string& phase) {
+// torchtitan's "<step> <loss>" golden format from a finished case (or its grad norms).
+int export_golden(const std::string& dir, const std::string& id, const std::string& phase, const std::string& metric) {
   const json summary = read_summary(dir);
   const FinishedPhase p = finished_phase(*find_case(summary, id), phase);
-  for (const auto& [step, loss] : read_loss_curve(p.dir, p.outputs))
-    std::printf("%lld %.9g\n", step, loss);
+  for (const auto& [step, value] : read_loss_curve(p.dir, p.outputs, metric))
+    std::printf("%lld %.9g\n", step, value);
   return 0;
 }
 
@@ -470,13 +470,14 @@ int main(int argc, char** argv) {
   diff_cmd->add_option("ID_B", diff_b, "Case id")->required();
   diff_cmd->add_option("--out", diff_dir, "The run's --out folder")->capture_default_str();
 
-  std::string golden_dir = "meshtest-out", golden_id, golden_phase;
+  std::string golden_dir = "meshtest-out", golden_id, golden_phase, golden_metric = "loss";
   auto* golden_cmd = app.add_subcommand("golden", "Golden loss files for loss_matches");
   golden_cmd->require_subcommand(1);
-  auto* export_cmd = golden_cmd->add_subcommand("export", "Print a case's losses as '<step> <loss>' lines");
+  auto* export_cmd = golden_cmd->add_subcommand("export", "Print a case's losses (or grad norms) as '<step> <value>' lines");
   export_cmd->add_option("ID", golden_id, "Case id")->required();
   export_cmd->add_option("--phase", golden_phase, "Phase (default: the last)");
   export_cmd->add_option("--out", golden_dir, "The run's --out folder")->capture_default_str();
+  export_cmd->add_option("--metric", golden_metric, "loss or grad_norm")->capture_default_str();
 
   CkptOptions ckpt;
   std::string ckpt_a, ckpt_b;
@@ -593,7 +594,7 @@ int main(int argc, char** argv) {
       return run_matrix(again, o, false, prior.value("devices", -1), argv[0]);
     }
     if (*diff_cmd) return diff_cases(diff_dir, diff_a, diff_b);
-    if (*golden_cmd) return export_golden(golden_dir, golden_id, golden_phase);
+    if (*golden_cmd) return export_golden(golden_dir, golden_id, golden_phase, golden_metric);
     return run_matrix(sel, opt, dry_run, ngpu, argv[0], skip_tags);
   } catch (const MatrixError& e) {
     for (const auto& line : e.errors()) std::fprintf(stderr, "%s\n", line.c_str());

@@ -351,6 +351,30 @@ void read_outputs(const ReadContext& ctx, const YAML::Node& node, Fields& f) {
     if (auto src = read_checkpoint_source(ctx, *n)) f.checkpoint = *src;
 }
 
+// Two checks judge the same thing when they differ at most in how strict they are.
+bool same_judgement(const CheckSpec& a, const CheckSpec& b) {
+  auto what = [](const CheckSpec& c) {
+    nlohmann::json p = c.params;
+    for (const char* strictness : {"rtol", "atol", "exact", "factor"}) p.erase(strictness);
+    if (!p.contains("metric")) p["metric"] = "loss";
+    return c.kind + p.dump();
+  };
+  return what(a) == what(b);
+}
+
+// A case's checks join the ones it inherits, so a case cannot silently lose a default
+// comparison; one that differs from an inherited check only in its tolerances replaces it.
+std::vector<CheckSpec> with_inherited_checks(std::vector<CheckSpec> inherited, const std::vector<CheckSpec>& own) {
+  std::vector<bool> replaced(inherited.size(), false);
+  for (const auto& c : own) {
+    size_t i = 0;
+    while (i < replaced.size() && (replaced[i] || !same_judgement(inherited[i], c))) ++i;
+    if (i < replaced.size()) inherited[i] = c, replaced[i] = true;
+    else inherited.push_back(c);
+  }
+  return inherited;
+}
+
 // Reads the keys a case and `defaults` share into `f`, on top of what it holds.
 void read_common(const ReadContext& ctx, const MapReader& m, Fields& f) {
   if (auto* n = m.get("command")) {
@@ -389,7 +413,7 @@ void read_common(const ReadContext& ctx, const MapReader& m, Fields& f) {
       std::vector<CheckSpec> checks;
       for (const auto& item : *n)
         if (auto c = read_check(ctx, item)) checks.push_back(*c);
-      f.checks = checks;
+      f.checks = with_inherited_checks(f.checks.value_or(std::vector<CheckSpec>{}), checks);
     }
   }
   if (auto* n = m.get("duration")) {
@@ -499,7 +523,7 @@ std::string combination_label(const Combination& combo) {
 std::optional<Case> build_case(const ReadContext& ctx, const YAML::Node& node, const Fields& defaults,
                                const std::string& suite, const Combination& combo) {
   std::vector<std::string> keys = kCommonKeys;
-  keys.insert(keys.end(), {"name", "phases", "matrix"});
+  keys.insert(keys.end(), {"name", "phases", "matrix", "default_checks"});
   MapReader m(ctx, node, "case", keys);
   if (!m.ok()) return std::nullopt;
   const size_t errors_before = ctx.diag->size();
@@ -527,6 +551,9 @@ std::optional<Case> build_case(const ReadContext& ctx, const YAML::Node& node, c
   c.id = suite + "/" + c.name;
 
   Fields f = defaults;
+  // `default_checks: false`: the case says, in the matrix, that it judges by its own checks only.
+  if (const YAML::Node* n = m.get("default_checks"))
+    if (auto keep = read_bool(ctx, *n, "default_checks"); keep && !*keep) f.checks.reset();
   read_common(ctx, m, f);
   c.model = f.model.value_or("");
   c.seed = option_text(f.options, "seed");

@@ -51,6 +51,9 @@ struct CheckResult {
   Verdict finding;
   std::vector<Series> series;
   std::optional<std::pair<double, double>> band;  // (rtol, atol) around the reference
+  // Number checks: the largest |diff| / tolerance compared (below 1 passes): a pass's headroom,
+  // a failure's margin. Absent for checks with no tolerance (keys, hashes, tokens, messages).
+  std::optional<double> margin;
 };
 
 struct CaseOutcome {

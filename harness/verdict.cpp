@@ -1,5 +1,6 @@
 #include "verdict.h"
 
+#include <cmath>
 #include <stdexcept>
 
 namespace meshtest {
@@ -87,6 +88,7 @@ nlohmann::json verdict_to_json(const Verdict& v) {
   if (v.value) j["value"] = *v.value;
   if (v.reference) j["reference"] = *v.reference;
   if (v.tolerance) j["tolerance"] = *v.tolerance;
+  if (v.margin) j["margin"] = std::isfinite(*v.margin) ? nlohmann::json(*v.margin) : nlohmann::json("inf");
   return j;
 }
 
@@ -108,6 +110,7 @@ Verdict verdict_from_json(const nlohmann::json& j) {
   v.value = number("value");
   v.reference = number("reference");
   v.tolerance = number("tolerance");
+  v.margin = j.value("margin", nlohmann::json()) == "inf" ? std::optional<double>(INFINITY) : number("margin");
   return v;
 }
 

@@ -44,6 +44,9 @@ struct Verdict {
   // What a number check compared at the first step that disagreed.
   std::optional<long long> step;
   std::optional<double> value, reference, tolerance;
+  // The largest |diff| / tolerance over everything the check compared: how far past its
+  // tolerance a failure went (a canary's safety margin). Infinite for NaN or a zero tolerance.
+  std::optional<double> margin;
 
   Status status() const;
   bool met_expectation() const;

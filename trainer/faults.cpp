@@ -19,6 +19,7 @@ const std::vector<std::pair<std::string, Fault>>& table() {
       {"keys-renamed", Fault::kKeysRenamed},
       {"cp-local-positions", Fault::kCpLocalPositions},
       {"pp-loss-not-divided", Fault::kPpLossNotDivided},
+      {"rope-theta-10k", Fault::kRopeTheta10k},
   };
   return t;
 }

@@ -20,6 +20,7 @@ enum class Fault {
   kKeysRenamed,           // the checkpoint names tok_embeddings "tok_embedding"
   kCpLocalPositions,      // context parallel: RoPE sees positions local to the rank's chunks
   kPpLossNotDivided,      // pipeline parallel: each microbatch's loss is not divided by their number
+  kRopeTheta10k,          // RoPE frequencies from theta 10000, not the model's: the same under every layout
 };
 
 // Throws std::invalid_argument listing the names for an unknown one.

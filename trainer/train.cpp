@@ -81,6 +81,7 @@ int train(const TrainConfig& cfg) {
   const LaunchEnv env = LaunchEnv::from_environment();
   const Backend backend = parse_backend(cfg.backend);
   ModelArgs args = model_flavor(cfg.model);
+  if (injected(Fault::kRopeTheta10k)) args.rope_theta = 10000.0;
   validate(args, cfg.seq_len);
   if (cfg.steps < 0) throw std::invalid_argument("--steps must be >= 0");
   if (cfg.local_batch_size < 1) throw std::invalid_argument("--local-batch-size must be >= 1");

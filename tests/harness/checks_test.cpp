@@ -278,7 +278,32 @@ TEST_F(Checks, ACanaryIsCaughtOnlyByAJudgedFailureNotByAMissingBaseline) {
   EXPECT_EQ(outcomes_[1].status(), Status::kPassed);
   EXPECT_EQ(outcomes_[1].verdict.kind, VerdictKind::kCanaryCaught);
   EXPECT_EQ(outcomes_[1].verdict.step, 2);
-  EXPECT_EQ(outcomes_[1].reason().rfind("canary caught by loss_matches: step 2: loss 5.5", 0), 0u) << outcomes_[1].reason();
+  EXPECT_EQ(outcomes_[1].reason().rfind("canary caught by loss_matches (margin 10000x): step 2: loss 5.5", 0), 0u)
+      << outcomes_[1].reason();
+}
+
+// The margin: the largest |diff| / tolerance compared, for a pass (its headroom) and a catch.
+TEST_F(Checks, NumberChecksRecordTheirMarginAndACanaryIsJudgedByItsClearestCatch) {
+  load("  - name: a\n"
+       "  - name: near\n    checks: [{loss_matches: {baseline: a, rtol: 1.0e-2}}]\n"
+       "  - name: canary\n    expect: {fail: loss_matches}\n"
+       "    checks: [{loss_matches: {baseline: a, rtol: 1.0e-2}}, {loss_matches: {baseline: a, metric: grad_norm, rtol: 1.0e-3}}]\n");
+  write("a/train/metrics.jsonl", curve({6.0, 5.0}));
+  write("near/train/metrics.jsonl", curve({6.0, 5.025}));
+  const CheckResult near = run(1, "loss_matches");
+  EXPECT_TRUE(near.passed);
+  ASSERT_TRUE(near.margin);
+  EXPECT_NEAR(*near.margin, 0.5, 1e-6);  // 0.025 of a 0.05 tolerance
+  // Loss off by 1.2 tolerances, grad norm by 100: the grad-norm comparison is the clearer catch.
+  write("canary/train/metrics.jsonl",
+        "{\"step\":1,\"loss\":6.0,\"grad_norm\":1.0}\n{\"step\":2,\"loss\":5.06,\"grad_norm\":1.1}\n");
+  run(2, "loss_matches");
+  EXPECT_EQ(outcomes_[2].verdict.kind, VerdictKind::kCanaryCaught);
+  ASSERT_TRUE(outcomes_[2].verdict.margin);
+  EXPECT_NEAR(*outcomes_[2].verdict.margin, 100, 1e-6);
+  EXPECT_EQ(outcomes_[2].reason().rfind("canary caught by loss_matches (margin 100x): step 2: grad_norm 1.1", 0), 0u)
+      << outcomes_[2].reason();
+  EXPECT_NEAR(*outcomes_[2].checks[1].margin, 1.2, 1e-6);
 }
 
 TEST_F(Checks, AnXfailIsNotMetByACheckThatCouldNotLook) {

@@ -139,6 +139,39 @@ cases:
   EXPECT_EQ(s.cases[0].matrix_values.size(), 2u);
 }
 
+// A case's checks add to the defaults' (one differing from a default only in its tolerances
+// takes that one's place), so a case cannot lose a default comparison without saying so.
+TEST(MatrixLoad, CaseChecksAddToTheDefaultsUnlessTheCaseSaysOtherwise) {
+  const Suite s = load(R"(
+suite: s
+defaults:
+  model: tiny
+  checks: [loss_finite, {loss_matches: {baseline: a}}, {loss_matches: {baseline: a, metric: grad_norm}}]
+cases:
+  - name: a
+    default_checks: false
+    checks: [loss_finite]
+  - name: b
+    checks: [replicas_equal, {loss_matches: {baseline: a, rtol: 1.0e-6}}]
+  - name: c
+  - name: d
+    checks: [{loss_matches: {golden: d.txt}}]
+)");
+  auto kinds = [](const Case& c) {
+    std::string out;
+    for (const auto& k : c.checks) out += k.kind + (k.params.contains("metric") ? "/" + k.params["metric"].get<std::string>() : "") + " ";
+    return out;
+  };
+  EXPECT_EQ(kinds(s.cases[0]), "loss_finite ");
+  EXPECT_EQ(kinds(s.cases[1]), "loss_finite loss_matches loss_matches/grad_norm replicas_equal ");
+  EXPECT_EQ(s.cases[1].checks[1].params["rtol"], 1.0e-6);  // the case's loss comparison replaced the default's
+  EXPECT_EQ(kinds(s.cases[2]), "loss_finite loss_matches loss_matches/grad_norm ");
+  // Another reference is another judgement: it adds.
+  EXPECT_EQ(kinds(s.cases[3]), "loss_finite loss_matches loss_matches/grad_norm loss_matches ");
+  EXPECT_EQ(errors_of("suite: s\ncases:\n  - name: a\n    model: tiny\n    default_checks: maybe\n"),
+            "m.yaml:5:21: default_checks must be true or false, got 'maybe'");
+}
+
 TEST(MatrixLoad, ForeignCommandsTakeArgvAndNgpu) {
   const Suite s = load(R"(
 suite: titan
