@@ -42,6 +42,7 @@ const std::vector<CheckKind>& check_kinds() {
       {"tensors_match",
        {kPhase, kAgainst, kBaseline, kBaselinePhase, kRtol, kAtol, {"prefix", ParamType::kString}},
        {"against", "baseline"}},
+      {"saved_once", {kPhase}},
       {"log_contains", {kPhase, {"text", ParamType::kString}, {"rank", ParamType::kInt}}, {"text"}},
       {"error_matches", {kPhase, {"text", ParamType::kString}}, {"text"}},
   };

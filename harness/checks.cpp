@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "checkpoint_view.h"
+#include "dcp.h"
 #include "log_metrics.h"
 #include "tensorboard.h"
 
@@ -557,6 +558,58 @@ void check_params_match(const CaseOutcome& o, const CheckSpec& spec, const FindC
   }
 }
 
+// Every tensor element of the checkpoint steps this phase saved was written once: the
+// ranks' payload bytes (rank<R>.json, meshtrain's contract) equal the tensors' global sizes
+// (the steps' metadata). A replicated chunk written by more than one replica, or a chunk
+// nobody wrote, shows here; loading cannot see the first and reports the second far later.
+void check_saved_once(const CaseOutcome& o, const CheckSpec& spec, const FindCase&, CheckResult&) {
+  const Target t = subject(o, spec);
+  uint64_t written = 0;
+  std::string per_rank;
+  int ranks = 0;
+  for (; fs::exists(t.dir + "/rank" + std::to_string(ranks) + ".json"); ++ranks) {
+    const std::string path = t.dir + "/rank" + std::to_string(ranks) + ".json";
+    const json j = read_json(path);
+    if (!j.contains("checkpoint_tensor_bytes_written"))
+      throw Failure{path + " has no checkpoint_tensor_bytes_written (saved_once reads meshtrain's rank files)", ""};
+    const auto bytes = j["checkpoint_tensor_bytes_written"].get<uint64_t>();
+    written += bytes;
+    per_rank += "rank " + std::to_string(ranks) + ": " + std::to_string(bytes) + " tensor bytes written\n";
+  }
+  if (ranks == 0) throw Failure{t.label + " left no rank<R>.json files in " + t.dir, ""};
+  // The steps it saved: the checkpoint's step folders within the steps it trained.
+  const Curve curve = read_metrics(t);
+  const std::string folder = t.case_dir + "/checkpoint";
+  uint64_t state = 0;
+  std::string steps;
+  for (long long step = curve.begin()->first; step <= curve.rbegin()->first; ++step) {
+    const std::string dir = folder + "/step-" + std::to_string(step);
+    if (!fs::exists(dir + "/.metadata")) continue;
+    try {
+      const CheckpointView view = CheckpointView::open(dir);  // entries() lives as long as the view
+      for (const auto& e : view.entries()) {
+        if (!e.is_tensor) continue;
+        uint64_t numel = 1;
+        for (auto d : e.shape) numel *= static_cast<uint64_t>(d);
+        state += numel * dcp::element_size(e.dtype);
+      }
+    } catch (const CheckpointError& e) {
+      throw Failure{t.label + ": " + e.what(), ""};
+    }
+    steps += (steps.empty() ? "step-" : ", step-") + std::to_string(step);
+  }
+  if (steps.empty())
+    throw Failure{t.label + " saved no checkpoint step in " + folder + " (it trained steps " +
+                      std::to_string(curve.begin()->first) + "-" + std::to_string(curve.rbegin()->first) + ")", ""};
+  if (written == state) return;
+  char ratio[32];
+  std::snprintf(ratio, sizeof(ratio), "%.3gx", state ? static_cast<double>(written) / static_cast<double>(state) : 0.0);
+  throw Finding{t.label + ": its " + std::to_string(ranks) + " ranks wrote " + std::to_string(written) +
+                    " tensor bytes for " + steps + ", whose tensors hold " + std::to_string(state) + " (" + ratio + "): " +
+                    (written > state ? "some chunk was written by more than one rank" : "some chunk was not written"),
+                per_rank};
+}
+
 // "[3, 17]": the coordinates of flat element `index` in a row-major tensor of `shape`.
 std::string coordinates(size_t index, const std::vector<int64_t>& shape) {
   std::vector<int64_t> at(shape.size());
@@ -722,7 +775,7 @@ const std::map<std::string, CheckFn>& implementations() {
       {"loss_matches", check_loss_matches}, {"resume_matches", check_resume_matches},
       {"keys_match", check_keys_match},     {"tokens_match", check_tokens_match},
       {"replicas_equal", check_replicas_equal}, {"params_match", check_params_match},
-      {"tensors_match", check_tensors_match},
+      {"tensors_match", check_tensors_match},     {"saved_once", check_saved_once},
       {"log_contains", check_log_contains}, {"error_matches", check_error_matches},
   };
   return fns;

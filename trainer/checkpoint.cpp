@@ -350,10 +350,15 @@ void Checkpointer::save(int64_t step, const std::vector<CheckpointTensor>& tenso
       const auto& over = t.layout->sharded_over;
       if (std::find(over.begin(), over.end(), d) == over.end() && groups_.coord.at(d) != 0) owner = false;
     }
-    if (!owner || c.numel() == 0) continue;
+    if (c.numel() == 0 || (!owner && !injected(Fault::kReplicasWriteTheirCopy))) continue;
     auto data = t.local.detach().to(torch::kCPU, torch::kFloat32).contiguous();
     const auto* p = static_cast<const char*>(data.data_ptr());
     const int64_t length = static_cast<int64_t>(data.nbytes());
+    io_.tensor_bytes_written += length;
+    if (!owner) {  // the planted bug: the bytes land in the file; the plan keeps the owner's copy
+      data_file.append(p, static_cast<size_t>(length));
+      continue;
+    }
     const int64_t leaf = leaf_bytes_for(c.sizes);
     const auto sums = leaf_sums(p, length, leaf);
     const int64_t at = data_file.size();

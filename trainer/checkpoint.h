@@ -45,6 +45,7 @@ struct CheckpointTensor {
 
 struct CheckpointIo {
   int64_t bytes_written = 0;
+  int64_t tensor_bytes_written = 0;  // tensor payload only (no checksums): each element once, summed over ranks
   int64_t bytes_read = 0;
 };
 

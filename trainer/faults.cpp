@@ -20,6 +20,8 @@ const std::vector<std::pair<std::string, Fault>>& table() {
       {"cp-local-positions", Fault::kCpLocalPositions},
       {"pp-loss-not-divided", Fault::kPpLossNotDivided},
       {"rope-theta-10k", Fault::kRopeTheta10k},
+      {"uneven-bucket-offsets", Fault::kUnevenBucketOffsets},
+      {"replicas-write-their-copy", Fault::kReplicasWriteTheirCopy},
   };
   return t;
 }

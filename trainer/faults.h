@@ -21,6 +21,8 @@ enum class Fault {
   kCpLocalPositions,      // context parallel: RoPE sees positions local to the rank's chunks
   kPpLossNotDivided,      // pipeline parallel: each microbatch's loss is not divided by their number
   kRopeTheta10k,          // RoPE frequencies from theta 10000, not the model's: the same under every layout
+  kUnevenBucketOffsets,   // FSDP reads every rank's piece of a block at rank 0's offsets (right if shards are even)
+  kReplicasWriteTheirCopy,// a save writes replicated chunks from every replica (the metadata keeps one)
 };
 
 // Throws std::invalid_argument listing the names for an unknown one.

@@ -396,6 +396,7 @@ int train(const TrainConfig& cfg) {
               {"host_peak_rss_bytes", host_peak_rss_bytes()},
               {"device_peak_bytes", compat::device_peak_bytes(device)},
               {"checkpoint_bytes_written", checkpointer.io().bytes_written},
+              {"checkpoint_tensor_bytes_written", checkpointer.io().tensor_bytes_written},
               {"checkpoint_bytes_read", checkpointer.io().bytes_read},
               {"checkpoint_save_s", checkpoint_save_s},
               {"checkpoint_load_s", checkpoint_load_s},
