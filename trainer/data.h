@@ -53,6 +53,7 @@ class DataLoader {
                     int64_t n_micro) const;
   // Moves to the next step's global batch.
   void advance(int64_t global_batch) { samples_consumed_ += global_batch; }
+  int64_t samples_consumed() const { return samples_consumed_; }
 
   // Loader state for checkpoints: the position plus what must match on reload.
   nlohmann::json state() const;

@@ -22,6 +22,7 @@ const std::vector<std::pair<std::string, Fault>>& table() {
       {"rope-theta-10k", Fault::kRopeTheta10k},
       {"uneven-bucket-offsets", Fault::kUnevenBucketOffsets},
       {"replicas-write-their-copy", Fault::kReplicasWriteTheirCopy},
+      {"reduce-in-param-dtype", Fault::kReduceInParamDtype},
   };
   return t;
 }

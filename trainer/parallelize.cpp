@@ -163,7 +163,7 @@ std::unique_ptr<ParallelModel> parallelize(Transformer model, MeshGroups& groups
     // Each rank's loss is the mean over its own tokens: dp x cp equal shares of the batch.
     l.grad_divisor = static_cast<double>(shape.dp() * shape.cp);
     l.param_dtype = config.param_dtype;
-    l.reduce_dtype = config.reduce_dtype;
+    l.reduce_dtype = injected(Fault::kReduceInParamDtype) ? config.param_dtype : config.reduce_dtype;
     layouts.push_back(std::move(l));
   }
   auto pm = std::make_unique<ParallelModel>(model, groups, std::move(layouts), mode);

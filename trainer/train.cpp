@@ -285,6 +285,8 @@ int train(const TrainConfig& cfg) {
   int64_t grad_bytes = 0;
   std::vector<double> tokens_per_s;
   const int64_t last_step = cfg.stop_at >= 0 ? std::min(cfg.stop_at, cfg.steps) : cfg.steps;
+  // A fresh run with nothing to train (--stop-at 0) still saves: its initial weights.
+  if (ckpt_config.enable && start_step == 0 && last_step == 0) save_checkpoint(0);
   for (int64_t step = start_step + 1; step <= last_step; ++step) {
     const bool traced = step == cfg.profile_step;
     if (traced) {
@@ -321,6 +323,8 @@ int train(const TrainConfig& cfg) {
     grad_bytes = 0;
     for (const auto& p : params) grad_bytes += p.grad().defined() ? p.grad().nbytes() : 0;
     optimizer.step(lr);
+    std::vector<int64_t> windows;  // the global batch, for whoever checks the data or replays the step
+    for (int64_t i = 0; is_logger && i < global_batch; ++i) windows.push_back(loader.window_of_sample(loader.samples_consumed() + i));
     loader.advance(global_batch);
 
     const double loss_value = loss.item<double>();
@@ -335,6 +339,7 @@ int train(const TrainConfig& cfg) {
                             {"grad_norm", norm},
                             {"lr", lr},
                             {"tokens", tokens},
+                            {"sample_windows", windows},
                             {"step_time_s", step_time},
                             {"tokens_per_s", tokens / step_time},
                             {"host_peak_rss_bytes", host_peak_rss_bytes()},
