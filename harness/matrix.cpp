@@ -1,6 +1,7 @@
 #include "matrix.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <iterator>
 #include <regex>
 #include <set>
@@ -19,7 +20,7 @@ const std::vector<std::string> kFileKeys = {"suite", "description", "defaults", 
 const std::vector<std::string> kCommonKeys = {"command", "model",  "mesh",   "ngpu",   "options",  "tags",
                                               "timeout", "env",    "expect", "checks", "duration", "outputs"};
 const std::vector<std::string> kPhaseKeys = {"name", "action", "command", "mesh", "options", "env", "timeout", "outputs"};
-const std::vector<std::string> kLoadTimePlaceholders = {"action", "model", "mesh", "nproc", "phase"};
+const std::vector<std::string> kLoadTimePlaceholders = {"action", "model", "mesh", "nproc", "phase", "matrix_dir"};
 const std::vector<std::string> kRunTimePlaceholders = {"meshtrain", "backend", "case_dir", "phase_dir"};
 
 constexpr double kDefaultTimeoutS = 600;
@@ -487,7 +488,9 @@ Phase build_phase(const ReadContext& ctx, const YAML::Node& where_node, const st
   const bool meshtrain_command = !f.command;
   if (meshtrain_command && !f.model)
     ctx.error(where_node, "case runs meshtrain (no command) but names no model; add model: tiny (or a command)");
-  std::map<std::string, std::string> values = {{"action", action}, {"nproc", std::to_string(p.nproc)}, {"phase", name}};
+  // {matrix_dir}: the matrix file's folder, so a matrix can name files kept beside it.
+  std::map<std::string, std::string> values = {{"action", action}, {"nproc", std::to_string(p.nproc)}, {"phase", name},
+                                               {"matrix_dir", std::filesystem::absolute(file).parent_path().string()}};
   if (f.model) values["model"] = *f.model;
   if (f.mesh) values["mesh"] = f.mesh->to_compact_string();
   if (meshtrain_command && !f.mesh) values["mesh"] = "dp_shard=" + std::to_string(p.nproc);

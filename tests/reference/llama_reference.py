@@ -91,8 +91,8 @@ def load_checkpoint(folder, shapes):
             fail("%s: key %s is not a float32 tensor (%s, %s)"
                  % (meta_path, key, entry.get("kind"), entry.get("dtype")))
         if list(entry.get("shape", [])) != shape:
-            fail("%s: key %s has shape %s, the %s model needs %s"
-                 % (meta_path, key, entry.get("shape"), "flavor", shape))
+            fail("%s: key %s has shape %s, this --model needs %s"
+                 % (meta_path, key, entry.get("shape"), shape))
         out = torch.empty(shape, dtype=torch.float32)
         covered = torch.zeros(shape, dtype=torch.int32)
         for c in entry.get("chunks", []):
@@ -276,6 +276,10 @@ def main():
     ap.add_argument("--lr", type=float, default=8e-4)
     ap.add_argument("--warmup-steps", type=int, default=2)
     ap.add_argument("--max-norm", type=float, default=1.0)
+    # A matrix appends its case's options to every phase's command: accept meshtrain's
+    # --seed (the weights come from the checkpoint) and --quiet.
+    ap.add_argument("--seed", type=int, default=42, help="ignored: the initial weights come from --checkpoint")
+    ap.add_argument("--quiet", action="store_true", help="print nothing on success")
     args = ap.parse_args()
 
     torch.set_num_threads(1)
@@ -309,14 +313,14 @@ def main():
             g["lr"] = lr
         opt.zero_grad(set_to_none=True)
         batch = torch.stack([window_tokens(stream, w, args.seq_len) for w in windows[step - 1]])
-        loss_sum = torch.zeros((), dtype=torch.float32)  # float32, like every other value
+        # Reported loss: the mean of the micro-batch means, accumulated in float32.
+        loss_sum = torch.zeros((), dtype=torch.float32)
         for m in range(n_micro):
             mb = batch[m * args.local_batch_size:(m + 1) * args.local_batch_size]
             inputs, targets = mb[:, :-1], mb[:, 1:]
             logits = forward(params, f, inputs, cos, sin)
             loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1))
-            loss = loss / n_micro
-            loss.backward()
+            (loss / n_micro).backward()
             loss_sum += loss.detach()
         sq = 0.0
         for n in names:
@@ -331,11 +335,13 @@ def main():
                     if params[n].grad is not None:
                         params[n].grad.mul_(coef)
         opt.step()
-        rows.append({"step": step, "loss": loss_sum.item(), "grad_norm": grad_norm, "lr": lr})
+        rows.append({"step": step, "loss": (loss_sum / n_micro).item(), "grad_norm": grad_norm, "lr": lr})
 
     with open(os.path.join(args.out, "metrics.jsonl"), "w") as fh:
         for r in rows:
             fh.write(json.dumps(r) + "\n")
+    if args.quiet:
+        return
     print("llama_reference: %s, %d steps, global batch %d (%d micro-batches of %d), seq_len %d: "
           "loss %.7g -> %.7g, grad_norm %.7g -> %.7g; wrote %s"
           % (args.model, args.steps, global_batch, n_micro, args.local_batch_size, args.seq_len,
