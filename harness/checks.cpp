@@ -249,7 +249,8 @@ std::string tolerance_text(double atol, double rtol, double ref) {
 
 // Widens `r.margin` to |diff| / tolerance: NaN, or any difference against a zero tolerance, is infinite.
 void widen_margin(CheckResult& r, double diff, double tolerance) {
-  const double ratio = std::isnan(diff) ? INFINITY : tolerance > 0 ? diff / tolerance : diff > 0 ? INFINITY : 0;
+  double ratio = std::isnan(diff) ? INFINITY : tolerance > 0 ? diff / tolerance : diff > 0 ? INFINITY : 0;
+  if (std::isnan(ratio)) ratio = INFINITY;  // an infinite difference over an infinite bound
   r.margin = std::max(r.margin.value_or(0), ratio);
 }
 
@@ -272,6 +273,7 @@ void compare_curves(const Curve& got, const Curve& want, const std::string& metr
   for (const auto& [step, m] : got) {
     auto it = want.find(step);
     if (it == want.end()) {
+      result.margin.reset();  // a missing step is no matter of tolerance
       throw Finding{got_label + " has step " + std::to_string(step) + " but " + want_label + " has steps " +
                         std::to_string(want.begin()->first) + "-" + std::to_string(want.rbegin()->first),
                     ""};
@@ -507,19 +509,29 @@ void check_tokens_match(const CaseOutcome& o, const CheckSpec& spec, const FindC
                   ""};
 }
 
+// Every rank's rank<R>.json, in rank order; a phase must leave one per rank.
+std::vector<json> read_rank_files(const Target& t) {
+  std::vector<json> out;
+  for (int r = 0; fs::exists(t.dir + "/rank" + std::to_string(r) + ".json"); ++r)
+    out.push_back(read_json(t.dir + "/rank" + std::to_string(r) + ".json"));
+  if (out.empty()) throw Failure{t.label + " left no rank<R>.json files in " + t.dir, ""};
+  if (static_cast<int>(out.size()) != t.phase->nproc)
+    throw Failure{t.label + " has " + std::to_string(t.phase->nproc) + " ranks but left " + std::to_string(out.size()) +
+                      " rank<R>.json files in " + t.dir, ""};
+  return out;
+}
+
 void check_replicas_equal(const CaseOutcome& o, const CheckSpec& spec, const FindCase&, CheckResult&) {
   const Target t = subject(o, spec);
   // (key, offsets, sizes) -> the ranks holding that piece and their hashes
   std::map<std::string, std::vector<std::pair<int, std::string>>> pieces;
-  int ranks = 0;
-  for (int r = 0; fs::exists(t.dir + "/rank" + std::to_string(r) + ".json"); ++r, ++ranks) {
-    const json j = read_json(t.dir + "/rank" + std::to_string(r) + ".json");
-    for (const auto& [key, p] : j.at("local_params").items()) {
+  const std::vector<json> ranks = read_rank_files(t);
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    for (const auto& [key, p] : ranks[r].at("local_params").items()) {
       const std::string piece = key + " offsets " + p.at("offsets").dump() + " sizes " + p.at("sizes").dump();
-      pieces[piece].emplace_back(r, p.at("fnv1a64").dump());
+      pieces[piece].emplace_back(static_cast<int>(r), p.at("fnv1a64").dump());
     }
   }
-  if (ranks == 0) throw Failure{t.label + " left no rank<R>.json files in " + t.dir, ""};
   for (const auto& [piece, holders] : pieces)
     for (const auto& [rank, hash] : holders)
       if (hash != holders.front().second)
@@ -544,67 +556,81 @@ void check_params_match(const CaseOutcome& o, const CheckSpec& spec, const FindC
   const json b = read_json(want_path).at("params");
   const double rtol = param_or(spec, "rtol", 1e-5), atol = param_or(spec, "atol", 0);
   for (const auto& [key, want] : b.items()) {
-    if (!a.contains(key)) throw Finding{key + " is in " + want_label + " but not in " + t.label, ""};
+    if (!a.contains(key)) {
+      result.margin.reset();  // a missing key is no matter of tolerance
+      throw Finding{key + " is in " + want_label + " but not in " + t.label, ""};
+    }
+  }
+  std::optional<Finding> first;  // every key is compared, so the margin covers them all
+  for (const auto& [key, want] : b.items()) {
     const double l2 = want.at("l2").get<double>();
     for (const char* field : {"l2", "sum"}) {
       const double x = a[key].at(field).get<double>(), y = want.at(field).get<double>();
       // A trained weight's sum can be near zero: both fields are judged against the norm.
       widen_margin(result, std::fabs(x - y), atol + rtol * std::fabs(l2));
-      if (!(std::fabs(x - y) <= atol + rtol * std::fabs(l2)))
-        throw Finding{key + ": " + field + " " + num(x) + " in " + t.label + " vs " + num(y) + " in " + want_label +
-                          ": |diff| " + sci(std::fabs(x - y)) + " > " + tolerance_text(atol, rtol, l2),
-                      ""};
+      if (!first && !(std::fabs(x - y) <= atol + rtol * std::fabs(l2)))
+        first = Finding{key + ": " + field + " " + num(x) + " in " + t.label + " vs " + num(y) + " in " + want_label +
+                            ": |diff| " + sci(std::fabs(x - y)) + " > " + tolerance_text(atol, rtol, l2),
+                        ""};
     }
+  }
+  if (first) throw *first;
+}
+
+// The bytes a checkpoint step's tensors hold: global elements x element size, from its metadata.
+uint64_t state_bytes(const std::string& step_dir, const std::string& label) {
+  try {
+    const CheckpointView view = CheckpointView::open(step_dir);  // entries() lives as long as the view
+    uint64_t bytes = 0;
+    for (const auto& e : view.entries()) {
+      if (!e.is_tensor) continue;
+      const size_t size = dcp::element_size(e.dtype);
+      if (size == 0) throw Failure{label + ": " + e.key + " in " + step_dir + " has dtype '" + e.dtype + "', of unknown size", ""};
+      uint64_t numel = 1;
+      for (auto d : e.shape) numel *= static_cast<uint64_t>(d);
+      bytes += numel * size;
+    }
+    return bytes;
+  } catch (const CheckpointError& e) {
+    throw Failure{label + ": " + e.what(), ""};
   }
 }
 
 // Every tensor element of the checkpoint steps this phase saved was written once: the
-// ranks' payload bytes (rank<R>.json, meshtrain's contract) equal the tensors' global sizes
-// (the steps' metadata). A replicated chunk written by more than one replica, or a chunk
+// ranks' payload bytes equal the tensors' global sizes (the steps' metadata), both from
+// meshtrain's rank<R>.json (checkpoint_tensor_bytes_written, checkpoint_steps_saved,
+// checkpoint_folder). A replicated chunk written by more than one replica, or a chunk
 // nobody wrote, shows here; loading cannot see the first and reports the second far later.
 void check_saved_once(const CaseOutcome& o, const CheckSpec& spec, const FindCase&, CheckResult&) {
   const Target t = subject(o, spec);
+  const std::vector<json> ranks = read_rank_files(t);
   uint64_t written = 0;
   std::string per_rank;
-  int ranks = 0;
-  for (; fs::exists(t.dir + "/rank" + std::to_string(ranks) + ".json"); ++ranks) {
-    const std::string path = t.dir + "/rank" + std::to_string(ranks) + ".json";
-    const json j = read_json(path);
-    if (!j.contains("checkpoint_tensor_bytes_written"))
-      throw Failure{path + " has no checkpoint_tensor_bytes_written (saved_once reads meshtrain's rank files)", ""};
-    const auto bytes = j["checkpoint_tensor_bytes_written"].get<uint64_t>();
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    for (const char* key : {"checkpoint_tensor_bytes_written", "checkpoint_steps_saved", "checkpoint_folder"})
+      if (!ranks[r].contains(key))
+        throw Failure{t.dir + "/rank" + std::to_string(r) + ".json has no " + key + " (saved_once reads meshtrain's rank files)", ""};
+    const auto bytes = ranks[r]["checkpoint_tensor_bytes_written"].get<uint64_t>();
     written += bytes;
-    per_rank += "rank " + std::to_string(ranks) + ": " + std::to_string(bytes) + " tensor bytes written\n";
+    per_rank += "rank " + std::to_string(r) + ": " + std::to_string(bytes) + " tensor bytes written\n";
   }
-  if (ranks == 0) throw Failure{t.label + " left no rank<R>.json files in " + t.dir, ""};
-  // The steps it saved: the checkpoint's step folders within the steps it trained.
-  const Curve curve = read_metrics(t);
-  const std::string folder = t.case_dir + "/checkpoint";
+  const auto saved = ranks[0]["checkpoint_steps_saved"].get<std::vector<long long>>();
+  const std::string folder = ranks[0]["checkpoint_folder"].get<std::string>();
+  if (saved.empty()) throw Failure{t.label + " saved no checkpoint (checkpoint_steps_saved is empty)", ""};
   uint64_t state = 0;
   std::string steps;
-  for (long long step = curve.begin()->first; step <= curve.rbegin()->first; ++step) {
+  for (long long step : saved) {
     const std::string dir = folder + "/step-" + std::to_string(step);
-    if (!fs::exists(dir + "/.metadata")) continue;
-    try {
-      const CheckpointView view = CheckpointView::open(dir);  // entries() lives as long as the view
-      for (const auto& e : view.entries()) {
-        if (!e.is_tensor) continue;
-        uint64_t numel = 1;
-        for (auto d : e.shape) numel *= static_cast<uint64_t>(d);
-        state += numel * dcp::element_size(e.dtype);
-      }
-    } catch (const CheckpointError& e) {
-      throw Failure{t.label + ": " + e.what(), ""};
-    }
+    if (!fs::exists(dir + "/.metadata"))
+      throw Failure{t.label + " saved step-" + std::to_string(step) + " but " + dir +
+                        " is gone (removed by --checkpoint.keep-latest-k or a later phase)", ""};
+    state += state_bytes(dir, t.label);
     steps += (steps.empty() ? "step-" : ", step-") + std::to_string(step);
   }
-  if (steps.empty())
-    throw Failure{t.label + " saved no checkpoint step in " + folder + " (it trained steps " +
-                      std::to_string(curve.begin()->first) + "-" + std::to_string(curve.rbegin()->first) + ")", ""};
   if (written == state) return;
   char ratio[32];
   std::snprintf(ratio, sizeof(ratio), "%.3gx", state ? static_cast<double>(written) / static_cast<double>(state) : 0.0);
-  throw Finding{t.label + ": its " + std::to_string(ranks) + " ranks wrote " + std::to_string(written) +
+  throw Finding{t.label + ": its " + std::to_string(ranks.size()) + " ranks wrote " + std::to_string(written) +
                     " tensor bytes for " + steps + ", whose tensors hold " + std::to_string(state) + " (" + ratio + "): " +
                     (written > state ? "some chunk was written by more than one rank" : "some chunk was not written"),
                 per_rank};

@@ -634,7 +634,7 @@ std::optional<Case> build_case(const ReadContext& ctx, const YAML::Node& node, c
     bool declared = false;
     for (const auto& check : c.checks) declared |= check.kind == c.expect.check;
     if (!declared)
-      ctx.error(*m.get("expect") ? *m.get("expect") : node,
+      ctx.error(m.get("expect") ? *m.get("expect") : node,
                 "canary expects check '" + c.expect.check + "' to fail, but the case does not declare it");
   }
   if (ctx.diag->size() != errors_before) return std::nullopt;

@@ -40,7 +40,7 @@ nlohmann::json check_json(const CheckResult& k) {
     }
   }
   if (k.band) j["band"] = {{"rtol", k.band->first}, {"atol", k.band->second}};
-  if (k.margin) j["margin"] = std::isfinite(*k.margin) ? nlohmann::json(*k.margin) : nlohmann::json("inf");
+  if (k.margin) j["margin"] = margin_json(*k.margin);
   return j;
 }
 

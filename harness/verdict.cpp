@@ -77,6 +77,8 @@ std::string junit_type(const Verdict& v) {
   return v.check.empty() ? "Failure" : v.check;
 }
 
+nlohmann::json margin_json(double margin) { return std::isfinite(margin) ? nlohmann::json(margin) : nlohmann::json("inf"); }
+
 nlohmann::json verdict_to_json(const Verdict& v) {
   nlohmann::json j = {{"kind", verdict_kind_name(v.kind)}, {"message", v.message}};
   if (!v.check.empty()) j["check"] = v.check;
@@ -88,7 +90,7 @@ nlohmann::json verdict_to_json(const Verdict& v) {
   if (v.value) j["value"] = *v.value;
   if (v.reference) j["reference"] = *v.reference;
   if (v.tolerance) j["tolerance"] = *v.tolerance;
-  if (v.margin) j["margin"] = std::isfinite(*v.margin) ? nlohmann::json(*v.margin) : nlohmann::json("inf");
+  if (v.margin) j["margin"] = margin_json(*v.margin);
   return j;
 }
 

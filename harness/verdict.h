@@ -55,6 +55,8 @@ struct Verdict {
 };
 
 const char* verdict_kind_name(VerdictKind kind);  // "check_failed", ...
+// A margin in summary.json: a number, or "inf" (JSON has no infinity).
+nlohmann::json margin_json(double margin);
 VerdictKind verdict_kind_from_name(const std::string& name);  // throws std::invalid_argument
 
 // How a verdict appears in JUnit and Surefire: which element, and its `type` attribute.

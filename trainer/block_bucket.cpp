@@ -134,8 +134,8 @@ void BlockBucket::unpack(const torch::Tensor& gathered, const std::vector<torch:
     int64_t at = 0;
     for (size_t r = 0; r < ranks; ++r) {
       const int64_t n = layouts_[i]->shard_rows[r] * row_numel(i);
-      const size_t layout_of = injected(Fault::kUnevenBucketOffsets) ? 0 : r;
-      dst.narrow(0, at, n).copy_(gathered.narrow(0, static_cast<int64_t>(r) * w + offset(i, layout_of), n));
+      const size_t offsets_of = injected(Fault::kUnevenBucketOffsets) ? 0 : r;
+      dst.narrow(0, at, n).copy_(gathered.narrow(0, static_cast<int64_t>(r) * w + offset(i, offsets_of), n));
       at += n;
     }
   }

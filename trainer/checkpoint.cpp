@@ -374,6 +374,7 @@ void Checkpointer::save(int64_t step, const std::vector<CheckpointTensor>& tenso
     data_file.append(sums.data(), sums.size() * kHashBytes);
   }
   io_.bytes_written += data_file.size();
+  io_.steps_saved.push_back(step);
   data_file.sync_and_close();
   write_file(tmp + "/rank" + std::to_string(rank_) + ".plan.json", json{{"tensors", entries}, {"objects", objects}}.dump());
   groups_.world->barrier();

@@ -46,6 +46,7 @@ struct CheckpointTensor {
 struct CheckpointIo {
   int64_t bytes_written = 0;
   int64_t tensor_bytes_written = 0;  // tensor payload only (no checksums): each element once, summed over ranks
+  std::vector<int64_t> steps_saved;  // in order; what tensor_bytes_written covers
   int64_t bytes_read = 0;
 };
 

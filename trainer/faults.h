@@ -22,7 +22,7 @@ enum class Fault {
   kPpLossNotDivided,      // pipeline parallel: each microbatch's loss is not divided by their number
   kRopeTheta10k,          // RoPE frequencies from theta 10000, not the model's: the same under every layout
   kUnevenBucketOffsets,   // FSDP reads every rank's piece of a block at rank 0's offsets (right if shards are even)
-  kReplicasWriteTheirCopy,// a save writes replicated chunks from every replica (the metadata keeps one)
+  kReplicasWriteTheirCopy, // a save writes replicated chunks from every replica (the metadata keeps one)
   kReduceInParamDtype,    // mixed precision: gradients are reduced in the parameter dtype, not reduce_dtype
 };
 

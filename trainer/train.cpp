@@ -286,7 +286,7 @@ int train(const TrainConfig& cfg) {
   std::vector<double> tokens_per_s;
   const int64_t last_step = cfg.stop_at >= 0 ? std::min(cfg.stop_at, cfg.steps) : cfg.steps;
   // A fresh run with nothing to train (--stop-at 0) still saves: its initial weights.
-  if (ckpt_config.enable && start_step == 0 && last_step == 0) save_checkpoint(0);
+  if (ckpt_config.enable && !resume_step && last_step == 0) save_checkpoint(0);
   for (int64_t step = start_step + 1; step <= last_step; ++step) {
     const bool traced = step == cfg.profile_step;
     if (traced) {
@@ -324,7 +324,8 @@ int train(const TrainConfig& cfg) {
     for (const auto& p : params) grad_bytes += p.grad().defined() ? p.grad().nbytes() : 0;
     optimizer.step(lr);
     std::vector<int64_t> windows;  // the global batch, for whoever checks the data or replays the step
-    for (int64_t i = 0; is_logger && i < global_batch; ++i) windows.push_back(loader.window_of_sample(loader.samples_consumed() + i));
+    if (is_logger)
+      for (int64_t i = 0; i < global_batch; ++i) windows.push_back(loader.window_of_sample(loader.samples_consumed() + i));
     loader.advance(global_batch);
 
     const double loss_value = loss.item<double>();
@@ -402,6 +403,8 @@ int train(const TrainConfig& cfg) {
               {"device_peak_bytes", compat::device_peak_bytes(device)},
               {"checkpoint_bytes_written", checkpointer.io().bytes_written},
               {"checkpoint_tensor_bytes_written", checkpointer.io().tensor_bytes_written},
+              {"checkpoint_steps_saved", checkpointer.io().steps_saved},
+              {"checkpoint_folder", ckpt_config.folder},
               {"checkpoint_bytes_read", checkpointer.io().bytes_read},
               {"checkpoint_save_s", checkpoint_save_s},
               {"checkpoint_load_s", checkpoint_load_s},

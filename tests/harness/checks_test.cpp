@@ -382,6 +382,35 @@ TEST_F(Checks, KeysMatchReadsPyTorchDcpMetadataAndMapsTheSeedsKeys) {
   EXPECT_TRUE(run(2, "tensors_match").passed) << run(2, "tensors_match").message;
 }
 
+// saved_once: the ranks' tensor bytes against the saved step's state, both from rank<R>.json.
+TEST_F(Checks, SavedOnceComparesTheBytesRanksWroteWithTheStateOnce) {
+  load("  - name: ddp\n    checks: [saved_once]\n");
+  const std::string step = dir_ + "/ck/step-5";
+  fs::create_directories(step);
+  std::ofstream(step + "/__0_0.distcp", std::ios::binary) << std::string(24, '\0');
+  const nlohmann::json chunk = {{"offsets", {0, 0}}, {"sizes", {2, 3}}, {"file", "__0_0.distcp"}, {"byte_offset", 0}, {"byte_length", 24}};
+  std::ofstream(step + "/.metadata") << nlohmann::json{
+      {"format_version", 2},
+      {"keys", {{"model.w", {{"kind", "tensor"}, {"dtype", "float32"}, {"shape", {2, 3}}, {"chunks", {chunk}}}}}}}.dump();
+  auto rank_file = [&](int bytes) {
+    return nlohmann::json{{"checkpoint_tensor_bytes_written", bytes}, {"checkpoint_steps_saved", {5}},
+                          {"checkpoint_folder", dir_ + "/ck"}}.dump();
+  };
+  write("ddp/train/rank0.json", rank_file(24));
+  write("ddp/train/rank1.json", rank_file(0));
+  EXPECT_TRUE(run(0, "saved_once").passed) << run(0, "saved_once").message;
+  write("ddp/train/rank1.json", rank_file(24));  // the replica wrote its copy too
+  const CheckResult twice = run(0, "saved_once");
+  EXPECT_EQ(twice.message, "phase train: its 2 ranks wrote 48 tensor bytes for step-5, whose tensors hold 24 (2x): "
+                           "some chunk was written by more than one rank");
+  EXPECT_EQ(twice.details, "rank 0: 24 tensor bytes written\nrank 1: 24 tensor bytes written\n");
+  fs::remove_all(dir_ + "/ck");
+  EXPECT_EQ(run(0, "saved_once").message, "phase train saved step-5 but " + step +
+                                              " is gone (removed by --checkpoint.keep-latest-k or a later phase)");
+  fs::remove(dir_ + "/ddp/train/rank1.json");
+  EXPECT_EQ(run(0, "saved_once").message, "phase train has 2 ranks but left 1 rank<R>.json files in " + dir_ + "/ddp/train");
+}
+
 TEST_F(Checks, TensorsMatchComparesADcpCheckpointWithAMeshtrainOneElementByElement) {
   if (!fs::exists(kDcpFixtures)) GTEST_SKIP() << "no " << kDcpFixtures;
   // The DCP fixture's tensors rewritten in meshtrain's format, torchtitan-style (no `model.`
