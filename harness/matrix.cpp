@@ -354,13 +354,14 @@ void read_outputs(const ReadContext& ctx, const YAML::Node& node, Fields& f) {
 
 // Two checks judge the same thing when they differ at most in how strict they are.
 bool same_judgement(const CheckSpec& a, const CheckSpec& b) {
+  // Compared as JSON values, not as text: a parameter may hold bytes that are not UTF-8.
   auto what = [](const CheckSpec& c) {
     nlohmann::json p = c.params;
     for (const char* strictness : {"rtol", "atol", "exact", "factor"}) p.erase(strictness);
     if (!p.contains("metric")) p["metric"] = "loss";
-    return c.kind + p.dump();
+    return p;
   };
-  return what(a) == what(b);
+  return a.kind == b.kind && what(a) == what(b);
 }
 
 // A case's checks join the ones it inherits, so a case cannot silently lose a default

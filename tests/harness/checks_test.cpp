@@ -226,6 +226,25 @@ TEST_F(Checks, ParamsMatchJudgesSumAndNormAgainstTheNorm) {
   EXPECT_TRUE(run(1, "params_match").passed);
 }
 
+// A golden digest, kept beside the matrix (relative paths are the matrix file's folder's).
+TEST_F(Checks, ParamsMatchAgainstAGoldenDigestBesideTheMatrix) {
+  load("  - name: a\n    checks: [{params_match: {golden: golden/a.json, rtol: 1.0e-6}}]\n");
+  fs::create_directories(dir_ + "/golden");
+  write("golden/a.json", R"({"params":{"model.w":{"sum":0.5,"l2":10.0},"model.v":{"sum":1.0,"l2":2.0}}})");
+  write("a/train/param_digest.json", R"({"params":{"model.w":{"sum":0.5,"l2":10.0},"model.v":{"sum":1.0,"l2":2.0}}})");
+  EXPECT_TRUE(run(0, "params_match").passed) << run(0, "params_match").message;
+  // Both keys differ; the message names the first, the margin covers both (v: 1e-4 / 2e-6 = 50).
+  write("a/train/param_digest.json", R"({"params":{"model.w":{"sum":0.50002,"l2":10.0},"model.v":{"sum":1.0001,"l2":2.0}}})");
+  const CheckResult r = run(0, "params_match");
+  EXPECT_EQ(r.message.rfind("model.v: sum 1.0001 in phase train vs 1 in golden " + dir_ + "/golden/a.json: |diff| 1.00e-04", 0), 0u)
+      << r.message;
+  ASSERT_TRUE(r.margin);
+  EXPECT_NEAR(*r.margin, 50, 1e-3);
+  write("a/train/param_digest.json", R"({"params":{"model.w":{"sum":0.5,"l2":10.0}}})");
+  EXPECT_EQ(run(0, "params_match").message, "model.v is in golden " + dir_ + "/golden/a.json but not in phase train");
+  EXPECT_FALSE(run(0, "params_match").margin);  // a missing key is no matter of tolerance
+}
+
 TEST_F(Checks, LogContainsAndErrorMatchesForExpectedFailures) {
   load(R"(  - name: seed
     expect: {xfail: parametrize keys}

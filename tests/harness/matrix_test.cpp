@@ -168,8 +168,22 @@ cases:
   EXPECT_EQ(kinds(s.cases[2]), "loss_finite loss_matches loss_matches/grad_norm ");
   // Another reference is another judgement: it adds.
   EXPECT_EQ(kinds(s.cases[3]), "loss_finite loss_matches loss_matches/grad_norm loss_matches ");
+  // A parameter holding bytes that are not UTF-8 reaches validation instead of crashing the
+  // merge, which once serialized it (matrix_fuzz found it).
+  EXPECT_NE(errors_of("suite: s\ndefaults: {model: tiny, checks: [{loss_matches: {baseline: a}}]}\n"
+                      "cases:\n  - name: a\n    checks: [{loss_matches: {baseline: \"no\xff\xffne\"}}]\n")
+                .find("unknown baseline"),
+            std::string::npos);
   EXPECT_EQ(errors_of("suite: s\ncases:\n  - name: a\n    model: tiny\n    default_checks: maybe\n"),
             "m.yaml:5:21: default_checks must be true or false, got 'maybe'");
+}
+
+// {matrix_dir}: a script kept beside the matrix, wherever meshtest runs from.
+TEST(MatrixLoad, MatrixDirIsTheMatrixFilesAbsoluteFolder) {
+  const Suite s = load_suite_text("suite: s\ncases:\n  - name: a\n    command: [\"{matrix_dir}/run.sh\", \"{phase_dir}\"]\n",
+                                  "/opt/ci/matrices/m.yaml");
+  EXPECT_EQ(s.cases[0].phases[0].argv[0], "/opt/ci/matrices/run.sh");
+  EXPECT_EQ(s.cases[0].phases[0].argv[1], "{phase_dir}");  // a run-time placeholder, filled at launch
 }
 
 TEST(MatrixLoad, ForeignCommandsTakeArgvAndNgpu) {
