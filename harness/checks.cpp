@@ -774,6 +774,9 @@ CheckResult check_exit(const CaseOutcome& o) {
       v.rank = hung_rank(res);
       r.message = "phase " + p.name + " " + res.stopped_because + " (ranks still running: " +
                   (alive.empty() ? "none" : alive) + ")" + (res.killed ? "; SIGKILL after the grace period" : "");
+      int behind = -1;
+      const std::string late = ranks_not_arrived(p.dir, static_cast<int>(res.exits.size()), &behind);
+      if (!late.empty()) r.message += "; " + late, v.rank = behind;
     } else if (res.first_failure.rank >= 0) {
       v.kind = res.first_failure.signal != 0 ? VerdictKind::kCrashed : VerdictKind::kExitCode;
       v.rank = res.first_failure.rank;

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -104,6 +105,8 @@ RankGroup::RankGroup(LaunchSpec spec) : spec_(std::move(spec)), impl_(std::make_
     if (!spec_.log_dir.empty()) {
       env["TORCHELASTIC_ERROR_FILE"] = error_file(rank);
       fs::remove(error_file(rank));  // an earlier attempt's (a lost port race) must not be quoted for this one
+      env["MESHTEST_COLLECTIVE_FILE"] = rank_collective_file(spec_.log_dir, rank);
+      fs::remove(rank_collective_file(spec_.log_dir, rank));
     }
     if (!spec_.gpus.empty()) {
       std::string ids;
@@ -158,6 +161,10 @@ std::string rank_error_file(const std::string& dir, int rank) {
   return (fs::path(dir) / ("error_rank" + std::to_string(rank) + ".json")).string();
 }
 
+std::string rank_collective_file(const std::string& dir, int rank) {
+  return (fs::path(dir) / ("collectives_rank" + std::to_string(rank) + ".txt")).string();
+}
+
 std::string RankGroup::error_file(int rank) const {
   return spec_.log_dir.empty() ? "" : rank_error_file(spec_.log_dir, rank);
 }
@@ -195,6 +202,47 @@ std::string last_error_line(const std::string& log) {
 std::string rank_error_message(const std::string& dir, int rank) {
   const std::string recorded = error_file_message(rank_error_file(dir, rank));
   return recorded.empty() ? last_error_line(rank_log_path(dir, rank)) : recorded;
+}
+
+std::string ranks_not_arrived(const std::string& dir, int nproc, int* behind) {
+  struct Progress {
+    long long entered = 0;  // a rank without a file has entered none
+    std::string last;       // "OP group=G ranks=K"
+  };
+  std::vector<Progress> ranks(static_cast<size_t>(std::max(nproc, 0)));
+  bool any = false;
+  for (int r = 0; r < nproc; ++r) {
+    std::ifstream in(rank_collective_file(dir, r));
+    std::string line;
+    if (!in || !std::getline(in, line)) continue;
+    long long n = 0;
+    char op[64] = {0};
+    if (std::sscanf(line.c_str(), "collectives_entered=%lld last=%63s", &n, op) != 2) continue;
+    any = true;
+    const auto group = line.find(" group=");
+    std::string rest = group == std::string::npos ? "" : line.substr(group + 1);
+    rest.erase(rest.find_last_not_of(' ') + 1);
+    ranks[static_cast<size_t>(r)] = {n, std::string(op) + (rest.empty() ? "" : " " + rest)};
+  }
+  if (!any) return "";
+  long long most = 0;
+  for (const auto& p : ranks) most = std::max(most, p.entered);
+  std::string late, waiting, waited_in;
+  for (int r = 0; r < nproc; ++r) {
+    const auto& p = ranks[static_cast<size_t>(r)];
+    std::string& list = p.entered < most ? late : waiting;
+    list += (list.empty() ? "" : ",") + std::to_string(r);
+    if (p.entered < most && late.find(',') == std::string::npos) *behind = r;
+    if (p.entered == most) waited_in = p.last;
+  }
+  if (late.empty()) return "";
+  auto plural = [](const std::string& list) { return list.find(',') == std::string::npos ? "rank " : "ranks "; };
+  std::string said = plural(late) + late + " did not arrive: " + plural(waiting) + waiting + " wait in collective #" +
+                     std::to_string(most) + " (" + waited_in + ");";
+  for (int r = 0; r < nproc; ++r)
+    if (ranks[static_cast<size_t>(r)].entered < most)
+      said += " rank " + std::to_string(r) + " entered " + std::to_string(ranks[static_cast<size_t>(r)].entered);
+  return said;
 }
 
 std::string RankGroup::log_path(int rank) const {

@@ -93,6 +93,15 @@ std::string rank_error_file(const std::string& dir, int rank);
 // line of its log that names an error ("" when neither has one).
 std::string rank_error_message(const std::string& dir, int rank);
 
+// A rank's collective file (MESHTEST_COLLECTIVE_FILE, docs/contracts.md): one line
+// "collectives_entered=N last=OP group=G ranks=K" that the trainer keeps current.
+std::string rank_collective_file(const std::string& dir, int rank);
+
+// Who a hung phase waits for, from its ranks' collective files: the ranks that entered
+// fewer collectives than the others, and what the others wait in. `behind` gets the first
+// of those ranks. "" when the files do not say (a trainer that writes none, or no rank behind).
+std::string ranks_not_arrived(const std::string& dir, int nproc, int* behind);
+
 // True when a failed launch looks like it lost the race for MASTER_PORT.
 bool lost_port_race(const RankGroup& group);
 

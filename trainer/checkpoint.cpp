@@ -439,6 +439,21 @@ void Checkpointer::save(int64_t step, const std::vector<CheckpointTensor>& tenso
   groups_.world->barrier();
 }
 
+void Checkpointer::check_writable() const {
+  std::error_code ec;
+  fs::create_directories(config_.folder, ec);
+  if (ec) fail("checkpoint: cannot create folder '" + config_.folder + "': " + ec.message());
+  const std::string probe = config_.folder + "/.write-probe-rank" + std::to_string(rank_);
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  const bool written = fd >= 0 && ::write(fd, "1", 1) == 1;
+  const int error = errno;
+  if (fd >= 0) ::close(fd);
+  ::unlink(probe.c_str());
+  if (!written)
+    fail("checkpoint: folder '" + config_.folder + "' is not writable: " + std::strerror(error) +
+         "; refusing to train a run that could not save");
+}
+
 std::optional<int64_t> Checkpointer::latest_step() const {
   std::optional<int64_t> best;
   std::error_code ec;

@@ -59,6 +59,11 @@ class Checkpointer {
   // Writes step-<N>/ atomically: nothing under that name exists until all of it does.
   void save(int64_t step, const std::vector<CheckpointTensor>& tensors, const nlohmann::json& objects);
 
+  // Creates the folder and writes and removes a probe file in it; throws naming the folder
+  // and the error when it cannot. Called before training, so a run that could never save
+  // fails in a second instead of at its first save.
+  void check_writable() const;
+
   // The newest complete step-<N>/ in the folder, if any.
   std::optional<int64_t> latest_step() const;
   // Fills each tensor's local chunk from step-<N>/ and returns the stored objects.

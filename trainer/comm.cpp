@@ -1,10 +1,18 @@
 #include "comm.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <stdexcept>
+#include <thread>
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "compat.h"
+#include "faults.h"
 
 #ifdef MESHTEST_CUDA
 #include <c10/cuda/CUDAFunctions.h>
@@ -40,6 +48,47 @@ torch::Tensor pad_rows(const torch::Tensor& t, int64_t rows) {
   padded.narrow(0, 0, t.size(0)).copy_(t);
   return padded;
 }
+
+// What this rank last entered, for the harness to read when a case hangs
+// ($MESHTEST_COLLECTIVE_FILE, docs/contracts.md): a rank that never arrives at a
+// collective its peers wait in has entered fewer. One fixed-size line in a shared
+// mapping of the file, so noting a collective costs no system call and the line
+// outlives the rank being killed.
+class CollectiveTrace {
+ public:
+  static CollectiveTrace& instance() {
+    static CollectiveTrace trace;
+    return trace;
+  }
+  void enter(const char* op, const std::string& group, int size) {
+    ++entered_;
+    if (line_ == nullptr) return;
+    char text[kLineBytes + 1];
+    int n = std::snprintf(text, sizeof text, "collectives_entered=%lld last=%s group=%s ranks=%d",
+                          static_cast<long long>(entered_), op, group.c_str(), size);
+    n = std::min(std::max(n, 0), kLineBytes - 1);
+    std::memset(text + n, ' ', static_cast<size_t>(kLineBytes - 1 - n));
+    text[kLineBytes - 1] = '\n';
+    std::memcpy(line_, text, kLineBytes);
+  }
+
+ private:
+  static constexpr int kLineBytes = 128;
+  CollectiveTrace() {
+    const char* path = std::getenv("MESHTEST_COLLECTIVE_FILE");
+    if (path == nullptr || *path == '\0') return;
+    const int fd = ::open(path, O_RDWR | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0 || ::ftruncate(fd, kLineBytes) != 0) {
+      if (fd >= 0) ::close(fd);
+      return;  // a missing trace only makes a hang harder to attribute
+    }
+    void* mapped = ::mmap(nullptr, kLineBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ::close(fd);
+    if (mapped != MAP_FAILED) line_ = static_cast<char*>(mapped);
+  }
+  char* line_ = nullptr;
+  int64_t entered_ = 0;
+};
 
 }  // namespace
 
@@ -81,10 +130,10 @@ class C10dComm : public Comm {
  public:
   // `wire_float32`: the backend cannot move bfloat16 (Gloo in 1.13 says "Invalid scalar
   // type"), so such tensors travel as float32 and come back in their own dtype.
-  C10dComm(c10::intrusive_ptr<compat::Backend> backend, int rank, int size, bool wire_float32,
-           int64_t cuda_device = -1)
-      : backend_(std::move(backend)), rank_(rank), size_(size), wire_float32_(wire_float32),
-        cuda_device_(cuda_device) {}
+  C10dComm(c10::intrusive_ptr<compat::Backend> backend, std::string name, int global_rank, int rank, int size,
+           bool wire_float32, int64_t cuda_device = -1)
+      : backend_(std::move(backend)), name_(std::move(name)), global_rank_(global_rank), rank_(rank), size_(size),
+        wire_float32_(wire_float32), cuda_device_(cuda_device) {}
   ~C10dComm() override {
     try {
       compat::shutdown(*backend_);
@@ -96,10 +145,17 @@ class C10dComm : public Comm {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 
-  void all_reduce_sum(torch::Tensor& t) override { all_reduce(t, c10d::ReduceOp::SUM); }
-  void all_reduce_max(torch::Tensor& t) override { all_reduce(t, c10d::ReduceOp::MAX); }
+  void all_reduce_sum(torch::Tensor& t) override {
+    enter("all_reduce_sum");
+    all_reduce(t, c10d::ReduceOp::SUM);
+  }
+  void all_reduce_max(torch::Tensor& t) override {
+    enter("all_reduce_max");
+    all_reduce(t, c10d::ReduceOp::MAX);
+  }
 
   torch::Tensor all_gather_dim0(const torch::Tensor& local, const std::vector<int64_t>& sizes) override {
+    enter("all_gather");
     if (needs_wire_cast(local)) return all_gather_dim0(local.to(torch::kFloat32), sizes).to(local.scalar_type());
     // Collectives need equal sizes: pad every piece to the largest, gather, unpad.
     const int64_t rows = max_of(sizes);
@@ -130,6 +186,7 @@ class C10dComm : public Comm {
   }
 
   torch::Tensor reduce_scatter_sum_dim0(const torch::Tensor& full, const std::vector<int64_t>& sizes) override {
+    enter("reduce_scatter");
     if (needs_wire_cast(full))
       return reduce_scatter_sum_dim0(full.to(torch::kFloat32), sizes).to(full.scalar_type());
     int64_t offset = 0;
@@ -172,6 +229,7 @@ class C10dComm : public Comm {
   }
 
   InFlight start_all_gather(const torch::Tensor& piece) override {
+    enter("all_gather");
     if (needs_wire_cast(piece)) {
       auto wide = start_all_gather(piece.to(torch::kFloat32));
       return [wide, dtype = piece.scalar_type()] { return wide().to(dtype); };
@@ -200,6 +258,7 @@ class C10dComm : public Comm {
   }
 
   InFlight start_reduce_scatter_sum(const torch::Tensor& full) override {
+    enter("reduce_scatter");
     if (needs_wire_cast(full)) {
       auto wide = start_reduce_scatter_sum(full.to(torch::kFloat32));
       return [wide, dtype = full.scalar_type()] { return wide().to(dtype); };
@@ -231,6 +290,7 @@ class C10dComm : public Comm {
   }
 
   InFlight start_all_reduce_sum(const torch::Tensor& t) override {
+    enter("all_reduce_sum");
     if (needs_wire_cast(t)) {
       auto wide = start_all_reduce_sum(t.to(torch::kFloat32));
       return [wide, t] { return t.copy_(wide()); };
@@ -248,6 +308,7 @@ class C10dComm : public Comm {
   }
 
   torch::Tensor send_recv(const torch::Tensor& t, int to, int from) override {
+    enter("send_recv");
     if (needs_wire_cast(t)) return send_recv(t.to(torch::kFloat32), to, from).to(t.scalar_type());
     std::vector<torch::Tensor> outgoing{t.contiguous()};
     std::vector<torch::Tensor> incoming{torch::empty_like(outgoing[0])};
@@ -268,6 +329,7 @@ class C10dComm : public Comm {
   }
 
   InFlight start_send(const torch::Tensor& t, int to, int tag) override {
+    enter("send");
     std::vector<torch::Tensor> outgoing{needs_wire_cast(t) ? t.to(torch::kFloat32) : t.contiguous()};
     auto work = backend_->send(outgoing, to, tag);
     return [work, outgoing] {
@@ -277,12 +339,14 @@ class C10dComm : public Comm {
   }
 
   void recv(torch::Tensor& t, int from, int tag) override {
+    enter("recv");
     std::vector<torch::Tensor> incoming{needs_wire_cast(t) ? torch::empty_like(t, torch::dtype(torch::kFloat32)) : t};
     backend_->recv(incoming, from, tag)->wait();
     if (incoming[0].data_ptr() != t.data_ptr()) t.copy_(incoming[0]);
   }
 
   void barrier() override {
+    enter("barrier");
     c10d::BarrierOptions opts;
     // Tell NCCL our GPU; otherwise a barrier before any collective guesses it from the rank.
     if (cuda_device_ >= 0) opts.device_ids = {cuda_device_};
@@ -290,6 +354,15 @@ class C10dComm : public Comm {
   }
 
  private:
+  // Notes the collective for the harness (CollectiveTrace). The planted hang
+  // (--inject-fault hang-before-all-reduce) stops global rank 1 for good just before an
+  // all-reduce its peers enter, until meshtest's timeout ends it.
+  void enter(const char* op) {
+    if (injected(Fault::kHangBeforeAllReduce) && global_rank_ == 1 && std::strncmp(op, "all_reduce", 10) == 0)
+      for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
+    CollectiveTrace::instance().enter(op, name_, size_);
+  }
+
   bool needs_wire_cast(const torch::Tensor& t) const {
     return wire_float32_ && t.scalar_type() == torch::kBFloat16;
   }
@@ -310,6 +383,8 @@ class C10dComm : public Comm {
   }
 
   c10::intrusive_ptr<compat::Backend> backend_;
+  std::string name_;
+  int global_rank_;
   int rank_;
   int size_;
   bool wire_float32_;
@@ -338,7 +413,7 @@ std::shared_ptr<Comm> make_group(const c10::intrusive_ptr<c10d::Store>& root, co
     auto opts = c10d::ProcessGroupNCCL::Options::create();
     opts->timeout = timeout;
     return std::make_shared<C10dComm>(c10::make_intrusive<c10d::ProcessGroupNCCL>(store, group_rank, size, opts),
-                                      group_rank, size, /*wire_float32=*/false, device_index);
+                                      name, global_rank, group_rank, size, /*wire_float32=*/false, device_index);
 #else
     throw std::invalid_argument("backend 'nccl' needs the CUDA build (this is the CPU build; use --backend gloo)");
 #endif
@@ -354,7 +429,7 @@ std::shared_ptr<Comm> make_group(const c10::intrusive_ptr<c10d::Store>& root, co
   opts->devices.push_back(ifname && *ifname ? c10d::ProcessGroupGloo::createDeviceForInterface(ifname)
                                             : c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
   return std::make_shared<C10dComm>(c10::make_intrusive<c10d::ProcessGroupGloo>(store, group_rank, size, opts),
-                                    group_rank, size, /*wire_float32=*/true);
+                                    name, global_rank, group_rank, size, /*wire_float32=*/true);
 #endif
 }
 

@@ -23,6 +23,7 @@ const std::vector<std::pair<std::string, Fault>>& table() {
       {"uneven-bucket-offsets", Fault::kUnevenBucketOffsets},
       {"replicas-write-their-copy", Fault::kReplicasWriteTheirCopy},
       {"reduce-in-param-dtype", Fault::kReduceInParamDtype},
+      {"hang-before-all-reduce", Fault::kHangBeforeAllReduce},
   };
   return t;
 }

@@ -24,6 +24,7 @@ enum class Fault {
   kUnevenBucketOffsets,   // FSDP reads every rank's piece of a block at rank 0's offsets (right if shards are even)
   kReplicasWriteTheirCopy, // a save writes replicated chunks from every replica (the metadata keeps one)
   kReduceInParamDtype,    // mixed precision: gradients are reduced in the parameter dtype, not reduce_dtype
+  kHangBeforeAllReduce,   // global rank 1 stops for good just before an all-reduce its peers wait in
 };
 
 // Throws std::invalid_argument listing the names for an unknown one.

@@ -154,6 +154,7 @@ int train(const TrainConfig& cfg) {
   ckpt_config.key_style = cfg.checkpoint_key_style;
   ckpt_config.key_map = cfg.checkpoint_key_map;
   Checkpointer checkpointer(ckpt_config, groups, env.rank);
+  if (ckpt_config.enable && !cfg.generate) checkpointer.check_writable();
   std::vector<CheckpointTensor> model_state, optimizer_state;
   for (const auto& l : pm->layouts()) {
     model_state.push_back({"model." + l.name, &l, model->named_parameters()[l.name]});

@@ -16,49 +16,14 @@
 #include <string>
 #include <thread>
 
+#include "run_fixture.h"
 #include "shell.h"
 
 namespace fs = std::filesystem;
+using meshtest_test::kFake;
+using meshtest_test::kMeshtest;
+using meshtest_test::Run;
 using nlohmann::json;
-
-namespace {
-
-const std::string kMeshtest = MESHTEST_BIN;
-const std::string kFake = FAKE_TRAINER_BIN;
-
-class Run : public ::testing::Test {
- protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/meshtest-run-XXXXXX";
-    dir_ = ::mkdtemp(tmpl);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  std::string matrix(const std::string& body) {
-    const std::string path = dir_ + "/m.yaml";
-    std::string text = body;
-    for (size_t at = text.find("FAKE"); at != std::string::npos; at = text.find("FAKE", at + kFake.size()))
-      text.replace(at, 4, kFake);
-    std::ofstream(path) << text;
-    return path;
-  }
-  Output meshtest(const std::string& args) {
-    return sh("CI=1 " + kMeshtest + " run " + dir_ + "/m.yaml --out " + dir_ + "/out --grace 5 " + args);
-  }
-  json summary() {
-    std::ifstream in(dir_ + "/out/summary.json");
-    return json::parse(in);
-  }
-  json case_of(const json& s, const std::string& id) {
-    for (const auto& c : s["cases"])
-      if (c["id"] == id) return c;
-    ADD_FAILURE() << "no case " << id;
-    return json();
-  }
-  std::string dir_;
-};
-
-}  // namespace
 
 TEST_F(Run, EveryRankGetsTorchrunsEnvironmentAndItsOwnLog) {
   matrix("suite: s\ncases:\n  - name: env\n    command: [FAKE, --print-env]\n    ngpu: 3\n");

@@ -2,6 +2,9 @@
 // the seed's parametrize-key failure and its fix, and corrupt inputs.
 #include <gtest/gtest.h>
 
+#include <sys/mount.h>
+
+#include <cerrno>
 #include <csignal>
 #include <cstring>
 
@@ -62,6 +65,36 @@ fs::path uninterrupted_and_first_half(const fs::path& dump, std::vector<std::str
   expect_ok(run(dump, 4, 1, "dp_shard=4", extra));
   EXPECT_TRUE(fs::exists(dump / "checkpoint" / "step-10" / ".metadata"));
   return full;
+}
+
+// A size-limited tmpfs at `at`, unmounted when it goes out of scope: a real full or
+// read-only file system. Mounting needs root (CAP_SYS_ADMIN); `error` says why it failed.
+class Tmpfs {
+ public:
+  Tmpfs(const fs::path& at, int64_t bytes) : at_(at) {
+    fs::create_directories(at);
+    if (::mount("tmpfs", at.c_str(), "tmpfs", 0, ("size=" + std::to_string(bytes)).c_str()) != 0)
+      error = std::string("mount -t tmpfs failed: ") + std::strerror(errno) + " (needs root or CAP_SYS_ADMIN)";
+  }
+  ~Tmpfs() {
+    if (error.empty()) ::umount2(at_.c_str(), MNT_DETACH);
+  }
+  void remount(int64_t bytes, bool read_only = false) {
+    const auto flags = MS_REMOUNT | (read_only ? MS_RDONLY : 0);
+    ASSERT_EQ(::mount("tmpfs", at_.c_str(), "tmpfs", flags, ("size=" + std::to_string(bytes)).c_str()), 0)
+        << std::strerror(errno);
+  }
+  std::string error;
+
+ private:
+  fs::path at_;
+};
+
+int64_t folder_bytes(const fs::path& dir) {
+  int64_t bytes = 0;
+  for (const auto& e : fs::recursive_directory_iterator(dir))
+    if (e.is_regular_file()) bytes += static_cast<int64_t>(e.file_size());
+  return bytes;
 }
 
 }  // namespace
@@ -355,4 +388,65 @@ TEST(Checkpoint, SigkillDuringSavesLeavesTheLatestCompleteStepLoadable) {
   for (const auto& e : fs::directory_iterator(dump / "checkpoint"))
     complete += e.path().filename().string().rfind("step-", 0) == 0 && fs::exists(e.path() / ".metadata");
   EXPECT_GE(complete, 1);
+}
+
+TEST(Checkpoint, ADiskFullDuringASaveNamesTheFileAndErrnoAndThePreviousStepResumesBitExactly) {
+  auto dump = fresh_dir("disk_full");
+  // The uninterrupted run, saving every 5 steps on an ordinary disk: the size of one step.
+  const std::vector<std::string> every5{"--checkpoint.enable", "--checkpoint.interval", "5"};
+  expect_ok(run(dump / "full", 4, 1, "dp_shard=4", every5));
+  const int64_t step_bytes = folder_bytes(dump / "full" / "checkpoint" / "step-5");
+  ASSERT_GT(step_bytes, 0);
+
+  // Room for step 5 and half of step 10.
+  const fs::path disk = dump / "disk";
+  Tmpfs tmpfs(disk, step_bytes * 3 / 2);
+  if (!tmpfs.error.empty()) GTEST_SKIP() << tmpfs.error;
+  std::vector<std::string> into_disk = every5;
+  into_disk.insert(into_disk.end(), {"--checkpoint.folder", disk.string()});
+  auto failed = run(dump / "failed", 4, 1, "dp_shard=4", into_disk);
+  std::string errors;
+  for (int r = 0; r < 4; ++r) errors += slurp(dump / "failed" / ("rank" + std::to_string(r) + ".err"));
+  EXPECT_NE(failed.codes, std::vector<int>(4, 0));
+  EXPECT_NE(errors.find("checkpoint: writing '" + disk.string() + "/.tmp-step-10/"), std::string::npos) << errors;
+  EXPECT_NE(errors.find("No space left on device"), std::string::npos) << errors;
+  // No half step looks complete: step 10 was never published.
+  EXPECT_TRUE(fs::exists(disk / "step-5" / ".metadata"));
+  EXPECT_FALSE(fs::exists(disk / "step-10"));
+
+  // Space is freed; the run resumes from step 5 and retraces the uninterrupted run bit for bit.
+  tmpfs.remount(step_bytes * 8);
+  expect_ok(run(dump / "resumed", 4, 1, "dp_shard=4", into_disk));
+  const auto full = metrics(dump / "full"), resumed = metrics(dump / "resumed");
+  ASSERT_EQ(full.size(), 20u);
+  ASSERT_EQ(resumed.size(), 15u);
+  for (size_t i = 0; i < resumed.size(); ++i) {
+    ASSERT_EQ(resumed[i]["step"], full[5 + i]["step"]);
+    EXPECT_EQ(resumed[i]["loss"].get<double>(), full[5 + i]["loss"].get<double>()) << "step " << resumed[i]["step"];
+  }
+}
+
+TEST(Checkpoint, AnUnwritableCheckpointFolderIsRefusedBeforeTraining) {
+  auto dump = fresh_dir("unwritable");
+  // A folder that cannot be created (its parent is a file): refused on any machine.
+  std::ofstream(dump / "a_file") << "x";
+  auto r = run(dump / "under_a_file", 2, 1, "dp_shard=2",
+               {"--checkpoint.enable", "--checkpoint.folder", (dump / "a_file" / "checkpoint").string()});
+  EXPECT_NE(r.codes, std::vector<int>(2, 0));
+  EXPECT_NE(r.err0.find("checkpoint: cannot create folder '" + (dump / "a_file" / "checkpoint").string() + "'"),
+            std::string::npos)
+      << r.err0;
+  EXPECT_TRUE(metrics(dump / "under_a_file").empty()) << "no step may run";
+
+  // A read-only file system (root ignores permission bits, so a mount is the real test).
+  const fs::path disk = dump / "read_only";
+  Tmpfs tmpfs(disk, 1 << 20);
+  if (!tmpfs.error.empty()) GTEST_SKIP() << tmpfs.error;
+  tmpfs.remount(1 << 20, /*read_only=*/true);
+  r = run(dump / "on_read_only", 2, 1, "dp_shard=2", {"--checkpoint.enable", "--checkpoint.folder", disk.string()});
+  EXPECT_NE(r.codes, std::vector<int>(2, 0));
+  EXPECT_NE(r.err0.find("checkpoint: folder '" + disk.string() + "' is not writable: Read-only file system"),
+            std::string::npos)
+      << r.err0;
+  EXPECT_TRUE(metrics(dump / "on_read_only").empty()) << "no step may run";
 }
