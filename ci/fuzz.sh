@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Fuzzes every parser of outside data (libFuzzer + ASan + UBSan, preset `fuzz`): the pickle /
-# DCP .metadata reader, the TFRecord/TensorBoard reader, the log-line parsers and the matrix
+# DCP .metadata reader, meshtrain's own checkpoint format (its JSON .metadata and data file
+# through CheckpointView), the TFRecord/TensorBoard reader, the log-line parsers and the matrix
 # loader, and the JUnit/Surefire writers with hostile bytes in every field, SECONDS each.
 # Each target starts from its seed corpus in tests/fuzz/corpus/<target>/ (inputs that once
-# crashed are kept there, so every run replays them first) plus real files made by PyTorch: the
-# DCP .metadata files of tests/fixtures and ../shared/fixtures for the pickle reader, the
+# crashed are kept there, so every run replays them first; checkpoint_fuzz's seeds are cut from
+# a real meshtrain checkpoint by tests/fuzz/make_checkpoint_seeds.py) plus real files made by
+# PyTorch: the DCP .metadata files of tests/fixtures and ../shared/fixtures for the pickle reader, the
 # TensorBoard event files of tests/fixtures for the TFRecord reader; the shipped matrices seed
 # the matrix loader. A crash fails the script and
 # leaves the input in build/fuzz/artifacts/<target>/.
@@ -14,7 +16,7 @@ cd "$(dirname "$0")/.."
 seconds=${1:-60}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(pickle_fuzz tfrecord_fuzz log_fuzz matrix_fuzz report_fuzz)
+[ ${#targets[@]} -gt 0 ] || targets=(pickle_fuzz checkpoint_fuzz tfrecord_fuzz log_fuzz matrix_fuzz report_fuzz)
 [ -f build/fuzz/build.ninja ] || cmake --preset fuzz >/dev/null
 if ! cmake --build --preset fuzz > build/fuzz/build.log 2>&1; then
   grep -E -A5 "error|FAILED" build/fuzz/build.log | head -n 40

@@ -215,7 +215,9 @@ class MeshtrainCheckpoint : public CheckpointView::Impl {
 
   void verify_leaves(const dcp::FileReader& file, const Chunk& c, const std::vector<uint8_t>& data, const std::string& label) const {
     if (c.leaf_bytes == 0) fail(label + ": leaf_bytes is 0");
-    const uint64_t leaves = (data.size() + c.leaf_bytes - 1) / c.leaf_bytes;
+    // Rounded up without adding leaf_bytes first: a damaged leaf_bytes near 2^64 would wrap that
+    // sum to 0 leaves and skip the checksums silently.
+    const uint64_t leaves = data.size() / c.leaf_bytes + (data.size() % c.leaf_bytes != 0);
     const std::vector<uint8_t> hashes = file.read(c.hash_offset, leaves * 8, label + ": checksums");
     for (uint64_t i = 0; i < leaves; ++i) {
       const uint64_t at = i * c.leaf_bytes, n = std::min<uint64_t>(c.leaf_bytes, data.size() - at);
@@ -227,7 +229,21 @@ class MeshtrainCheckpoint : public CheckpointView::Impl {
     }
   }
 
+  // nlohmann's get<integer>() converts a float with a static_cast, which is undefined behaviour
+  // when the value does not fit; and an integer literal beyond uint64 parses as a float. The
+  // format writes integers only, so anything else is refused before it is converted.
+  static std::string shown(const nlohmann::json& j) { return j.is_primitive() ? j.dump() : j.type_name(); }
+
+  static uint64_t count(const nlohmann::json& chunk, const char* name, const std::string& where) {
+    const nlohmann::json& j = chunk.at(name);
+    if (!j.is_number_unsigned()) fail(where + ": " + name + " " + shown(j) + " is not a non-negative integer");
+    return j.get<uint64_t>();
+  }
+
   static std::vector<int64_t> dims(const nlohmann::json& j, const std::string& where) {
+    if (j.is_array())
+      for (const auto& d : j)
+        if (!d.is_number_integer()) fail(where + ": dim " + shown(d) + " is not an integer");
     std::vector<int64_t> out = j.get<std::vector<int64_t>>();
     for (int64_t d : out)
       if (d < 0) fail(where + ": negative dim in " + j.dump());
@@ -269,13 +285,13 @@ class MeshtrainCheckpoint : public CheckpointView::Impl {
     auto& chunks = chunks_[key];
     for (const auto& jc : j.at("chunks")) {
       Chunk c{{dims(jc.at("offsets"), where), dims(jc.at("sizes"), where)}, jc.at("file").get<std::string>(),
-              jc.at("byte_offset").get<uint64_t>(), jc.at("byte_length").get<uint64_t>()};
+              count(jc, "byte_offset", where), count(jc, "byte_length", where)};
       check_chunk_box(e.shape, c, where);
       if (c.file.empty() || c.file[0] == '/' || c.file.find("..") != std::string::npos)
         fail(where + ": file '" + c.file + "' leaves the step folder");
       if (jc.contains("leaf_bytes") && jc.contains("hash_offset")) {
-        c.leaf_bytes = jc["leaf_bytes"].get<uint64_t>();
-        c.hash_offset = jc["hash_offset"].get<uint64_t>();
+        c.leaf_bytes = count(jc, "leaf_bytes", where);
+        c.hash_offset = count(jc, "hash_offset", where);
         c.has_hashes = true;
       }
       e.bytes += c.byte_length;

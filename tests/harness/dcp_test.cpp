@@ -658,6 +658,32 @@ TEST(Meshtrain, DamagedDataFailsItsChecksumAndFormat1IsRefused) {
   expect_error([&] { CheckpointView::open(tmp.path()); }, {".metadata", "format_version 1"});
 }
 
+// JSON numbers that are not integers (a float, or an integer literal beyond uint64, which
+// nlohmann reads as a float) are refused naming the key: converting them was undefined behaviour
+// (found by checkpoint_fuzz; the input is kept in tests/fuzz/corpus/checkpoint_fuzz/).
+TEST(Meshtrain, NumbersThatAreNotIntegersAreRefusedNamingTheKey) {
+  TempDir tmp;
+  write_meshtrain(tmp.path());
+  const std::string meta = read_file(tmp.path() + "/.metadata");
+  auto write_with = [&](const std::string& from, const std::string& to) {
+    std::string changed = meta;
+    const size_t at = changed.find(from);
+    ASSERT_NE(at, std::string::npos) << from;
+    write_file(tmp.path() + "/.metadata", changed.replace(at, from.size(), to));
+  };
+  write_with("\"hash_offset\":24", "\"hash_offset\":44444444444444444444444444444444");
+  expect_error([&] { CheckpointView::open(tmp.path()); }, {".metadata", "key 'model.w'", "hash_offset", "not a non-negative integer"});
+  write_with("\"byte_offset\":16", "\"byte_offset\":1e30");
+  expect_error([&] { CheckpointView::open(tmp.path()); }, {".metadata", "key 'model.w'", "byte_offset", "not a non-negative integer"});
+  write_with("\"leaf_bytes\":8", "\"leaf_bytes\":-8");
+  expect_error([&] { CheckpointView::open(tmp.path()); }, {".metadata", "key 'model.w'", "leaf_bytes -8"});
+  write_with("\"shape\":[3,2]", "\"shape\":[3.5e20,2]");
+  expect_error([&] { CheckpointView::open(tmp.path()); }, {".metadata", "key 'model.w'", "dim", "not an integer"});
+  // A leaf_bytes near 2^64 once wrapped the leaf count to 0, and the checksums were skipped.
+  write_with("\"leaf_bytes\":8", "\"leaf_bytes\":18446744073709551615");
+  expect_error([&] { CheckpointView::open(tmp.path()).read_tensor("model.w"); }, {"key 'model.w'", "leaf 0", "checksum"});
+}
+
 // ---- the unpickler on its own -------------------------------------------------------------------
 
 std::string pickle_error(const std::string& bytes) {
