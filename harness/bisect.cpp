@@ -46,8 +46,8 @@ GitOutput git(const std::string& repo, const std::vector<std::string>& args) {
   std::vector<std::string> all = {"-C", repo};
   all.insert(all.end(), args.begin(), args.end());
   bp::environment env = boost::this_process::environment();
-  env["LC_ALL"] = "C";
-  if (env.find("LANGUAGE") != env.end()) env.erase("LANGUAGE");
+  env.set("LC_ALL", "C");  // set()/erase(), not operator[]/find(): see RankGroup's constructor
+  env.erase("LANGUAGE");
   bp::ipstream pipe;
   bp::group own;
   bp::child c(bp::search_path("git"), bp::args = all, env, (bp::std_out & bp::std_err) > pipe, bp::std_in < bp::null,

@@ -81,37 +81,39 @@ RankGroup::RankGroup(LaunchSpec spec) : spec_(std::move(spec)), impl_(std::make_
   started_ = std::chrono::steady_clock::now();
   result_.exits.resize(static_cast<size_t>(spec_.nproc));
   for (int rank = 0; rank < spec_.nproc; ++rank) {
+    // set()/get(), never operator[]/find()/count(): Boost 1.74's find compares key= with
+    // every entry for the key's length, reading past the end of shorter ones (ASan, ci/sanitize.sh).
     bp::environment env = boost::this_process::environment();
     env.erase("TORCHELASTIC_USE_AGENT_STORE");  // rank 0 must host the store itself
-    if (env.find("OMP_NUM_THREADS") == env.end()) env["OMP_NUM_THREADS"] = "1";
-    if (env.find("TORCH_NCCL_ASYNC_ERROR_HANDLING") == env.end()) env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = "1";
-    for (const auto& [k, v] : spec_.env) env[k] = v;
+    if (env.get("OMP_NUM_THREADS").empty()) env.set("OMP_NUM_THREADS", "1");
+    if (env.get("TORCH_NCCL_ASYNC_ERROR_HANDLING").empty()) env.set("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
+    for (const auto& [k, v] : spec_.env) env.set(k, v);
     const std::string r = std::to_string(rank), n = std::to_string(spec_.nproc);
-    env["RANK"] = r;
-    env["LOCAL_RANK"] = r;
-    env["ROLE_RANK"] = r;
-    env["GROUP_RANK"] = "0";
-    env["ROLE_NAME"] = "default";
-    env["WORLD_SIZE"] = n;
-    env["LOCAL_WORLD_SIZE"] = n;
-    env["ROLE_WORLD_SIZE"] = n;
-    env["GROUP_WORLD_SIZE"] = "1";
-    env["MASTER_ADDR"] = "127.0.0.1";
-    env["MASTER_PORT"] = std::to_string(spec_.master_port);
-    env["TORCHELASTIC_RESTART_COUNT"] = "0";
-    env["TORCHELASTIC_MAX_RESTARTS"] = "0";
+    env.set("RANK", r);
+    env.set("LOCAL_RANK", r);
+    env.set("ROLE_RANK", r);
+    env.set("GROUP_RANK", "0");
+    env.set("ROLE_NAME", "default");
+    env.set("WORLD_SIZE", n);
+    env.set("LOCAL_WORLD_SIZE", n);
+    env.set("ROLE_WORLD_SIZE", n);
+    env.set("GROUP_WORLD_SIZE", "1");
+    env.set("MASTER_ADDR", "127.0.0.1");
+    env.set("MASTER_PORT", std::to_string(spec_.master_port));
+    env.set("TORCHELASTIC_RESTART_COUNT", "0");
+    env.set("TORCHELASTIC_MAX_RESTARTS", "0");
     // A Python trainer decorated with torch.distributed.elastic's @record writes its
     // uncaught exception here; the harness quotes it (rank_error_message()).
     if (!spec_.log_dir.empty()) {
-      env["TORCHELASTIC_ERROR_FILE"] = error_file(rank);
+      env.set("TORCHELASTIC_ERROR_FILE", error_file(rank));
       fs::remove(error_file(rank));  // an earlier attempt's (a lost port race) must not be quoted for this one
-      env["MESHTEST_COLLECTIVE_FILE"] = rank_collective_file(spec_.log_dir, rank);
+      env.set("MESHTEST_COLLECTIVE_FILE", rank_collective_file(spec_.log_dir, rank));
       fs::remove(rank_collective_file(spec_.log_dir, rank));
     }
     if (!spec_.gpus.empty()) {
       std::string ids;
       for (const auto& g : spec_.gpus) ids += (ids.empty() ? "" : ",") + g;
-      env["CUDA_VISIBLE_DEVICES"] = ids;
+      env.set("CUDA_VISIBLE_DEVICES", ids);
     }
     std::error_code ec;
     if (spec_.log_dir.empty()) {

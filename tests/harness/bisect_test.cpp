@@ -145,8 +145,8 @@ TEST_F(Bisect, SigintMidBisectStopsTheCaseAndRestoresTheRepository) {
   make_repo(14, 0, 0);
   const std::string before = state();
   auto env = boost::this_process::environment();
-  env["TOY_TRAIN_SLEEP"] = "60";
-  env["CI"] = "1";
+  env.set("TOY_TRAIN_SLEEP", "60");
+  env.set("CI", "1");
   const std::string out = dir_ + "/out";
   // In a process group of its own, interrupted as a terminal's Ctrl-C does: SIGINT to the group.
   bp::group terminal;

@@ -48,11 +48,12 @@ constexpr int kPool = 8;        // --ngpu: CPU slots
 constexpr double kGraceS = 0.2;  // --grace: SIGTERM to SIGKILL, for ranks that ignore SIGTERM
 constexpr double kHangTimeoutS = 1;
 // Samples are taken by cases that ran (a declared skip finishes at once, before any
-// case has run): at the 100th, and at the 10th before the last, while the run loop
-// still runs; after the last case meshtest builds summary.json and the reports, whose
-// memory belongs to them, not to the loop this test watches.
+// case has run): at the 100th, and at the 50th before the last, while the run loop
+// still runs (on 16 cores the last 50 take about 2 s, the sample half a second); after
+// the last case meshtest builds summary.json and the reports, whose memory belongs to
+// them, not to the loop this test watches.
 constexpr int kEarlySample = 100;
-constexpr int kLateSampleBeforeEnd = 10;
+constexpr int kLateSampleBeforeEnd = 50;
 // ports.cpp keeps the reservation sockets of the last 256 store ports open on purpose
 // (kHeldReservations), so the open-file count rises with the first 256 launches and
 // then stays there; those sockets are counted apart from every other descriptor.
@@ -293,12 +294,15 @@ double cpu_seconds(pid_t pid) {
   return static_cast<double>(utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
 }
 
+// A read of meshtest's /proc files; other_fds stays INT_MAX when meshtest has already exited.
 Sample read_proc(pid_t pid) {
   const std::set<std::string> reserved = reservation_inodes();
   Sample s;
-  s.other_fds = 0;
   std::error_code ec;
-  for (const auto& entry : fs::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec)) {
+  fs::directory_iterator fds("/proc/" + std::to_string(pid) + "/fd", ec);
+  if (ec) return s;
+  s.other_fds = 0;
+  for (const auto& entry : fds) {
     const std::string target = fs::read_symlink(entry.path(), ec).string();
     const bool reservation = target.rfind("socket:[", 0) == 0 && reserved.count(target.substr(8, target.size() - 9));
     ++(reservation ? s.reservations : s.other_fds);
@@ -317,7 +321,7 @@ Sample sample(pid_t pid, int ran) {
   Sample best;
   for (int i = 0; i < 10; ++i) {
     const Sample s = read_proc(pid);
-    if (s.other_fds < best.other_fds) best = s;
+    if (s.other_fds < best.other_fds && s.rss_kib > 0) best = s;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   best.ran = ran;
@@ -503,6 +507,8 @@ int count_as_predicted(const json& summary, const std::vector<SoakCase>& cases) 
 
 // Open files and memory: flat from the early sample to the late one.
 void expect_flat(const Sample& early, const Sample& late) {
+  ASSERT_NE(early.other_fds, INT_MAX) << "meshtest had exited before run case " << early.ran << " was sampled";
+  ASSERT_NE(late.other_fds, INT_MAX) << "meshtest had exited before run case " << late.ran << " was sampled";
   EXPECT_EQ(late.other_fds, early.other_fds) << "descriptors other than port reservations changed: at run case "
                                              << early.ran << ":" << early.other_targets << "; at run case " << late.ran
                                              << ":" << late.other_targets;

@@ -44,9 +44,9 @@ inline fs::path fresh_dir(const std::string& name) {
 inline bp::environment clean_env(const std::map<std::string, std::string>& vars) {
   auto env = boost::this_process::environment();
   for (const char* v : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"})
-    if (env.count(v)) env.erase(v);
+    env.erase(v);  // erase()/set(), never count()/operator[]: Boost 1.74's read past shorter entries
   bp::environment e = env;
-  for (const auto& [k, v] : vars) e[k] = v;
+  for (const auto& [k, v] : vars) e.set(k, v);
   return e;
 }
 
