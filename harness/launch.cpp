@@ -207,43 +207,32 @@ std::string rank_error_message(const std::string& dir, int rank) {
 }
 
 std::string ranks_not_arrived(const std::string& dir, int nproc, int* behind) {
-  struct Progress {
-    long long entered = 0;  // a rank without a file has entered none
-    std::string last;       // "OP group=G ranks=K"
-  };
-  std::vector<Progress> ranks(static_cast<size_t>(std::max(nproc, 0)));
+  // Per rank: collectives entered (none without a file) and the last one, "OP group=G ranks=K".
+  std::vector<long long> entered(static_cast<size_t>(std::max(nproc, 0)), 0);
+  std::vector<std::string> last(entered.size());
   bool any = false;
   for (int r = 0; r < nproc; ++r) {
     std::ifstream in(rank_collective_file(dir, r));
     std::string line;
-    if (!in || !std::getline(in, line)) continue;
-    long long n = 0;
-    char op[64] = {0};
-    if (std::sscanf(line.c_str(), "collectives_entered=%lld last=%63s", &n, op) != 2) continue;
+    const auto at = std::getline(in, line) ? line.find(" last=") : std::string::npos;
+    if (at == std::string::npos || std::sscanf(line.c_str(), "collectives_entered=%lld", &entered[r]) != 1) continue;
     any = true;
-    const auto group = line.find(" group=");
-    std::string rest = group == std::string::npos ? "" : line.substr(group + 1);
-    rest.erase(rest.find_last_not_of(' ') + 1);
-    ranks[static_cast<size_t>(r)] = {n, std::string(op) + (rest.empty() ? "" : " " + rest)};
+    last[r] = line.substr(at + 6, line.find_last_not_of(' ') - at - 5);
   }
   if (!any) return "";
-  long long most = 0;
-  for (const auto& p : ranks) most = std::max(most, p.entered);
-  std::string late, waiting, waited_in;
-  for (int r = 0; r < nproc; ++r) {
-    const auto& p = ranks[static_cast<size_t>(r)];
-    std::string& list = p.entered < most ? late : waiting;
-    list += (list.empty() ? "" : ",") + std::to_string(r);
-    if (p.entered < most && late.find(',') == std::string::npos) *behind = r;
-    if (p.entered == most) waited_in = p.last;
-  }
+  const long long most = *std::max_element(entered.begin(), entered.end());
+  std::vector<int> late, waiting;
+  for (int r = 0; r < nproc; ++r) (entered[r] < most ? late : waiting).push_back(r);
   if (late.empty()) return "";
-  auto plural = [](const std::string& list) { return list.find(',') == std::string::npos ? "rank " : "ranks "; };
-  std::string said = plural(late) + late + " did not arrive: " + plural(waiting) + waiting + " wait in collective #" +
-                     std::to_string(most) + " (" + waited_in + ");";
-  for (int r = 0; r < nproc; ++r)
-    if (ranks[static_cast<size_t>(r)].entered < most)
-      said += " rank " + std::to_string(r) + " entered " + std::to_string(ranks[static_cast<size_t>(r)].entered);
+  *behind = late.front();
+  auto listed = [](const std::vector<int>& ranks) {
+    std::string text = ranks.size() == 1 ? "rank " : "ranks ";
+    for (size_t i = 0; i < ranks.size(); ++i) text += (i ? "," : "") + std::to_string(ranks[i]);
+    return text;
+  };
+  std::string said = listed(late) + " did not arrive: " + listed(waiting) + " wait in collective #" +
+                     std::to_string(most) + " (" + last[waiting.front()] + ");";
+  for (int r : late) said += " rank " + std::to_string(r) + " entered " + std::to_string(entered[r]);
   return said;
 }
 
