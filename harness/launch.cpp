@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -61,6 +62,42 @@ struct DieWithParent {
   }
 };
 
+// What every launcher gives a rank: meshtest's environment, `extra` on top, then
+// torchrun's variables for `place` and, with a log folder, the rank's files in it.
+// set()/get(), never operator[]/find()/count(): Boost 1.74's find compares key= with
+// every entry for the key's length, reading past the end of shorter ones (ASan, ci/sanitize.sh).
+bp::environment rank_environment(const RankPlace& place, const std::string& log_dir,
+                                 const std::vector<std::pair<std::string, std::string>>& extra) {
+  bp::environment env = boost::this_process::environment();
+  env.erase("TORCHELASTIC_USE_AGENT_STORE");  // rank 0 must host the store itself
+  if (env.get("OMP_NUM_THREADS").empty()) env.set("OMP_NUM_THREADS", "1");
+  if (env.get("TORCH_NCCL_ASYNC_ERROR_HANDLING").empty()) env.set("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
+  for (const auto& [k, v] : extra) env.set(k, v);
+  const std::string r = std::to_string(place.rank);
+  env.set("RANK", r);
+  env.set("LOCAL_RANK", std::to_string(place.local_rank));
+  env.set("ROLE_RANK", r);
+  env.set("GROUP_RANK", std::to_string(place.group_rank));
+  env.set("ROLE_NAME", "default");
+  env.set("WORLD_SIZE", std::to_string(place.world));
+  env.set("LOCAL_WORLD_SIZE", std::to_string(place.local_world));
+  env.set("ROLE_WORLD_SIZE", std::to_string(place.world));
+  env.set("GROUP_WORLD_SIZE", std::to_string(place.group_world));
+  env.set("MASTER_ADDR", place.master_addr);
+  env.set("MASTER_PORT", std::to_string(place.master_port));
+  env.set("TORCHELASTIC_RESTART_COUNT", "0");
+  env.set("TORCHELASTIC_MAX_RESTARTS", "0");
+  // A Python trainer decorated with torch.distributed.elastic's @record writes its
+  // uncaught exception here; the harness quotes it (rank_error_message()).
+  if (!log_dir.empty()) {
+    env.set("TORCHELASTIC_ERROR_FILE", rank_error_file(log_dir, place.rank));
+    fs::remove(rank_error_file(log_dir, place.rank));  // an earlier attempt's (a lost port race) must not be quoted for this one
+    env.set("MESHTEST_COLLECTIVE_FILE", rank_collective_file(log_dir, place.rank));
+    fs::remove(rank_collective_file(log_dir, place.rank));
+  }
+  return env;
+}
+
 }  // namespace
 
 RankGroup::RankGroup(LaunchSpec spec) : spec_(std::move(spec)), impl_(std::make_unique<Impl>()) {
@@ -81,35 +118,12 @@ RankGroup::RankGroup(LaunchSpec spec) : spec_(std::move(spec)), impl_(std::make_
   started_ = std::chrono::steady_clock::now();
   result_.exits.resize(static_cast<size_t>(spec_.nproc));
   for (int rank = 0; rank < spec_.nproc; ++rank) {
-    // set()/get(), never operator[]/find()/count(): Boost 1.74's find compares key= with
-    // every entry for the key's length, reading past the end of shorter ones (ASan, ci/sanitize.sh).
-    bp::environment env = boost::this_process::environment();
-    env.erase("TORCHELASTIC_USE_AGENT_STORE");  // rank 0 must host the store itself
-    if (env.get("OMP_NUM_THREADS").empty()) env.set("OMP_NUM_THREADS", "1");
-    if (env.get("TORCH_NCCL_ASYNC_ERROR_HANDLING").empty()) env.set("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
-    for (const auto& [k, v] : spec_.env) env.set(k, v);
-    const std::string r = std::to_string(rank), n = std::to_string(spec_.nproc);
-    env.set("RANK", r);
-    env.set("LOCAL_RANK", r);
-    env.set("ROLE_RANK", r);
-    env.set("GROUP_RANK", "0");
-    env.set("ROLE_NAME", "default");
-    env.set("WORLD_SIZE", n);
-    env.set("LOCAL_WORLD_SIZE", n);
-    env.set("ROLE_WORLD_SIZE", n);
-    env.set("GROUP_WORLD_SIZE", "1");
-    env.set("MASTER_ADDR", "127.0.0.1");
-    env.set("MASTER_PORT", std::to_string(spec_.master_port));
-    env.set("TORCHELASTIC_RESTART_COUNT", "0");
-    env.set("TORCHELASTIC_MAX_RESTARTS", "0");
-    // A Python trainer decorated with torch.distributed.elastic's @record writes its
-    // uncaught exception here; the harness quotes it (rank_error_message()).
-    if (!spec_.log_dir.empty()) {
-      env.set("TORCHELASTIC_ERROR_FILE", error_file(rank));
-      fs::remove(error_file(rank));  // an earlier attempt's (a lost port race) must not be quoted for this one
-      env.set("MESHTEST_COLLECTIVE_FILE", rank_collective_file(spec_.log_dir, rank));
-      fs::remove(rank_collective_file(spec_.log_dir, rank));
-    }
+    RankPlace place;
+    place.rank = place.local_rank = rank;
+    place.world = place.local_world = spec_.nproc;
+    place.master_port = spec_.master_port;
+    bp::environment env = rank_environment(place, spec_.log_dir, spec_.env);
+    const std::string r = std::to_string(rank);
     if (!spec_.gpus.empty()) {
       std::string ids;
       for (const auto& g : spec_.gpus) ids += (ids.empty() ? "" : ",") + g;
@@ -153,6 +167,49 @@ RankGroup::~RankGroup() {
   }
   impl_->group.detach();
   for (auto& c : impl_->children) c.detach();
+}
+
+namespace {
+volatile std::sig_atomic_t g_placed_rank_stop = 0;
+void on_placed_rank_stop(int) { g_placed_rank_stop = 1; }
+}  // namespace
+
+RankExit run_placed_rank(const RankPlace& place, const std::string& log_dir, const std::vector<std::string>& argv,
+                         bool* stopped) {
+  if (argv.empty()) throw LaunchError("empty command");
+  const std::string program = find_program(argv.front());
+  const std::vector<std::string> args(argv.begin() + 1, argv.end());
+  struct sigaction sa {};
+  sa.sa_handler = on_placed_rank_stop;  // no SA_RESTART: waitpid returns EINTR
+  sigemptyset(&sa.sa_mask);
+  for (int sig : {SIGTERM, SIGINT}) ::sigaction(sig, &sa, nullptr);
+
+  fs::create_directories(log_dir);
+  const std::string log = rank_log_path(log_dir, place.rank);
+  std::ofstream(log, std::ios::trunc).close();  // Boost opens without O_TRUNC
+  std::error_code ec;
+  bp::child child(bp::exe = program, bp::args = args, rank_environment(place, log_dir, {}),
+                  (bp::std_out & bp::std_err) > log, bp::std_in < bp::null, bp::limit_handles,
+                  bp::extend::on_exec_setup = DieWithParent{}, ec);
+  if (ec) throw LaunchError("cannot start '" + program + "' (rank " + std::to_string(place.rank) + "): " + ec.message());
+  const pid_t pid = child.id();
+  child.detach();  // reaped here, with the raw status
+  *stopped = false;
+  int status = 0;
+  for (;;) {
+    if (g_placed_rank_stop && !*stopped) {
+      *stopped = true;
+      ::kill(pid, SIGTERM);
+    }
+    const pid_t w = ::waitpid(pid, &status, 0);
+    if (w == pid) break;
+    if (w < 0 && errno != EINTR) throw LaunchError(std::string("waiting for the rank: ") + std::strerror(errno));
+  }
+  RankExit e;
+  e.rank = place.rank;
+  if (WIFSIGNALED(status)) e.signal = WTERMSIG(status);
+  else if (WIFEXITED(status)) e.exit_code = WEXITSTATUS(status);
+  return e;
 }
 
 std::string rank_log_path(const std::string& dir, int rank) {
@@ -295,8 +352,12 @@ bool RankGroup::poll() {
 
 bool lost_port_race(const RankGroup& group) {
   if (group.result().ok() || group.spec().log_dir.empty()) return false;
-  for (int rank = 0; rank < group.spec().nproc; ++rank) {
-    const std::string tail = tail_of_file(group.log_path(rank), 40);
+  return lost_port_race(group.spec().log_dir, group.spec().nproc);
+}
+
+bool lost_port_race(const std::string& log_dir, int nproc) {
+  for (int rank = 0; rank < nproc; ++rank) {
+    const std::string tail = tail_of_file(rank_log_path(log_dir, rank), 40);
     if (tail.find("Address already in use") != std::string::npos ||
         tail.find("EADDRINUSE") != std::string::npos)
       return true;

@@ -37,7 +37,28 @@ struct LaunchSpec {
   int master_port = 0;    // 0 = pick a free one
   double timeout_s = 0;   // 0 = none
   double grace_s = 30;    // SIGTERM to SIGKILL
+  std::string case_id;    // the case this phase belongs to (a batch launcher's allocation)
 };
+
+// Where one rank sits in a launch, in torchrun's terms.
+struct RankPlace {
+  int rank = 0;
+  int world = 1;
+  int local_rank = 0;
+  int local_world = 1;
+  int group_rank = 0;   // the node's index
+  int group_world = 1;  // nodes
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;
+};
+
+// Runs one rank in the foreground with the same environment a RankGroup gives its ranks
+// (torchrun's variables for `place`, the rank's files under log_dir) and its output in
+// rank<R>.log there. SIGTERM/SIGINT to the caller are passed to the rank. This is how a
+// batch launcher (slurm.h) starts ranks that a trainer cannot tell from local ones.
+// `stopped` says whether a stop signal arrived before the rank ended.
+RankExit run_placed_rank(const RankPlace& place, const std::string& log_dir, const std::vector<std::string>& argv,
+                         bool* stopped);
 
 class LaunchError : public std::runtime_error {
  public:
@@ -104,6 +125,7 @@ std::string ranks_not_arrived(const std::string& dir, int nproc, int* behind);
 
 // True when a failed launch looks like it lost the race for MASTER_PORT.
 bool lost_port_race(const RankGroup& group);
+bool lost_port_race(const std::string& log_dir, int nproc);  // from its ranks' logs
 
 // Makes meshtest the reaper of orphaned descendants (a rank's child whose parent
 // died is re-parented to meshtest instead of init), so sweep_orphans can kill them.

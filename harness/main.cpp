@@ -236,8 +236,10 @@ int run_matrix(Selection sel, RunOptions opt, bool dry_run, int ngpu, const char
   if (!opt.meshtrain.empty()) ::setenv("MESHTEST_MESHTRAIN", opt.meshtrain.c_str(), 1);  // the adapter asks it
   auto suites = load_all(sel.matrices);
   apply_skip_tags(suites, skip_tags);
-  if (ngpu < 0) ngpu = default_devices(opt.backend);
+  // On a cluster the pool is what meshtest keeps in flight; Slurm packs it (and --max-pending bounds the queue).
+  if (ngpu < 0) ngpu = opt.launcher == "slurm" ? 1024 : default_devices(opt.backend);
   opt.devices = ngpu;
+  opt.slurm.gpus = opt.backend == "nccl";
   if (opt.meshtrain.empty()) opt.meshtrain = meshtrain_binary();
   if (opt.history.empty()) opt.history = (fs::path(opt.out_dir) / "summary.json").string();
   const auto history = load_durations(opt.history);
@@ -246,6 +248,9 @@ int run_matrix(Selection sel, RunOptions opt, bool dry_run, int ngpu, const char
   for (const auto& m : sel.matrices) opt.matrices.push_back(fs::absolute(m).string());
   opt.repro_prefix = shell_quote(argv0) + " run" + files + " --backend " + opt.backend + " --ngpu " +
                      std::to_string(opt.devices);
+  if (opt.launcher == "slurm")
+    opt.repro_prefix += " --launcher slurm --gpus-per-node " + std::to_string(opt.slurm.gpus_per_node) +
+                        (opt.slurm.partition.empty() ? "" : " --partition " + shell_quote(opt.slurm.partition));
   opt.progress = ::isatty(2) && !std::getenv("CI");
   const Plan plan = plan_run(select_shard(suites, sel, opt, history), opt, history);
 
@@ -416,6 +421,21 @@ int main(int argc, char** argv) {
                       "what they need");
   run_cmd->add_option("--retries", opt.retries, "Reruns of a case that misses its expectation (reported as flaky)")
       ->capture_default_str();
+  run_cmd->add_option("--launcher", opt.launcher, "local (ranks on this host) | slurm (docs/slurm.md)")
+      ->check(CLI::IsMember({"local", "slurm"}))
+      ->capture_default_str();
+  run_cmd->add_option("--partition", opt.slurm.partition, "slurm: the partition (default: the cluster's)");
+  run_cmd->add_option("--account", opt.slurm.account, "slurm: the account to charge");
+  run_cmd->add_option("--gpus-per-node", opt.slurm.gpus_per_node, "slurm: ranks (GPUs) per node; wider cases span nodes")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  run_cmd->add_option("--time-limit", opt.slurm.time_limit_min,
+                      "slurm: minutes per case allocation (0: its phase timeouts plus a minute each)")
+      ->capture_default_str();
+  run_cmd->add_option("--max-pending", opt.slurm.max_pending, "slurm: case allocations waiting in the queue at once")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  run_cmd->add_option("--srun-arg", opt.slurm.srun_args, "slurm: an extra srun argument (repeatable), e.g. --srun-arg=--mpi=none");
 
   Selection list_sel;
   auto* list_cmd = app.add_subcommand("list", "List the cases a selection expands to");
@@ -440,6 +460,12 @@ int main(int argc, char** argv) {
   launch_cmd->add_option("--timeout", timeout_s, "Stop all ranks after this many seconds (0: never)");
   launch_cmd->add_option("--grace", grace_s, "Seconds between SIGTERM and SIGKILL")->capture_default_str();
   launch_cmd->add_option("COMMAND", command, "Program and arguments (after --)")->required();
+
+  std::string task_dir;
+  std::vector<std::string> task_command;
+  auto* task_cmd = app.add_subcommand("slurm-task", "(run by srun) One rank of a Slurm step with torchrun's environment");
+  task_cmd->add_option("--dir", task_dir, "The phase's folder: rank<R>.log and exit_rank<R>.json")->required();
+  task_cmd->add_option("COMMAND", task_command, "Program and arguments (after --)")->required();
 
   std::string merge_out;
   std::vector<std::string> merge_in;
@@ -529,6 +555,7 @@ int main(int argc, char** argv) {
 
   try {
     if (*launch_cmd) return run_launch(nproc, log_dir, timeout_s, grace_s, command);
+    if (*task_cmd) return run_slurm_task(task_dir, task_command);
     if (*bisect_cmd) return bisect(bisect_opt);
 
     if (*show_cmd) {

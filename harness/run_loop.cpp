@@ -64,7 +64,12 @@ bool RunLoop::turn(double now_s, int stop_signal) {
   if (stopped_by_ == 0) {
     std::vector<Scheduler::Running> running;
     for (const auto& [i, flight] : in_flight_) running.push_back({static_cast<int>(i), outcomes_[i].start_s + outcomes_[i].expected_s});
-    for (int t : scheduler_.pick(now_s, pool_.free(), running)) start(static_cast<size_t>(t), now_s);
+    std::vector<int> held;  // picked while the launcher has no room: back to the queue's head, in order
+    for (int t : scheduler_.pick(now_s, pool_.free(), running)) {
+      if (launcher_.has_room && !launcher_.has_room()) held.push_back(t);
+      else start(static_cast<size_t>(t), now_s);
+    }
+    for (auto it = held.rbegin(); it != held.rend(); ++it) scheduler_.requeue(*it);
   }
   std::vector<size_t> ended;
   for (auto& [i, flight] : in_flight_)
@@ -127,6 +132,7 @@ bool RunLoop::start_phase(size_t i) {
   if (opt_.backend == "nccl") ls.gpus = physical_gpus(o.devices);
   ls.timeout_s = spec.timeout_s;
   ls.grace_s = opt_.grace_s;
+  ls.case_id = o.spec->id;
   try {
     flight.process = launcher_.start(ls);
     return true;
@@ -144,6 +150,7 @@ void RunLoop::phase_ended(size_t i, double now_s) {
   bool retry_port = false;
   if (flight.process) {
     po.result = flight.process->result();
+    po.launch_error = flight.process->launch_error();
     retry_port = flight.process->lost_port_race() && po.attempts < 3 && stopped_by_ == 0;
     flight.process.reset();
     std::set<pid_t> keep;
@@ -159,6 +166,7 @@ void RunLoop::phase_ended(size_t i, double now_s) {
     return;
   }
   in_flight_.erase(i);
+  if (launcher_.case_ended) launcher_.case_ended(o.spec->id);
   o.duration_s = now_s - o.start_s;
   pool_.release(o.devices);
   judge_case(i);

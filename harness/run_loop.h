@@ -40,11 +40,17 @@ class PhaseProcess {
   virtual const RankGroup::Result& result() const = 0;
   virtual bool lost_port_race() const = 0;
   virtual std::vector<pid_t> pids() const = 0;
+  // Why the phase never started, found after start() returned (a batch system's refusal).
+  virtual std::string launch_error() const { return ""; }
 };
 
 struct Launcher {
   std::function<std::unique_ptr<PhaseProcess>(const LaunchSpec&)> start;  // throws LaunchError
   std::function<void(const std::set<pid_t>& keep)> sweep_orphans;       // after a phase ends
+  // Optional, for a batch system: false holds new cases back (its queue is full), and
+  // case_ended gives back what the case held between its phases.
+  std::function<bool()> has_room;
+  std::function<void(const std::string& case_id)> case_ended;
 };
 
 class RunLoop {

@@ -75,6 +75,11 @@ RunResult run_cases(const Plan& plan, const RunOptions& opt) {
                       return std::make_unique<RankGroupProcess>(spec);
                     },
                     [](const std::set<pid_t>& keep) { sweep_orphans(keep); }};
+  std::unique_ptr<SlurmLauncher> slurm;  // outlives the loop: its destructor cancels what is left
+  if (opt.launcher == "slurm") {
+    slurm = std::make_unique<SlurmLauncher>(plan, opt.slurm);
+    launcher = slurm->launcher();
+  }
   RunLoop loop(plan, opt, std::move(launcher));
   while (loop.turn(now_s(), g_stop_signal)) {
     if (opt.progress) {

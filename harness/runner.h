@@ -11,6 +11,7 @@
 
 #include "matrix.h"
 #include "outcome.h"
+#include "slurm.h"
 
 namespace meshtest {
 
@@ -26,6 +27,8 @@ struct RunOptions {
   bool progress = false;     // a live line on a TTY
   int retries = 0;           // reruns of a case that missed its expectation
   std::vector<std::string> matrices;  // for summary.json, so rerun-failed can find them
+  std::string launcher = "local";     // local | slurm (slurm.h)
+  SlurmOptions slurm;
 };
 
 // Set by the signal handler; the runner polls it.
