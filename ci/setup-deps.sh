@@ -11,6 +11,7 @@ packages=(
   libxml2-utils python3 python3-junitparser
   python3-torch clang-14 libfuzzer-14-dev
   chromium fonts-dejavu-core  # report.html opened headless (tests/report/browser_check.sh)
+  slurmctld slurmd slurm-client  # --launcher slurm against a local cluster (ci/slurm-local.sh)
 )
 
 missing=()
