@@ -99,12 +99,15 @@ start() {
 
 stop_daemons() {
   [ -d "$root/run" ] || return 0
-  scancel --user="$(id -un)" 2>/dev/null || true
   local pids=()
   for f in "$root"/run/slurmd-n*.started "$root"/run/slurmctld.started; do
     [ -f "$f" ] && pids+=("$(cat "$f")")
   done
   [ ${#pids[@]} -gt 0 ] || return 0
+  # scancel without a controller retries for about 20 s: only ask a live one
+  if kill -0 "$(cat "$root/run/slurmctld.started" 2>/dev/null || echo 0)" 2>/dev/null; then
+    scancel --user="$(id -un)" 2>/dev/null || true
+  fi
   kill -TERM "${pids[@]}" 2>/dev/null || true
   for _ in $(seq 100); do
     local alive=0

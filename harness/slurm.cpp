@@ -454,20 +454,25 @@ class SlurmPhase : public PhaseProcess {
       return;
     }
     const bool any_failed = std::any_of(result_.exits.begin(), result_.exits.end(), [](const RankExit& e) { return !e.ok(); });
-    if (any_failed && result_.ok()) result_.stopped_because = ended_by_slurm();
-  }
-
-  // A step whose ranks were stopped with no rank failing first: Slurm's own reason (time limit, scancel).
-  std::string ended_by_slurm() {
+    if (!any_failed || stopping_) return;
+    // The allocation outlives its steps, so a job that no longer runs was ended by Slurm
+    // (time limit, scancel from outside, a node lost). Its SIGTERM may reach a trainer
+    // before the rank's task hears it, so no rank is taken to have failed on its own.
     std::string out;
-    run_client({"scontrol", "-o", "show", "job", std::to_string(alloc_->job)}, &out);
     std::smatch state, reason;
-    std::regex_search(out, state, std::regex("JobState=(\\S+)"));
+    for (int tries = 0; tries < 20; ++tries) {  // COMPLETING passes in a second or two; its end state says why
+      run_client({"scontrol", "-o", "show", "job", std::to_string(alloc_->job)}, &out);
+      if (!std::regex_search(out, state, std::regex("JobState=(\\S+)")) || state[1] != "COMPLETING") break;
+      ::usleep(100000);
+    }
     std::regex_search(out, reason, std::regex("Reason=(\\S+)"));
     const std::string job_state = state.empty() ? "unknown" : state[1].str();
-    if (job_state == "TIMEOUT") result_.timed_out = true;
-    return "Slurm ended job " + std::to_string(alloc_->job) + " (JobState=" + job_state +
-           (reason.empty() ? "" : " Reason=" + reason[1].str()) + ")";
+    if (job_state == "RUNNING" && result_.first_failure.rank >= 0) return;  // a rank failed: srun stopped the others
+    result_.first_failure = RankExit{};
+    result_.stopped_because = "Slurm ended job " + std::to_string(alloc_->job) + " (JobState=" + job_state +
+                              (reason.empty() ? "" : " Reason=" + reason[1].str()) + ")";
+    // Right after the limit the job may still be COMPLETING, with the reason already set.
+    result_.timed_out = job_state == "TIMEOUT" || (!reason.empty() && reason[1] == "TimeLimit");
   }
 
   std::shared_ptr<SlurmLauncher::State> state_;

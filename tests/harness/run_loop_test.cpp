@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <set>
 
 #include "matrix.h"
 #include "plan.h"
@@ -22,6 +23,7 @@ struct Script {
   bool lost_port = false;
   std::string stop_reason;  // set by the loop's stop()
   RankGroup::Result result;
+  std::string launch_error;  // found after the start, as a batch system's refusal is
   int launches = 0;
 };
 
@@ -33,6 +35,7 @@ class ScriptedProcess : public PhaseProcess {
   const RankGroup::Result& result() const override { return s_->result; }
   bool lost_port_race() const override { return s_->lost_port; }
   std::vector<pid_t> pids() const override { return {}; }
+  std::string launch_error() const override { return s_->launch_error; }
 
  private:
   std::shared_ptr<Script> s_;
@@ -59,6 +62,7 @@ class RunLoopTest : public ::testing::Test {
                           if (k == "MESHTEST_PHASE") phase = v;
                         }
                         if (unstartable_ == id + ":" + phase) throw LaunchError("cannot start fake: not found");
+                        started_cases_.insert(id);
                         auto& s = scripts_[id + ":" + phase];
                         if (!s) s = std::make_shared<Script>();
                         s->done = false;
@@ -67,6 +71,10 @@ class RunLoopTest : public ::testing::Test {
                         return std::make_unique<ScriptedProcess>(s);
                       },
                       [](const std::set<pid_t>&) {}};
+    if (room_ >= 0) {
+      launcher.has_room = [this] { return static_cast<int>(started_cases_.size() - ended_cases_.size()) < room_; };
+      launcher.case_ended = [this](const std::string& id) { ended_cases_.push_back(id); };
+    }
     loop_ = std::make_unique<RunLoop>(plan_run(selected, opt_, {}), opt_, std::move(launcher));
   }
   size_t index(const std::string& name) const {
@@ -109,6 +117,9 @@ class RunLoopTest : public ::testing::Test {
   std::unique_ptr<RunLoop> loop_;
   std::map<std::string, std::shared_ptr<Script>> scripts_;
   std::string unstartable_;
+  int room_ = -1;  // >= 0: a batch launcher that holds this many cases at once
+  std::set<std::string> started_cases_;
+  std::vector<std::string> ended_cases_;
   double now_ = 0;
 };
 
@@ -153,6 +164,36 @@ TEST_F(RunLoopTest, ALaunchErrorGoesStraightToFinal) {
   EXPECT_FALSE(turn());
   EXPECT_EQ(outcome("a").verdict.kind, VerdictKind::kLaunchError);
   EXPECT_EQ(outcome("a").reason(), "exit: phase train: cannot start fake: not found");
+}
+
+TEST_F(RunLoopTest, ABatchLauncherWithoutRoomHoldsCasesBackAndHearsWhenEachEnds) {
+  room_ = 1;
+  load("  - name: a\n  - name: b\n    phases:\n      - {name: save}\n      - {name: load}\n");
+  turn();
+  EXPECT_EQ(scripts_.size(), 1u) << "the pool fits both; the launcher has room for one";
+  const std::string first = launched("a") ? "a" : "b";
+  const std::string first_phase = first == "a" ? "train" : "save";
+  end(first, first_phase);
+  turn();
+  if (first == "b") {
+    EXPECT_TRUE(ended_cases_.empty()) << "b holds its allocation between its phases";
+    end("b", "load");
+    turn();
+  }
+  EXPECT_EQ(ended_cases_, std::vector<std::string>{"s/" + first});
+  const std::string second = first == "a" ? "b" : "a";
+  turn();
+  ASSERT_TRUE(launched(second, second == "a" ? "train" : "save")) << "started once the first gave its room back";
+}
+
+TEST_F(RunLoopTest, ALaunchErrorFoundAfterTheStartIsALaunchError) {
+  load("  - name: a\n");
+  turn();
+  script("a").launch_error = "Slurm refused the allocation: Invalid partition name specified";
+  script("a").done = true;
+  EXPECT_FALSE(turn());
+  EXPECT_EQ(outcome("a").verdict.kind, VerdictKind::kLaunchError);
+  EXPECT_EQ(outcome("a").reason(), "exit: phase train: Slurm refused the allocation: Invalid partition name specified");
 }
 
 TEST_F(RunLoopTest, ALostPortRaceStartsTheSamePhaseAgain) {
