@@ -616,6 +616,15 @@ int main(int argc, char** argv) {
       }
       RunOptions o = opt;
       o.backend = prior.value("backend", "gloo");
+      o.launcher = prior.value("launcher", "local");
+      if (const auto sl = prior.value("slurm", json::object()); !sl.empty()) {
+        o.slurm.partition = sl.value("partition", "");
+        o.slurm.account = sl.value("account", "");
+        o.slurm.gpus_per_node = sl.value("gpus_per_node", 8);
+        o.slurm.time_limit_min = sl.value("time_limit_min", 0);
+        o.slurm.max_pending = sl.value("max_pending", 16);
+        o.slurm.srun_args = sl.value("srun_args", std::vector<std::string>{});
+      }
       o.out_dir = rerun_out.empty() ? (fs::path(rerun_from) / "rerun").string() : rerun_out;
       o.history = (fs::path(rerun_from) / "summary.json").string();
       return run_matrix(again, o, false, prior.value("devices", -1), argv[0]);

@@ -138,6 +138,15 @@ TEST_F(Slurm, EveryRankGetsTheLocalLaunchersEnvironmentOnEveryNode) {
     if (r == 0) port = p;
     EXPECT_EQ(p, port) << "every rank meets at one store";
   }
+
+  // With GPUs (the cluster's are fake): each node's ranks see that node's GPUs, as locally a case's.
+  const Output gpus = sh("CI=1 " + kMeshtest + " run --launcher slurm --backend nccl --gpus-per-node 2 " + dir_ +
+                         "/m.yaml --out " + dir_ + "/gpus");
+  ASSERT_EQ(gpus.rc, 0) << gpus.text;
+  for (int r = 0; r < 4; ++r) {
+    const std::string t = read_text(dir_ + "/gpus/s/env/train/rank" + std::to_string(r) + ".log");
+    EXPECT_NE(t.find("CUDA_VISIBLE_DEVICES=0,1\n"), std::string::npos) << t;
+  }
 }
 
 TEST_F(Slurm, ACrashNamesTheRankAndSignalThatFailedFirstNotSrunsFoldedStatus) {
@@ -155,6 +164,15 @@ TEST_F(Slurm, ACrashNamesTheRankAndSignalThatFailedFirstNotSrunsFoldedStatus) {
   EXPECT_EQ(c["verdict"]["rank"], 2);
   EXPECT_NE(c["reason"].get<std::string>().find("rank 2 failed first with signal 11 (SIGSEGV)"), std::string::npos)
       << c["reason"];
+
+  // rerun-failed goes back to the same cluster with the same options.
+  EXPECT_EQ(summary()["slurm"]["gpus_per_node"], 2);
+  const Output again = sh("CI=1 " + kMeshtest + " rerun-failed --from " + dir_ + "/out");
+  EXPECT_EQ(again.rc, 1) << again.text;
+  EXPECT_TRUE(fs::exists(dir_ + "/out/rerun/s/crash/salloc.log")) << again.text;
+  const json rerun = json::parse(read_text(dir_ + "/out/rerun/summary.json"));
+  EXPECT_EQ(rerun["launcher"], "slurm");
+  EXPECT_EQ(case_of(rerun, "s/crash")["verdict"]["rank"], 2);
 }
 
 TEST_F(Slurm, AHangIsATimeoutWithTheRankThatStillRan) {
