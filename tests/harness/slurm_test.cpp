@@ -73,6 +73,22 @@ class Slurm : public Run {
   Output slurm_run(const std::string& args) {
     return sh("CI=1 " + kMeshtest + " run --launcher slurm --out " + dir_ + "/out --grace 5 " + args);
   }
+  // `meshtest run --launcher slurm ARGS` in the background, its output in run.log; wait_for gives its exit status.
+  pid_t slurm_run_in_background(const std::string& args) {
+    const std::string cmd = "exec env CI=1 " + kMeshtest + " run --launcher slurm --grace 5 --out " + dir_ + "/out " +
+                            args + " > " + dir_ + "/run.log 2>&1";
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::execl("/bin/sh", "sh", "-c", cmd.c_str(), nullptr);
+      ::_exit(127);
+    }
+    return pid;
+  }
+  static int wait_for(pid_t pid) {
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
   static std::string skip_;
 };
 std::string Slurm::skip_;
@@ -219,13 +235,7 @@ TEST_F(Slurm, SigtermCancelsEveryJobAndStillWritesTheReports) {
   // Three 8-rank cases on 16 slots: two run, one waits in Slurm's queue when SIGTERM comes.
   matrix("suite: s\ncases:\n  - {name: a, command: [FAKE, --sleep, '120'], ngpu: 8}\n"
          "  - {name: b, command: [FAKE, --sleep, '120'], ngpu: 8}\n  - {name: c, command: [FAKE, --sleep, '120'], ngpu: 8}\n");
-  const std::string cmd = "env CI=1 " + kMeshtest + " run --launcher slurm --gpus-per-node 8 --grace 5 " + dir_ +
-                          "/m.yaml --out " + dir_ + "/out > " + dir_ + "/run.log 2>&1";
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), nullptr);
-    ::_exit(127);
-  }
+  const pid_t pid = slurm_run_in_background(dir_ + "/m.yaml --gpus-per-node 8");
   // Until two cases' ranks run and the third waits.
   for (int i = 0; i < 300; ++i) {
     const bool running = fs::exists(dir_ + "/out/s/a/train/rank7.log") + fs::exists(dir_ + "/out/s/b/train/rank7.log") +
@@ -235,9 +245,7 @@ TEST_F(Slurm, SigtermCancelsEveryJobAndStillWritesTheReports) {
   }
   EXPECT_EQ(sh("squeue --noheader | wc -l").text, "3\n") << "two running and one pending before the stop";
   ::kill(pid, SIGTERM);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 128 + SIGTERM) << read_text(dir_ + "/run.log");
+  EXPECT_EQ(wait_for(pid), 128 + SIGTERM) << read_text(dir_ + "/run.log");
   const json s = summary();
   for (const char* id : {"s/a", "s/b", "s/c"}) EXPECT_EQ(case_of(s, id)["status"], "cancelled") << case_of(s, id).dump(1);
   EXPECT_TRUE(fs::exists(dir_ + "/out/junit.xml"));
@@ -246,20 +254,12 @@ TEST_F(Slurm, SigtermCancelsEveryJobAndStillWritesTheReports) {
 
 TEST_F(Slurm, AJobCancelledFromOutsideIsReportedWithSlurmsStateNotAsARankFailure) {
   matrix("suite: s\ncases:\n  - {name: victim, command: [FAKE, --sleep, '120'], ngpu: 2}\n");
-  const std::string cmd = "env CI=1 " + kMeshtest + " run --launcher slurm --grace 5 " + dir_ + "/m.yaml --out " + dir_ +
-                          "/out > " + dir_ + "/run.log 2>&1";
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), nullptr);
-    ::_exit(127);
-  }
+  const pid_t pid = slurm_run_in_background(dir_ + "/m.yaml");
   for (int i = 0; i < 300 && !fs::exists(dir_ + "/out/s/victim/train/rank1.log"); ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   EXPECT_EQ(sh("scancel --name=meshtest/s/victim").rc, 0);  // an operator, or a preemption
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << read_text(dir_ + "/run.log");
+  EXPECT_EQ(wait_for(pid), 1) << read_text(dir_ + "/run.log");
   const json c = case_of(summary(), "s/victim");
   EXPECT_EQ(c["status"], "failed") << c.dump(1);
   EXPECT_EQ(c["verdict"]["kind"], "crashed") << c.dump(1);
