@@ -8,10 +8,13 @@
 #   export SLURM_CONF=DIR/etc/slurm.conf  # how clients (srun, meshtest --launcher slurm) find it
 #
 # DIR defaults to /tmp/meshtest-slurm. Needs root (slurmd runs the tasks as their user).
+# Ports: slurmctld on $MESHTEST_SLURM_PORT (default 6817), the nodes on the next two, so two
+# clusters (two checkouts' tests) can run at once with different values.
 set -euo pipefail
 action=${1:?usage: slurm-local.sh start|stop [DIR]}
 root=$(realpath -m "${2:-/tmp/meshtest-slurm}")
 conf=$root/etc/slurm.conf
+port=${MESHTEST_SLURM_PORT:-6817}
 export SLURM_CONF=$conf
 
 install_slurm() {
@@ -32,7 +35,7 @@ write_config() {
   cat >"$conf" <<EOF
 ClusterName=meshtest
 SlurmctldHost=$host(127.0.0.1)
-SlurmctldPort=6817
+SlurmctldPort=$port
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/none
@@ -62,8 +65,8 @@ KillWait=2
 InactiveLimit=0
 MinJobAge=600
 GresTypes=gpu
-NodeName=n1 NodeHostname=$host NodeAddr=127.0.0.1 Port=6818 CPUs=8 Gres=gpu:8 State=UNKNOWN
-NodeName=n2 NodeHostname=$host NodeAddr=127.0.0.1 Port=6819 CPUs=8 Gres=gpu:8 State=UNKNOWN
+NodeName=n1 NodeHostname=$host NodeAddr=127.0.0.1 Port=$((port + 1)) CPUs=8 Gres=gpu:8 State=UNKNOWN
+NodeName=n2 NodeHostname=$host NodeAddr=127.0.0.1 Port=$((port + 2)) CPUs=8 Gres=gpu:8 State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 EOF
   cat >"$root/etc/gres.conf" <<EOF
@@ -94,6 +97,7 @@ start() {
   echo "slurm-local: nodes did not become idle in 30 s:" >&2
   sinfo -N -l >&2 || true
   tail -n 20 "$root"/log/*.log >&2 || true
+  stop_daemons quiet
   exit 1
 }
 
@@ -101,13 +105,16 @@ stop_daemons() {
   [ -d "$root/run" ] || return 0
   local pids=()
   for f in "$root"/run/slurmd-n*.started "$root"/run/slurmctld.started; do
-    [ -f "$f" ] && pids+=("$(cat "$f")")
+    [ -f "$f" ] || continue
+    local p; p=$(cat "$f")
+    # a stale file's pid may belong to another process by now
+    case "$(cat /proc/"$p"/comm 2>/dev/null)" in slurmd|slurmctld) pids+=("$p") ;; esac
   done
+  local controller; controller=$(cat "$root/run/slurmctld.started" 2>/dev/null || echo 0)
+  rm -f "$root"/run/*.started
   [ ${#pids[@]} -gt 0 ] || return 0
   # scancel without a controller retries for about 20 s: only ask a live one
-  if kill -0 "$(cat "$root/run/slurmctld.started" 2>/dev/null || echo 0)" 2>/dev/null; then
-    scancel --user="$(id -un)" 2>/dev/null || true
-  fi
+  if [[ " ${pids[*]} " == *" $controller "* ]]; then scancel --user="$(id -un)" 2>/dev/null || true; fi
   kill -TERM "${pids[@]}" 2>/dev/null || true
   for _ in $(seq 100); do
     local alive=0
@@ -119,7 +126,6 @@ stop_daemons() {
     sleep 0.1
   done
   kill -KILL "${pids[@]}" 2>/dev/null || true
-  rm -f "$root"/run/*.started
   [ "${1:-}" = quiet ] || echo "slurm-local: stopped"
 }
 

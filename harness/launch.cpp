@@ -182,9 +182,19 @@ RankExit run_placed_rank(const RankPlace& place, const std::string& log_dir, con
   struct sigaction sa {};
   sa.sa_handler = on_placed_rank_stop;  // no SA_RESTART: waitpid returns EINTR
   sigemptyset(&sa.sa_mask);
-  for (int sig : {SIGTERM, SIGINT}) ::sigaction(sig, &sa, nullptr);
+  sigset_t stops;
+  sigemptyset(&stops);
+  for (int sig : {SIGTERM, SIGINT}) ::sigaction(sig, &sa, nullptr), sigaddset(&stops, sig);
+  ::sigprocmask(SIG_UNBLOCK, &stops, nullptr);  // a stop the caller held back arrives now
 
   fs::create_directories(log_dir);
+  RankExit e;
+  e.rank = place.rank;
+  if (g_placed_rank_stop) {  // stopped before it started
+    *stopped = true;
+    e.signal = SIGTERM;
+    return e;
+  }
   const std::string log = rank_log_path(log_dir, place.rank);
   std::ofstream(log, std::ios::trunc).close();  // Boost opens without O_TRUNC
   std::error_code ec;
@@ -205,8 +215,7 @@ RankExit run_placed_rank(const RankPlace& place, const std::string& log_dir, con
     if (w == pid) break;
     if (w < 0 && errno != EINTR) throw LaunchError(std::string("waiting for the rank: ") + std::strerror(errno));
   }
-  RankExit e;
-  e.rank = place.rank;
+  *stopped = *stopped || g_placed_rank_stop;  // a stop that came while it ended
   if (WIFSIGNALED(status)) e.signal = WTERMSIG(status);
   else if (WIFEXITED(status)) e.exit_code = WEXITSTATUS(status);
   return e;

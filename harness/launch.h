@@ -54,7 +54,8 @@ struct RankPlace {
 
 // Runs one rank in the foreground with the same environment a RankGroup gives its ranks
 // (torchrun's variables for `place`, the rank's files under log_dir) and its output in
-// rank<R>.log there. SIGTERM/SIGINT to the caller are passed to the rank. This is how a
+// rank<R>.log there. SIGTERM/SIGINT to the caller are passed to the rank (one the caller
+// held blocked arrives when this starts, and the rank is then not started). This is how a
 // batch launcher (slurm.h) starts ranks that a trainer cannot tell from local ones.
 // `stopped` says whether a stop signal arrived before the rank ended.
 RankExit run_placed_rank(const RankPlace& place, const std::string& log_dir, const std::vector<std::string>& argv,

@@ -248,9 +248,13 @@ int run_matrix(Selection sel, RunOptions opt, bool dry_run, int ngpu, const char
   for (const auto& m : sel.matrices) opt.matrices.push_back(fs::absolute(m).string());
   opt.repro_prefix = shell_quote(argv0) + " run" + files + " --backend " + opt.backend + " --ngpu " +
                      std::to_string(opt.devices);
-  if (opt.launcher == "slurm")
-    opt.repro_prefix += " --launcher slurm --gpus-per-node " + std::to_string(opt.slurm.gpus_per_node) +
-                        (opt.slurm.partition.empty() ? "" : " --partition " + shell_quote(opt.slurm.partition));
+  if (opt.launcher == "slurm") {
+    opt.repro_prefix += " --launcher slurm --gpus-per-node " + std::to_string(opt.slurm.gpus_per_node);
+    if (!opt.slurm.partition.empty()) opt.repro_prefix += " --partition " + shell_quote(opt.slurm.partition);
+    if (!opt.slurm.account.empty()) opt.repro_prefix += " --account " + shell_quote(opt.slurm.account);
+    if (opt.slurm.time_limit_min > 0) opt.repro_prefix += " --time-limit " + std::to_string(opt.slurm.time_limit_min);
+    for (const auto& a : opt.slurm.srun_args) opt.repro_prefix += " --srun-arg=" + shell_quote(a);
+  }
   opt.progress = ::isatty(2) && !std::getenv("CI");
   const Plan plan = plan_run(select_shard(suites, sel, opt, history), opt, history);
 

@@ -1,9 +1,11 @@
 #include "slurm.h"
 
 #include <boost/process.hpp>
+#include <boost/process/extend.hpp>
 #include <nlohmann/json.hpp>
 
 #include <signal.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -129,19 +131,72 @@ std::string first_node_address(const std::string& nodelist) {
   const std::string first = hosts.substr(0, hosts.find('\n'));
   std::string node;
   if (run_client({"scontrol", "-o", "show", "node", first}, &node) == 0) {
+    static const std::regex node_addr("NodeAddr=(\\S+)");
     std::smatch m;
-    if (std::regex_search(node, m, std::regex("NodeAddr=(\\S+)"))) return m[1];
+    if (std::regex_search(node, m, node_addr)) return m[1];
   }
   return first;
 }
 
 // A pending job's reasons that no amount of waiting clears: the request cannot be met as submitted.
 bool hopeless_reason(const std::string& reason) {
-  static const std::set<std::string> never = {
-      "PartitionConfig", "PartitionNodeLimit", "PartitionTimeLimit", "BadConstraints", "InvalidAccount",
-      "InvalidQOS",      "QOSMaxCpuPerJobLimit", "QOSMaxGRESPerJob", "QOSMaxNodePerJobLimit", "AccountNotAllowed",
-      "DependencyNeverSatisfied"};
-  return never.count(reason) > 0;
+  static const std::set<std::string> never = {"PartitionConfig",   "PartitionNodeLimit", "PartitionTimeLimit",
+                                              "BadConstraints",    "InvalidAccount",     "InvalidQOS",
+                                              "AccountNotAllowed", "DependencyNeverSatisfied"};
+  static const std::regex qos_per_job("QOSMax.*PerJob.*");
+  return never.count(reason) > 0 || std::regex_match(reason, qos_per_job);
+}
+
+// salloc and srun run in their own process group, so a Ctrl-C at the terminal reaches
+// meshtest only (which then stops them in order), and get SIGTERM if meshtest dies:
+// salloc then withdraws its request and srun stops its step.
+struct OwnGroupDieWithMeshtest {
+  template <class Executor>
+  void operator()(Executor&) const {
+    ::setpgid(0, 0);
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+  }
+};
+
+// The job id salloc printed ("Pending job allocation N", "Granted job allocation N"); 0 before.
+long job_in_log(const std::string& log) {
+  static const std::regex allocation("job allocation (\\d+)");
+  std::smatch m;
+  const std::string text = tail_of_file(log, 20);
+  return std::regex_search(text, m, allocation) ? std::stol(m[1]) : 0;
+}
+
+struct JobState {
+  std::string state = "unknown", reason;
+  bool running() const { return state == "RUNNING"; }
+  bool hit_time_limit() const { return state == "TIMEOUT" || reason == "TimeLimit"; }
+  std::string describe(long job) const {
+    return "Slurm ended job " + std::to_string(job) + " (JobState=" + state + (reason.empty() ? "" : " Reason=" + reason) + ")";
+  }
+};
+
+// A job's state and reason. COMPLETING lasts a second or two after an end; the state after it says why.
+JobState job_state(long job) {
+  static const std::regex state_re("JobState=(\\S+)"), reason_re("Reason=(\\S+)");
+  JobState js;
+  for (int tries = 0; tries < 20; ++tries) {
+    std::string out;
+    run_client({"scontrol", "-o", "show", "job", std::to_string(job)}, &out);
+    std::smatch m;
+    js.state = std::regex_search(out, m, state_re) ? m[1].str() : "unknown";
+    js.reason = std::regex_search(out, m, reason_re) ? m[1].str() : "";
+    if (js.state != "COMPLETING") break;
+    ::usleep(100000);
+  }
+  return js;
+}
+
+// Waits up to `seconds` for a child, then kills it: a client must not stall the run loop.
+void reap(bp::child& c, double seconds) {
+  std::error_code ec;
+  for (int i = 0; i < seconds * 100 && c.running(ec); ++i) ::usleep(10000);
+  if (c.running(ec)) ::kill(c.id(), SIGKILL);
+  c.wait(ec);
 }
 
 }  // namespace
@@ -162,7 +217,33 @@ RankPlace rank_place_from_slurm() {
   return p;
 }
 
+namespace {
+
+// A rank's exit record: in exit_rank<R>.json and as one "meshtest-exit {...}" line on the
+// task's stdout, which srun carries back to meshtest (srun.log) even when a shared file
+// system is slow to show the file on the login node.
+void record_exit(const std::string& log_dir, int rank, const RankExit& e, bool stopped, const std::string& error) {
+  json record = {{"rank", rank},         {"node", env_or("SLURMD_NODENAME", "")},
+                 {"exit_code", e.exit_code}, {"signal", e.signal},
+                 {"stopped", stopped},   {"ended_ns", wall_ns()}};
+  if (!error.empty()) record["error"] = error;
+  std::printf("meshtest-exit %s\n", record.dump().c_str());
+  std::fflush(stdout);
+  const std::string path = rank_exit_file(log_dir, rank);
+  std::ofstream(path + ".tmp") << record.dump() << "\n";
+  std::error_code ec;
+  fs::rename(path + ".tmp", path, ec);
+}
+
+}  // namespace
+
 int run_slurm_task(const std::string& log_dir, const std::vector<std::string>& command) {
+  // Held until run_placed_rank takes them: a stop while the place is worked out still counts.
+  sigset_t stops;
+  sigemptyset(&stops);
+  sigaddset(&stops, SIGTERM);
+  sigaddset(&stops, SIGINT);
+  ::sigprocmask(SIG_BLOCK, &stops, nullptr);
   RankPlace place;
   try {
     place = rank_place_from_slurm();
@@ -172,21 +253,17 @@ int run_slurm_task(const std::string& log_dir, const std::vector<std::string>& c
   }
   bool stopped = false;
   RankExit e;
+  e.rank = place.rank;
   try {
     e = run_placed_rank(place, log_dir, command, &stopped);
   } catch (const std::exception& err) {
-    std::fprintf(stderr, "meshtest slurm-task: error: rank %d: %s\n", place.rank, err.what());
+    const std::string error = "meshtest slurm-task: error: rank " + std::to_string(place.rank) + ": " + err.what();
+    std::ofstream(rank_log_path(log_dir, place.rank), std::ios::app) << error << "\n";  // quoted by the verdict
+    e.exit_code = 127;
+    record_exit(log_dir, place.rank, e, stopped, error);
     return 127;
   }
-  const json record = {{"rank", place.rank},
-                       {"node", env_or("SLURMD_NODENAME", "")},
-                       {"exit_code", e.exit_code},
-                       {"signal", e.signal},
-                       {"stopped", stopped},
-                       {"ended_ns", wall_ns()}};
-  const std::string path = rank_exit_file(log_dir, place.rank);
-  std::ofstream(path + ".tmp") << record.dump() << "\n";
-  fs::rename(path + ".tmp", path);
+  record_exit(log_dir, place.rank, e, stopped, "");
   return e.signal != 0 ? 128 + e.signal : e.exit_code;
 }
 
@@ -245,7 +322,8 @@ struct SlurmLauncher::State {
     }
     std::error_code ec;
     a->salloc = std::make_unique<bp::child>(program, bp::args = args, client_environment(),
-                                            (bp::std_out & bp::std_err) > log_path, bp::std_in < bp::null, ec);
+                                            (bp::std_out & bp::std_err) > log_path, bp::std_in < bp::null,
+                                            bp::extend::on_exec_setup = OwnGroupDieWithMeshtest{}, ec);
     if (ec) a->refused = "cannot start salloc: " + ec.message();
     allocations[case_id] = a;
     return a;
@@ -255,21 +333,14 @@ struct SlurmLauncher::State {
   // Slurm now and then why it still waits.
   void advance(Allocation& a) {
     if (a.granted || !a.refused.empty() || !a.salloc) return;
-    if (a.job == 0) {
-      std::smatch m;
-      const std::string text = tail_of_file(a.log, 20);
-      if (std::regex_search(text, m, std::regex("job allocation (\\d+)"))) a.job = std::stol(m[1]);
-    }
+    if (a.job == 0) a.job = job_in_log(a.log);
     std::error_code ec;
     if (!a.salloc->running(ec)) {
       const int rc = a.salloc->exit_code();
       a.salloc.reset();
-      if (a.job == 0) {
-        std::smatch m;
-        const std::string text = tail_of_file(a.log, 20);
-        if (std::regex_search(text, m, std::regex("job allocation (\\d+)"))) a.job = std::stol(m[1]);
-      }
+      if (a.job == 0) a.job = job_in_log(a.log);
       if (rc == 0 && a.job != 0) a.granted = true;
+      else if (rc == 0) a.refused = "salloc reported no job id: " + slurm_reason(a.log);
       else a.refused = "Slurm refused the allocation: " + slurm_reason(a.log);
       return;
     }
@@ -292,9 +363,10 @@ struct SlurmLauncher::State {
     if (a.salloc) {
       std::error_code ec;
       if (a.salloc->running(ec)) ::kill(a.salloc->id(), SIGTERM);  // salloc withdraws a pending request
-      a.salloc->wait(ec);
+      reap(*a.salloc, 5);
       a.salloc.reset();
     }
+    if (a.job == 0) a.job = job_in_log(a.log);  // granted (or pending) since the last look
     if (a.job != 0) scancel(a.job);
   }
 
@@ -351,7 +423,6 @@ class SlurmPhase : public PhaseProcess {
   void stop(const std::string& reason) override {
     if (stopping_ || done_) return;
     stopping_ = true;
-    stop_ns_ = wall_ns();
     result_.stopped_because = reason;
     kill_at_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(spec_.grace_s));
     if (srun_) scancel(alloc_->job, "TERM");  // every rank of the step; the allocation stays until case_ended
@@ -359,7 +430,7 @@ class SlurmPhase : public PhaseProcess {
   }
 
   const RankGroup::Result& result() const override { return result_; }
-  bool lost_port_race() const override { return srun_ran_ && !result_.ok() && meshtest::lost_port_race(spec_.log_dir, spec_.nproc); }
+  bool lost_port_race() const override { return srun_ran_ && !ended_by_slurm_ && !result_.ok() && meshtest::lost_port_race(spec_.log_dir, spec_.nproc); }
   std::vector<pid_t> pids() const override {
     std::vector<pid_t> out;
     if (srun_) out.push_back(srun_->id());
@@ -407,9 +478,10 @@ class SlurmPhase : public PhaseProcess {
     }
     std::error_code ec;
     started_ = Clock::now();
-    srun_ = std::make_unique<bp::child>(program, bp::args = args, env,
-                                        (bp::std_out & bp::std_err) > (fs::path(spec_.log_dir) / "srun.log").string(),
-                                        bp::std_in < bp::null, ec);
+    const std::string srun_log = (fs::path(spec_.log_dir) / "srun.log").string();
+    std::ofstream(srun_log, std::ios::trunc).close();  // Boost opens without O_TRUNC; a port-race retry reuses it
+    srun_ = std::make_unique<bp::child>(program, bp::args = args, env, (bp::std_out & bp::std_err) > srun_log,
+                                        bp::std_in < bp::null, bp::extend::on_exec_setup = OwnGroupDieWithMeshtest{}, ec);
     if (ec) {
       srun_.reset();
       finish_unstarted("cannot start srun: " + ec.message());
@@ -418,61 +490,101 @@ class SlurmPhase : public PhaseProcess {
     srun_ran_ = true;
   }
 
-  // After srun: each rank's own record; the first to fail on its own, not stopped by Slurm or meshtest.
+  // After srun: each rank's own record, the first rank to fail on its own, and otherwise
+  // what ended the step (Slurm, or a rank that left no record).
   void collect(int srun_exit) {
     done_ = true;
     result_.duration_s = std::chrono::duration<double>(Clock::now() - started_).count();
-    bool any_started = false;
-    long long first_end = 0;
-    for (int r = 0; r < spec_.nproc; ++r) {
-      RankExit& e = result_.exits[r];
-      std::ifstream in(rank_exit_file(spec_.log_dir, r));
-      json record;
-      try {
-        if (in) record = json::parse(in);
-      } catch (const std::exception&) {
+    const std::map<int, json> records = exit_records();
+    if (records.empty() && !any_rank_log()) {
+      if (stopping_) return;
+      const JobState js = job_state(alloc_->job);
+      if (!js.running()) {
+        result_.stopped_because = js.describe(alloc_->job);
+        result_.timed_out = js.hit_time_limit();
+        ended_by_slurm_ = true;
+        return;
       }
-      if (record.is_object()) {
-        any_started = true;
-        e.exit_code = record.value("exit_code", 0);
-        e.signal = record.value("signal", 0);
-        const long long ended = record.value("ended_ns", 0LL);
-        const bool on_its_own = !record.value("stopped", false) && (!stopping_ || ended < stop_ns_);
-        if (!e.ok() && on_its_own && (first_end == 0 || ended < first_end)) {
-          first_end = ended;
-          result_.first_failure = e;
-        }
-      } else {
-        any_started |= fs::exists(rank_log_path(spec_.log_dir, r));
-        e.signal = SIGKILL;  // Slurm ended it before it could say how
-      }
-    }
-    if (!any_started) {
-      if (!stopping_)
-        launch_error_ = "srun started no rank (exit " + std::to_string(srun_exit) +
-                        "): " + slurm_reason((fs::path(spec_.log_dir) / "srun.log").string());
+      launch_error_ = "srun started no rank (exit " + std::to_string(srun_exit) +
+                      "): " + slurm_reason((fs::path(spec_.log_dir) / "srun.log").string());
       return;
     }
-    const bool any_failed = std::any_of(result_.exits.begin(), result_.exits.end(), [](const RankExit& e) { return !e.ok(); });
-    if (!any_failed || stopping_) return;
-    // The allocation outlives its steps, so a job that no longer runs was ended by Slurm
-    // (time limit, scancel from outside, a node lost). Its SIGTERM may reach a trainer
-    // before the rank's task hears it, so no rank is taken to have failed on its own.
-    std::string out;
-    std::smatch state, reason;
-    for (int tries = 0; tries < 20; ++tries) {  // COMPLETING passes in a second or two; its end state says why
-      run_client({"scontrol", "-o", "show", "job", std::to_string(alloc_->job)}, &out);
-      if (!std::regex_search(out, state, std::regex("JobState=(\\S+)")) || state[1] != "COMPLETING") break;
-      ::usleep(100000);
+    std::vector<int> unrecorded;
+    for (int r = 0; r < spec_.nproc; ++r) {
+      RankExit& e = result_.exits[r];
+      auto it = records.find(r);
+      if (it == records.end()) {
+        e.signal = SIGKILL;  // ended before it could say how
+        unrecorded.push_back(r);
+        continue;
+      }
+      e.exit_code = it->second.value("exit_code", 0);
+      e.signal = it->second.value("signal", 0);
     }
-    std::regex_search(out, reason, std::regex("Reason=(\\S+)"));
-    const std::string job_state = state.empty() ? "unknown" : state[1].str();
-    if (job_state == "RUNNING" && result_.first_failure.rank >= 0) return;  // a rank failed: srun stopped the others
+    pick_first_failure(records);
+    const bool any_failed = !unrecorded.empty() || std::any_of(result_.exits.begin(), result_.exits.end(),
+                                                               [](const RankExit& e) { return !e.ok(); });
+    if (any_failed && !stopping_) explain_without_failure(unrecorded);
+  }
+
+  // Per rank: srun's copy of its record, else the file.
+  std::map<int, json> exit_records() const {
+    std::map<int, json> records;
+    std::ifstream srun_log(fs::path(spec_.log_dir) / "srun.log");
+    for (std::string line; std::getline(srun_log, line);) {
+      if (line.rfind("meshtest-exit ", 0) != 0) continue;
+      const json j = json::parse(line.substr(14), nullptr, false);
+      if (j.is_object() && j.value("rank", -1) >= 0) records[j.value("rank", -1)] = j;
+    }
+    for (int r = 0; r < spec_.nproc; ++r) {
+      if (records.count(r)) continue;
+      std::ifstream in(rank_exit_file(spec_.log_dir, r));
+      const json j = in ? json::parse(in, nullptr, false) : json();
+      if (j.is_object()) records[r] = j;
+    }
+    return records;
+  }
+
+  bool any_rank_log() const {
+    for (int r = 0; r < spec_.nproc; ++r)
+      if (fs::exists(rank_log_path(spec_.log_dir, r))) return true;
+    return false;
+  }
+
+  // The earliest failure that was not a stop: srun's --kill-on-bad-exit, Slurm and meshtest
+  // all stop the other ranks with SIGTERM, which a trainer may get before its task does.
+  void pick_first_failure(const std::map<int, json>& records) {
+    long long first_end = 0;
+    for (const auto& [r, record] : records) {
+      const RankExit& e = result_.exits[r];
+      const bool stop_signal = e.signal == SIGTERM || e.signal == SIGKILL || e.signal == SIGINT;
+      const bool on_its_own = !record.value("stopped", false) && !(stopping_ && stop_signal);
+      const long long ended = record.value("ended_ns", 0LL);
+      if (!e.ok() && on_its_own && (first_end == 0 || ended < first_end)) {
+        first_end = ended;
+        result_.first_failure = e;
+      }
+    }
+  }
+
+  // Ranks failed but none first on its own, or some left no record. The allocation outlives
+  // its steps, so a job that no longer runs was ended by Slurm (time limit, scancel from
+  // outside, a lost node); its SIGTERM may have reached trainers before their tasks.
+  void explain_without_failure(const std::vector<int>& unrecorded) {
+    const JobState js = job_state(alloc_->job);
+    if (js.running()) {
+      if (result_.first_failure.rank >= 0) return;  // a rank failed: srun stopped the others
+      if (!unrecorded.empty()) {
+        std::string ranks;
+        for (int r : unrecorded) ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
+        result_.stopped_because = "rank(s) " + ranks + " ended without an exit record (killed outside meshtest?)";
+        return;
+      }
+    }
+    ended_by_slurm_ = !js.running();
     result_.first_failure = RankExit{};
-    result_.stopped_because = "Slurm ended job " + std::to_string(alloc_->job) + " (JobState=" + job_state +
-                              (reason.empty() ? "" : " Reason=" + reason[1].str()) + ")";
-    // Right after the limit the job may still be COMPLETING, with the reason already set.
-    result_.timed_out = job_state == "TIMEOUT" || (!reason.empty() && reason[1] == "TimeLimit");
+    result_.stopped_because = js.describe(alloc_->job);
+    result_.timed_out = js.hit_time_limit();
   }
 
   std::shared_ptr<SlurmLauncher::State> state_;
@@ -485,7 +597,7 @@ class SlurmPhase : public PhaseProcess {
   Clock::time_point started_ = Clock::now();
   Clock::time_point kill_at_{};
   bool stopping_ = false;
-  long long stop_ns_ = 0;
+  bool ended_by_slurm_ = false;  // the job itself ended: nothing more runs in this allocation
   bool done_ = false;
 };
 

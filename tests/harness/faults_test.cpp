@@ -40,20 +40,6 @@ std::string slurp(const std::string& path) {
   return s.str();
 }
 
-// Processes whose command line mentions `text` (a test's folder): what a run left behind.
-std::vector<std::string> processes_mentioning(const std::string& text) {
-  std::vector<std::string> found;
-  for (const auto& e : fs::directory_iterator("/proc")) {
-    const std::string pid = e.path().filename();
-    if (pid.find_first_not_of("0123456789") != std::string::npos || pid == std::to_string(::getpid())) continue;
-    std::string cmdline = slurp("/proc/" + pid + "/cmdline");
-    for (char& c : cmdline)
-      if (c == '\0') c = ' ';
-    if (cmdline.find(text) != std::string::npos) found.push_back(pid + ": " + cmdline);
-  }
-  return found;
-}
-
 // Every pid written under `dir` (the fake trainer's --pid-dir files) that is still alive.
 std::vector<std::string> alive_pids(const std::string& dir) {
   std::vector<std::string> alive;

@@ -2,9 +2,14 @@
 #pragma once
 
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
+#include <vector>
 
 struct Output {
   int rc = -1;
@@ -20,4 +25,19 @@ inline Output sh(const std::string& command) {
   const int status = ::pclose(p);
   out.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return out;
+}
+
+// Processes whose command line mentions `text` (a test's folder): what a run left behind.
+inline std::vector<std::string> processes_mentioning(const std::string& text) {
+  std::vector<std::string> found;
+  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+    const std::string pid = e.path().filename();
+    if (pid.find_first_not_of("0123456789") != std::string::npos || pid == std::to_string(::getpid())) continue;
+    std::ifstream in("/proc/" + pid + "/cmdline");
+    std::string cmdline((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    for (char& c : cmdline)
+      if (c == '\0') c = ' ';
+    if (cmdline.find(text) != std::string::npos) found.push_back(pid + ": " + cmdline);
+  }
+  return found;
 }

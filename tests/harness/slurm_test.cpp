@@ -24,7 +24,9 @@ using nlohmann::json;
 
 namespace {
 
-const std::string kClusterDir = "/tmp/meshtest-slurm-test";
+// One cluster per port (MESHTEST_SLURM_PORT, ci/slurm-local.sh), so two checkouts' tests can run at once.
+const std::string kClusterDir =
+    "/tmp/meshtest-slurm-test-" + std::string(std::getenv("MESHTEST_SLURM_PORT") ? std::getenv("MESHTEST_SLURM_PORT") : "6817");
 const std::string kSlurmLocal = std::string(MESHTEST_SOURCE_DIR) + "/ci/slurm-local.sh";
 const std::string kCpuMatrix = std::string(MESHTEST_SOURCE_DIR) + "/test_matrix/cpu.yaml";
 
@@ -66,7 +68,7 @@ class Slurm : public Run {
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
       }
       EXPECT_EQ(queue, "") << "jobs left in the queue";
-      EXPECT_EQ(sh("pgrep -f '[m]eshtest slurm-task' || true").text, "") << "tasks left on the nodes";
+      EXPECT_EQ(processes_mentioning(dir_), std::vector<std::string>{}) << "tasks left on the nodes";
     }
     Run::TearDown();
   }
@@ -210,6 +212,7 @@ TEST_F(Slurm, SlurmsOwnTimeLimitIsReportedAsATimeout) {
   const json c = case_of(summary(), "s/hang");
   EXPECT_EQ(c["verdict"]["kind"], "timed_out") << c.dump(1);
   EXPECT_NE(c["reason"].get<std::string>().find("Reason=TimeLimit"), std::string::npos) << c["reason"];
+  EXPECT_EQ(c["verdict"]["rank"], 0) << "the rank still running when time ran out: " << c.dump(1);
 }
 
 TEST_F(Slurm, ARequestSlurmRefusesIsALaunchErrorWithSlurmsReason) {
@@ -233,8 +236,8 @@ TEST_F(Slurm, ARequestSlurmRefusesIsALaunchErrorWithSlurmsReason) {
 
 TEST_F(Slurm, SigtermCancelsEveryJobAndStillWritesTheReports) {
   // Three 8-rank cases on 16 slots: two run, one waits in Slurm's queue when SIGTERM comes.
-  matrix("suite: s\ncases:\n  - {name: a, command: [FAKE, --sleep, '120'], ngpu: 8}\n"
-         "  - {name: b, command: [FAKE, --sleep, '120'], ngpu: 8}\n  - {name: c, command: [FAKE, --sleep, '120'], ngpu: 8}\n");
+  const std::string sleeper = "command: [FAKE, --sleep, '120', --pid-dir, " + dir_ + "], ngpu: 8";  // names dir_: findable
+  matrix("suite: s\ncases:\n  - {name: a, " + sleeper + "}\n  - {name: b, " + sleeper + "}\n  - {name: c, " + sleeper + "}\n");
   const pid_t pid = slurm_run_in_background(dir_ + "/m.yaml --gpus-per-node 8");
   // Until two cases' ranks run and the third waits.
   for (int i = 0; i < 300; ++i) {
@@ -249,11 +252,11 @@ TEST_F(Slurm, SigtermCancelsEveryJobAndStillWritesTheReports) {
   const json s = summary();
   for (const char* id : {"s/a", "s/b", "s/c"}) EXPECT_EQ(case_of(s, id)["status"], "cancelled") << case_of(s, id).dump(1);
   EXPECT_TRUE(fs::exists(dir_ + "/out/junit.xml"));
-  EXPECT_EQ(sh("pgrep -fc '[f]ake_trainer --sleep 120' || true").text, "0\n");
+  EXPECT_EQ(processes_mentioning(dir_), std::vector<std::string>{}) << "every rank of the run must be gone";
 }
 
 TEST_F(Slurm, AJobCancelledFromOutsideIsReportedWithSlurmsStateNotAsARankFailure) {
-  matrix("suite: s\ncases:\n  - {name: victim, command: [FAKE, --sleep, '120'], ngpu: 2}\n");
+  matrix("suite: s\ncases:\n  - {name: victim, command: [FAKE, --sleep, '120', --pid-dir, " + dir_ + "], ngpu: 2}\n");
   const pid_t pid = slurm_run_in_background(dir_ + "/m.yaml");
   for (int i = 0; i < 300 && !fs::exists(dir_ + "/out/s/victim/train/rank1.log"); ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
