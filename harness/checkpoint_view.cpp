@@ -141,7 +141,7 @@ class DcpCheckpoint : public CheckpointView::Impl {
 };
 
 // meshtrain's format (docs/checkpoint.md, format_version 2): raw little-endian float32 chunks
-// with one mix64 checksum per leaf.
+// (bfloat16 in a model-only export) with one mix64 checksum per leaf.
 class MeshtrainCheckpoint : public CheckpointView::Impl {
   struct Chunk {
     Box box;
@@ -174,14 +174,15 @@ class MeshtrainCheckpoint : public CheckpointView::Impl {
 
   void check_chunks(const std::string& key) const override {
     const CheckpointEntry& e = entry(key);
-    if (e.dtype != "float32") fail(metadata_path() + ": " + key_label(key) + ": dtype " + e.dtype + " is not float32");
+    const uint64_t elem = element_bytes(key);
     std::map<std::string, uint64_t> sizes;
     for (const auto& c : chunks_.at(key)) {
       const std::string label = chunk_label(key, c);
       uint64_t needed = 0;
-      if (__builtin_mul_overflow(static_cast<uint64_t>(numel_of(c.box.sizes)), uint64_t{4}, &needed) ||
+      if (__builtin_mul_overflow(static_cast<uint64_t>(numel_of(c.box.sizes)), elem, &needed) ||
           c.byte_length != needed)
-        fail(label + ": byte_length is not 4 x the chunk's " + std::to_string(numel_of(c.box.sizes)) + " elements");
+        fail(label + ": byte_length is not " + std::to_string(elem) + " x the chunk's " +
+             std::to_string(numel_of(c.box.sizes)) + " elements");
       auto it = sizes.find(c.file);
       if (it == sizes.end()) it = sizes.emplace(c.file, dcp::FileReader(step_dir + "/" + c.file).size()).first;
       if (c.byte_offset > it->second || c.byte_length > it->second - c.byte_offset)
@@ -195,12 +196,21 @@ class MeshtrainCheckpoint : public CheckpointView::Impl {
     const dcp::FileReader file(step_dir + "/" + c.file);
     const std::vector<uint8_t> bytes = file.read(c.byte_offset, c.byte_length, label);
     if (c.has_hashes) verify_leaves(file, c, bytes, label);
-    std::vector<double> out(bytes.size() / 4);
-    for (size_t i = 0; i < out.size(); ++i) out[i] = dcp::element_to_double("float32", bytes.data() + 4 * i);
+    const std::string& dtype = entry(key).dtype;
+    const uint64_t elem = element_bytes(key);
+    std::vector<double> out(bytes.size() / elem);
+    for (size_t i = 0; i < out.size(); ++i) out[i] = dcp::element_to_double(dtype, bytes.data() + elem * i);
     return out;
   }
 
  private:
+  uint64_t element_bytes(const std::string& key) const {
+    const CheckpointEntry& e = entry(key);
+    if (e.dtype == "float32") return 4;
+    if (e.dtype == "bfloat16") return 2;
+    fail(metadata_path() + ": " + key_label(key) + ": dtype " + e.dtype + " (known: float32, bfloat16)");
+  }
+
   std::string metadata_path() const { return step_dir + "/.metadata"; }
 
   std::string chunk_label(const std::string& key, const Chunk& c) const {

@@ -401,10 +401,24 @@ struct MappedCheckpoint {
   std::map<std::string, const CheckpointEntry*> tensors;
 };
 
-MappedCheckpoint open_checkpoint(const Target& t, const char* check) {
-  if (!t.spec || !t.spec->outputs.checkpoint)
+// Where a phase's checkpoint is: outputs.checkpoint, or else the last step meshtrain's
+// rank0.json says the phase saved.
+CheckpointSource checkpoint_source(const Target& t, const char* check) {
+  if (t.spec && t.spec->outputs.checkpoint) return *t.spec->outputs.checkpoint;
+  std::ifstream in(t.dir + "/rank0.json");
+  const json rank0 = json::parse(in, nullptr, false);
+  if (!rank0.is_object() || !rank0.contains("checkpoint_folder"))
     throw Failure{std::string(check) + " needs outputs.checkpoint on " + t.label + " (where its checkpoint is)", ""};
-  const CheckpointSource& source = *t.spec->outputs.checkpoint;
+  const auto saved = rank0.value("checkpoint_steps_saved", std::vector<long long>());
+  if (saved.empty()) throw Failure{t.label + " saved no checkpoint (checkpoint_steps_saved is empty)", ""};
+  CheckpointSource source;
+  source.path = rank0["checkpoint_folder"].get<std::string>();
+  source.step = saved.back();
+  return source;
+}
+
+MappedCheckpoint open_checkpoint(const Target& t, const char* check) {
+  const CheckpointSource source = checkpoint_source(t, check);
   const std::string path = resolve_path(source.path, t.paths());
   try {
     MappedCheckpoint out{CheckpointView::open(path, source.step), {}};

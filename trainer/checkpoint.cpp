@@ -16,6 +16,7 @@
 #include <atomic>
 
 #include "hash.h"
+#include "outputs.h"
 #include "placement.h"
 
 namespace meshtrain {
@@ -91,8 +92,8 @@ void write_file(const std::string& path, const std::string& bytes) {
 // Checksum granularity of a chunk: an eighth of its innermost row, so a reshard that
 // splits rows over up to 8 ranks reads whole leaves; a power of two from 64 bytes (the
 // 1/8 overhead of small models) to 4 KiB (1/512 for wide rows).
-int64_t leaf_bytes_for(const std::vector<int64_t>& sizes) {
-  const int64_t row_bytes = (sizes.empty() ? 1 : sizes.back()) * 4;
+int64_t leaf_bytes_for(const std::vector<int64_t>& sizes, int64_t element_bytes) {
+  const int64_t row_bytes = (sizes.empty() ? 1 : sizes.back()) * element_bytes;
   int64_t leaf = kMinLeafBytes;
   while (leaf * 2 <= std::min<int64_t>(kMaxLeafBytes, row_bytes / 8)) leaf *= 2;
   return leaf;
@@ -327,7 +328,8 @@ std::string Checkpointer::styled_key(const std::string& canonical) const {
   return canonical.substr(0, pos) + ".parametrizations.weight.original" + canonical.substr(pos + leaf.size());
 }
 
-void Checkpointer::save(int64_t step, const std::vector<CheckpointTensor>& tensors, const json& objects) {
+void Checkpointer::save(int64_t step, const std::vector<CheckpointTensor>& tensors, const json& objects,
+                        torch::ScalarType dtype) {
   const std::string tmp = config_.folder + "/.tmp-step-" + std::to_string(step);
   if (rank_ == 0) {
     std::error_code ec;
@@ -337,7 +339,7 @@ void Checkpointer::save(int64_t step, const std::vector<CheckpointTensor>& tenso
   }
   groups_.world->barrier();
 
-  // This rank's data file: the chunks it owns, back to back, raw little-endian float32,
+  // This rank's data file: the chunks it owns, back to back, raw little-endian `dtype`,
   // each followed by its leaf checksums. Written as it is produced, one tensor in memory.
   const std::string file = "__" + std::to_string(rank_) + "_0.distcp";
   DurableFile data_file(tmp + "/" + file);
@@ -351,7 +353,7 @@ void Checkpointer::save(int64_t step, const std::vector<CheckpointTensor>& tenso
       if (std::find(over.begin(), over.end(), d) == over.end() && groups_.coord.at(d) != 0) owner = false;
     }
     if (c.numel() == 0 || (!owner && !injected(Fault::kReplicasWriteTheirCopy))) continue;
-    auto data = t.local.detach().to(torch::kCPU, torch::kFloat32).contiguous();
+    auto data = t.local.detach().to(torch::kCPU, dtype).contiguous();
     const auto* p = static_cast<const char*>(data.data_ptr());
     const int64_t length = static_cast<int64_t>(data.nbytes());
     io_.tensor_bytes_written += length;
@@ -359,10 +361,11 @@ void Checkpointer::save(int64_t step, const std::vector<CheckpointTensor>& tenso
       data_file.append(p, static_cast<size_t>(length));
       continue;
     }
-    const int64_t leaf = leaf_bytes_for(c.sizes);
+    const int64_t leaf = leaf_bytes_for(c.sizes, static_cast<int64_t>(data.element_size()));
     const auto sums = leaf_sums(p, length, leaf);
     const int64_t at = data_file.size();
     entries[saved_key(t.key)] = {{"shape", t.layout->global_shape},
+                                 {"dtype", dtype_name(dtype)},
                                  {"offsets", c.offsets},
                                  {"sizes", c.sizes},
                                  {"file", file},
@@ -387,8 +390,8 @@ void Checkpointer::save(int64_t step, const std::vector<CheckpointTensor>& tenso
       json plan = json::parse(read_text(plan_path));
       for (auto& [key, e] : plan["tensors"].items()) {
         auto& k = keys[key];
-        k["kind"] = "tensor", k["dtype"] = "float32", k["shape"] = e["shape"];
-        e.erase("shape");
+        k["kind"] = "tensor", k["dtype"] = e["dtype"], k["shape"] = e["shape"];
+        e.erase("shape"), e.erase("dtype");
         k["chunks"].push_back(e);
       }
       for (auto& [key, value] : plan["objects"].items()) keys[key] = {{"kind", "object"}, {"value", value}};
@@ -496,7 +499,14 @@ json Checkpointer::load(int64_t step, const std::vector<CheckpointTensor>& tenso
   torch::NoGradGuard no_grad;
   for (const auto& t : tensors) {
     const std::string key = saved_key(t.key);
-    if (!keys.contains(key)) fail("Missing key in checkpoint state_dict: " + key + ".");
+    if (!keys.contains(key)) {
+      const bool model_only = keys.contains("train_state") && keys["train_state"].value("value", json::object()).value("model_only", false);
+      if (model_only)
+        fail("checkpoint: '" + dir + "' is a model-only export (--checkpoint.last-save-model-only) without " + key +
+             "; start a run from its weights with --checkpoint.initial-load-path " + dir +
+             ", or load only the model (--checkpoint.exclude-from-loading optimizer,lr_scheduler,dataloader)");
+      fail("Missing key in checkpoint state_dict: " + key + ".");
+    }
     const json& k = keys[key];
     const auto shape = k.at("shape").get<std::vector<int64_t>>();
     if (shape != t.layout->global_shape)
@@ -504,7 +514,12 @@ json Checkpointer::load(int64_t step, const std::vector<CheckpointTensor>& tenso
            ", current " + shape_str(t.layout->global_shape));
     const Chunk& want = t.layout->chunk;
     const Box mine = box_of(want.offsets, want.sizes);
-    auto local = torch::empty(want.sizes, torch::kFloat32);  // every element is read below
+    const std::string dtype = k.value("dtype", "float32");
+    if (dtype != "float32" && dtype != "bfloat16")
+      fail("checkpoint: '" + meta_path + "': " + key + " has dtype " + dtype + " (known: float32, bfloat16)");
+    // Read in the saved dtype; copy_ below converts to the parameter's.
+    auto local = torch::empty(want.sizes, dtype == "bfloat16" ? torch::kBFloat16 : torch::kFloat32);  // every element is read below
+    const int64_t elem = static_cast<int64_t>(local.element_size());
     auto* out = static_cast<char*>(local.data_ptr());
     const auto local_strides = strides_of(want.sizes);
     // Every element is read exactly once (the buffer starts uninitialised): chunks that
@@ -537,13 +552,13 @@ json Checkpointer::load(int64_t step, const std::vector<CheckpointTensor>& tenso
       int64_t from = 0, bytes = 0;
       char* to = nullptr;
       for_each_run(overlap, [&](const std::vector<int64_t>& idx, int64_t run) {
-        const int64_t src = flat_index(idx, offsets, saved_strides) * 4;
-        char* dst = out + flat_index(idx, want.offsets, local_strides) * 4;
+        const int64_t src = flat_index(idx, offsets, saved_strides) * elem;
+        char* dst = out + flat_index(idx, want.offsets, local_strides) * elem;
         if (bytes > 0 && src == from + bytes && dst == to + bytes) {
-          bytes += run * 4;
+          bytes += run * elem;
         } else {
           reader.copy(from, bytes, to);
-          from = src, to = dst, bytes = run * 4;
+          from = src, to = dst, bytes = run * elem;
         }
         filled += run;
       });

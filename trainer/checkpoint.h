@@ -30,6 +30,16 @@ struct CheckpointConfig {
   std::string key_map = "none";         // none | parametrize-to-canonical
   std::set<std::string> exclude_from_loading;  // optimizer, lr_scheduler, dataloader
   int64_t load_step = -1;         // -1: the latest complete step, if any
+  // The save after the last step: model weights only (no optimizer, schedule or data
+  // position), in export_dtype, and with last_save_in_hf also as Hugging Face safetensors.
+  bool last_save_model_only = false;
+  torch::ScalarType export_dtype = torch::kFloat32;
+  bool last_save_in_hf = false;
+  // Weights to start from when the folder holds no checkpoint yet (torchtitan's
+  // initial_load_path, always model-only): a step-<N> folder, or with initial_load_in_hf a
+  // Hugging Face checkpoint (hf_checkpoint.h).
+  std::string initial_load_path;
+  bool initial_load_in_hf = false;
 };
 
 // Parses "a,b" into {"a","b"}, accepting optimizer, lr_scheduler, dataloader only.
@@ -56,8 +66,10 @@ class Checkpointer {
 
   // Collective: every rank calls it with its tensors and the objects it owns
   // (rank 0: lr_scheduler and train_state; a tp-rank-0 per dp rank: dataloader.dp_rank_<i>).
+  // Tensors are stored in `dtype` (float32, or bfloat16 for an export); a load converts back.
   // Writes step-<N>/ atomically: nothing under that name exists until all of it does.
-  void save(int64_t step, const std::vector<CheckpointTensor>& tensors, const nlohmann::json& objects);
+  void save(int64_t step, const std::vector<CheckpointTensor>& tensors, const nlohmann::json& objects,
+            torch::ScalarType dtype = torch::kFloat32);
 
   // Creates the folder and writes and removes a probe file in it; throws naming the folder
   // and the error when it cannot. Called before training, so a run that could never save

@@ -10,6 +10,7 @@
 
 #include "checkpoint.h"
 #include "flavors.h"
+#include "hf_checkpoint.h"
 
 namespace meshtrain {
 
@@ -83,37 +84,6 @@ int ckpt_diff(const std::string& a, const std::string& b, std::ostream& out) {
   return differences ? 1 : 0;
 }
 
-namespace {
-
-// Hugging Face transformers' LlamaForCausalLM name for a meshtrain model parameter.
-std::string hf_name(std::string fqn) {
-  const std::string wrapped = ".parametrizations.weight.original";  // parametrize-style keys
-  if (auto at = fqn.find(wrapped); at != std::string::npos) fqn.replace(at, wrapped.size(), ".weight");
-  static const std::vector<std::pair<std::string, std::string>> parts = {
-      {"attention.wq.", "self_attn.q_proj."},     {"attention.wk.", "self_attn.k_proj."},
-      {"attention.wv.", "self_attn.v_proj."},     {"attention.wo.", "self_attn.o_proj."},
-      {"feed_forward.w1.", "mlp.gate_proj."},     {"feed_forward.w2.", "mlp.down_proj."},
-      {"feed_forward.w3.", "mlp.up_proj."},       {"attention_norm.", "input_layernorm."},
-      {"ffn_norm.", "post_attention_layernorm."}};
-  if (fqn == "tok_embeddings.weight") return "model.embed_tokens.weight";
-  if (fqn == "norm.weight") return "model.norm.weight";
-  if (fqn == "output.weight") return "lm_head.weight";
-  for (const auto& [from, to] : parts)
-    if (auto at = fqn.find(from); at != std::string::npos && fqn.rfind("layers.", 0) == 0)
-      return "model." + fqn.replace(at, from.size(), to);
-  throw std::runtime_error("ckpt: no Hugging Face name for parameter '" + fqn + "'");
-}
-
-// meshtrain (like Meta's Llama and torchtitan) rotates adjacent pairs (x[2i], x[2i+1]);
-// transformers rotates the two halves of each head. Reordering the rows of wq and wk
-// per head, as transformers' convert_llama_weights_to_hf.py does, makes them agree.
-torch::Tensor to_half_split_rope(const torch::Tensor& w, int64_t heads) {
-  const int64_t rows = w.size(0), cols = w.size(1);
-  return w.view({heads, rows / heads / 2, 2, cols}).transpose(1, 2).reshape({rows, cols}).contiguous();
-}
-
-}  // namespace
-
 void ckpt_consolidate(const std::string& step_dir, const std::string& out_path, const std::string& hf_model) {
   const json m = read_metadata(step_dir);
   const fs::path dir = fs::absolute(step_dir);
@@ -142,50 +112,29 @@ void ckpt_consolidate(const std::string& step_dir, const std::string& out_path, 
     tensors.push_back({keys[i], &layouts[i], torch::zeros(layouts[i].global_shape, torch::kFloat32)});
   reader.load(step, tensors);
 
-  if (!hf_model.empty()) {
+  // Each tensor goes out in the dtype it was saved in (an export may be bfloat16).
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  auto stored = [&](const CheckpointTensor& t) {
+    return t.local.to(m.at("keys").at(t.key).value("dtype", "float32") == "bfloat16" ? torch::kBFloat16 : torch::kFloat32);
+  };
+  if (hf_model.empty()) {
+    for (const auto& t : tensors) out.emplace_back(t.key, stored(t));
+  } else {
     // Model weights only, named and laid out for transformers, with its config.json beside them.
     const ModelArgs a = model_flavor(hf_model);
-    std::vector<CheckpointTensor> hf;
-    for (auto& t : tensors) {
+    torch::ScalarType dtype = torch::kFloat32;
+    for (const auto& t : tensors) {
       if (t.key.rfind("model.", 0) != 0) continue;
       const std::string fqn = t.key.substr(6);
-      auto w = t.local;
-      if (fqn.find("attention.wq.") != std::string::npos) w = to_half_split_rope(w, a.n_heads);
-      if (fqn.find("attention.wk.") != std::string::npos) w = to_half_split_rope(w, a.n_kv_heads);
-      hf.push_back({hf_name(fqn), t.layout, w});
+      auto w = stored(t);
+      dtype = w.scalar_type();
+      if (fqn.find("attention.wq.") != std::string::npos || fqn.find("attention.wk.") != std::string::npos)
+        w = hf::to_half_split_rope(w, a.head_dim());
+      out.emplace_back(hf::name_of(fqn), w);
     }
-    tensors = std::move(hf);
-    const json config = {{"architectures", {"LlamaForCausalLM"}}, {"model_type", "llama"},
-                         {"hidden_size", a.dim}, {"intermediate_size", a.ffn_hidden_dim()},
-                         {"num_hidden_layers", a.n_layers}, {"num_attention_heads", a.n_heads},
-                         {"num_key_value_heads", a.n_kv_heads}, {"head_dim", a.head_dim()},
-                         {"vocab_size", a.vocab_size}, {"rms_norm_eps", a.norm_eps}, {"rope_theta", a.rope_theta},
-                         {"max_position_embeddings", 8192}, {"tie_word_embeddings", false},
-                         {"hidden_act", "silu"}, {"attention_bias", false}, {"mlp_bias", false},
-                         {"torch_dtype", "float32"}};
-    std::ofstream(fs::path(out_path).parent_path() / "config.json") << config.dump(2) << "\n";
+    std::ofstream(fs::path(out_path).parent_path() / "config.json") << hf::config_json(a, dtype).dump(2) << "\n";
   }
-
-  // safetensors: u64 little-endian header length, JSON header, then the raw data.
-  json header = json::object();
-  int64_t offset = 0;
-  for (const auto& t : tensors) {
-    const int64_t bytes = static_cast<int64_t>(t.local.nbytes());
-    header[t.key] = {{"dtype", "F32"}, {"shape", t.layout->global_shape}, {"data_offsets", {offset, offset + bytes}}};
-    offset += bytes;
-  }
-  header["__metadata__"] = {{"format", "pt"}, {"source", step_dir}, {"step", std::to_string(step)}};
-  std::string text = header.dump();
-  text.append((8 - text.size() % 8) % 8, ' ');
-  std::ofstream out(out_path, std::ios::binary | std::ios::trunc);
-  if (!out) throw std::runtime_error("ckpt: cannot write '" + out_path + "'");
-  uint64_t n = text.size();
-  unsigned char le[8];
-  for (int i = 0; i < 8; ++i) le[i] = static_cast<unsigned char>(n >> (8 * i));
-  out.write(reinterpret_cast<const char*>(le), 8);
-  out << text;
-  for (const auto& t : tensors) out.write(static_cast<const char*>(t.local.data_ptr()), static_cast<std::streamsize>(t.local.nbytes()));
-  if (!out) throw std::runtime_error("ckpt: writing '" + out_path + "' failed");
+  hf::write_safetensors(out_path, out, {{"format", "pt"}, {"source", step_dir}, {"step", std::to_string(step)}});
 }
 
 }  // namespace meshtrain

@@ -24,6 +24,7 @@ const std::vector<std::pair<std::string, Fault>>& table() {
       {"replicas-write-their-copy", Fault::kReplicasWriteTheirCopy},
       {"reduce-in-param-dtype", Fault::kReduceInParamDtype},
       {"hang-before-all-reduce", Fault::kHangBeforeAllReduce},
+      {"hf-rows-not-reordered", Fault::kHfRowsNotReordered},
   };
   return t;
 }

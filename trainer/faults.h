@@ -25,6 +25,7 @@ enum class Fault {
   kReplicasWriteTheirCopy, // a save writes replicated chunks from every replica (the metadata keeps one)
   kReduceInParamDtype,    // mixed precision: gradients are reduced in the parameter dtype, not reduce_dtype
   kHangBeforeAllReduce,   // global rank 1 stops for good just before an all-reduce its peers wait in
+  kHfRowsNotReordered,    // a Hugging Face checkpoint's wq/wk rows load in transformers' order, not meshtrain's
 };
 
 // Throws std::invalid_argument listing the names for an unknown one.

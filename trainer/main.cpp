@@ -83,6 +83,20 @@ void add_train_options(CLI::App& cmd, meshtrain::TrainConfig& c) {
   cmd.add_option("--checkpoint.key-map", c.checkpoint_key_map,
                  "none | parametrize-to-canonical (load parametrize-style keys into any model)")
       ->capture_default_str();
+  cmd.add_flag("--checkpoint.last-save-model-only", c.checkpoint_last_save_model_only,
+               "The save after the last step (--steps) holds model weights only, in --checkpoint.export-dtype");
+  cmd.add_option("--checkpoint.export-dtype", c.checkpoint_export_dtype,
+                 "dtype of a model-only last save: float32 | bfloat16")
+      ->capture_default_str();
+  cmd.add_flag("--checkpoint.last-save-in-hf", c.checkpoint_last_save_in_hf,
+               "The model-only last save also as Hugging Face safetensors (model.safetensors, config.json) in its "
+               "step folder");
+  cmd.add_option("--checkpoint.initial-load-path", c.checkpoint_initial_load_path,
+                 "When the checkpoint folder holds no checkpoint (or checkpointing is off), start from the weights "
+                 "of this step-<N> folder (model only; a fresh optimizer, schedule and data position)");
+  cmd.add_flag("--checkpoint.initial-load-in-hf", c.checkpoint_initial_load_in_hf,
+               "--checkpoint.initial-load-path is a Hugging Face checkpoint: a folder with model.safetensors (or "
+               "an index and its shards), or a .safetensors file");
   cmd.add_option("--param-dtype", c.param_dtype, "Mixed precision: dtype the forward computes with (float32|bfloat16)")
       ->capture_default_str();
   cmd.add_option("--reduce-dtype", c.reduce_dtype, "Mixed precision: dtype gradients are reduced in (float32|bfloat16)")

@@ -7,10 +7,13 @@
 #include <cmath>
 #include <optional>
 #include <cstdio>
+#include <filesystem>
 #include <sstream>
 #include <stdexcept>
 
 #include "checkpoint.h"
+#include "ckpt_tools.h"
+#include "hf_checkpoint.h"
 #include "pipeline.h"
 #include "comm.h"
 #include "compat.h"
@@ -71,6 +74,29 @@ PipelinePlan plan_pipeline(const TrainConfig& cfg, const ModelArgs& args, const 
   }
   plan.stages = pp::stage_map(args.n_layers, shape.pp, coord_of(rank, shape).pp, chunks, split);
   return plan;
+}
+
+// The weights a run starts from when it resumes nothing: a step folder of meshtrain's format
+// or a Hugging Face checkpoint, each rank reading only its chunks. Returns the bytes read.
+int64_t load_initial_weights(const CheckpointConfig& config, const ModelArgs& args, MeshGroups& groups, int rank,
+                             const std::vector<CheckpointTensor>& model_state) {
+  if (config.initial_load_in_hf) return hf::load(config.initial_load_path, args, model_state);
+  const std::filesystem::path dir = std::filesystem::absolute(config.initial_load_path).lexically_normal();
+  const std::string name = dir.filename().string();
+  int64_t step = -1;
+  try {
+    if (name.rfind("step-", 0) == 0) step = std::stoll(name.substr(5));
+  } catch (const std::exception&) {
+  }
+  if (step < 0)
+    throw std::invalid_argument("--checkpoint.initial-load-path '" + config.initial_load_path +
+                                "' is not a step-<N> folder (for a Hugging Face checkpoint add "
+                                "--checkpoint.initial-load-in-hf)");
+  CheckpointConfig from;
+  from.folder = dir.parent_path().string();
+  Checkpointer reader(from, groups, rank);
+  reader.load(step, model_state);
+  return reader.io().bytes_read;
 }
 
 }  // namespace
@@ -153,6 +179,16 @@ int train(const TrainConfig& cfg) {
   ckpt_config.exclude_from_loading = parse_exclusions(cfg.checkpoint_exclude);
   ckpt_config.key_style = cfg.checkpoint_key_style;
   ckpt_config.key_map = cfg.checkpoint_key_map;
+  ckpt_config.last_save_model_only = cfg.checkpoint_last_save_model_only;
+  ckpt_config.export_dtype = parse_dtype(cfg.checkpoint_export_dtype);
+  ckpt_config.last_save_in_hf = cfg.checkpoint_last_save_in_hf;
+  ckpt_config.initial_load_path = cfg.checkpoint_initial_load_path;
+  ckpt_config.initial_load_in_hf = cfg.checkpoint_initial_load_in_hf;
+  if (ckpt_config.last_save_in_hf && !ckpt_config.last_save_model_only)
+    throw std::invalid_argument("--checkpoint.last-save-in-hf needs --checkpoint.last-save-model-only (a Hugging "
+                                "Face checkpoint holds model weights only)");
+  if (ckpt_config.initial_load_in_hf && ckpt_config.initial_load_path.empty())
+    throw std::invalid_argument("--checkpoint.initial-load-in-hf needs --checkpoint.initial-load-path");
   Checkpointer checkpointer(ckpt_config, groups, env.rank);
   if (ckpt_config.enable && !cfg.generate) checkpointer.check_writable();
   std::vector<CheckpointTensor> model_state, optimizer_state;
@@ -209,6 +245,12 @@ int train(const TrainConfig& cfg) {
       std::printf("meshtrain: resumed from %s (written under %s)\n", checkpointer.step_dir(*resume_step).c_str(),
                   train_state.value("mesh", std::string("?")).c_str());
   }
+  int64_t initial_load_bytes = 0;
+  if (!(ckpt_config.enable && resume_step) && !ckpt_config.initial_load_path.empty()) {
+    initial_load_bytes = load_initial_weights(ckpt_config, args, groups, env.rank, model_state);
+    if (is_logger && !cfg.quiet)
+      std::printf("meshtrain: initial weights from %s\n", ckpt_config.initial_load_path.c_str());
+  }
   if (cfg.generate) {
     if (!resume_step) throw std::runtime_error("generate: no complete checkpoint in '" + ckpt_config.folder + "'");
     if (parallel.sequence_parallel) throw std::invalid_argument("generate: --sequence-parallel needs a fixed seq_len");
@@ -257,6 +299,20 @@ int train(const TrainConfig& cfg) {
 
   auto save_checkpoint = [&](int64_t step) {
     nlohmann::json objects = nlohmann::json::object();
+    const auto t0 = std::chrono::steady_clock::now();
+    if (step == cfg.steps && ckpt_config.last_save_model_only) {
+      // An export: weights only, nothing to resume a run from (train_state says so).
+      if (env.rank == 0)
+        objects["train_state"] = {{"step", step}, {"model_only", true}, {"dp_degree", dp_degree}, {"mesh", shape.to_string()}};
+      checkpointer.save(step, model_state, objects, ckpt_config.export_dtype);
+      if (ckpt_config.last_save_in_hf && env.rank == 0) {
+        const std::string dir = checkpointer.step_dir(step);
+        ckpt_consolidate(dir, dir + "/model.safetensors", cfg.model);
+      }
+      groups.world->barrier();
+      checkpoint_save_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      return;
+    }
     if (env.rank == 0) {
       objects["train_state"] = {{"step", step}, {"optimizer_steps", optimizer.steps_taken()},
                                 {"dp_degree", dp_degree}, {"mesh", shape.to_string()}};
@@ -265,7 +321,6 @@ int train(const TrainConfig& cfg) {
     if (groups.coord.tp == 0 && groups.coord.cp == 0 && groups.coord.pp == 0) objects["dataloader.dp_rank_" + std::to_string(dp_rank)] = loader.state();
     auto tensors = model_state;
     tensors.insert(tensors.end(), optimizer_state.begin(), optimizer_state.end());
-    const auto t0 = std::chrono::steady_clock::now();
     checkpointer.save(step, tensors, objects);
     checkpoint_save_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   };
@@ -407,6 +462,7 @@ int train(const TrainConfig& cfg) {
               {"checkpoint_steps_saved", checkpointer.io().steps_saved},
               {"checkpoint_folder", ckpt_config.folder},
               {"checkpoint_bytes_read", checkpointer.io().bytes_read},
+              {"initial_load_bytes_read", initial_load_bytes},
               {"checkpoint_save_s", checkpoint_save_s},
               {"checkpoint_load_s", checkpoint_load_s},
               {"local_state_bytes", param_bytes + optimizer.state_bytes()},

@@ -37,6 +37,11 @@ struct TrainConfig {
   std::string checkpoint_exclude;
   std::string checkpoint_key_style = "canonical";
   std::string checkpoint_key_map = "none";
+  bool checkpoint_last_save_model_only = false;
+  std::string checkpoint_export_dtype = "float32";
+  bool checkpoint_last_save_in_hf = false;
+  std::string checkpoint_initial_load_path;
+  bool checkpoint_initial_load_in_hf = false;
 #ifdef MESHTEST_CUDA
   std::string backend = "nccl";
 #else

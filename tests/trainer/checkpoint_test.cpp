@@ -367,6 +367,56 @@ TEST(Checkpoint, CkptInspectDiffAndConsolidate) {
   }
 }
 
+// A Hugging Face export (--checkpoint.last-save-in-hf) starts another run under another mesh:
+// each rank reads only its rows, and the weights come back bit for bit (rank files' hashes).
+TEST(Checkpoint, AHuggingFaceExportStartsARunUnderAnotherMeshReadingOnlyEachRanksRows) {
+  auto dump = fresh_dir("hf_export");
+  expect_ok(run(dump / "export", 1, 1, "dp_shard=1",
+                {"--steps", "3", "--checkpoint.enable", "--checkpoint.last-save-model-only", "--checkpoint.last-save-in-hf"}));
+  const fs::path step = dump / "export" / "checkpoint" / "step-3";
+  ASSERT_TRUE(fs::exists(step / "model.safetensors"));
+  ASSERT_TRUE(fs::exists(step / "config.json"));
+  EXPECT_EQ(json::parse(slurp(step / "config.json"))["architectures"][0], "LlamaForCausalLM");
+  // The DCP-format copy of the export holds model weights only, so a resume is refused.
+  auto resume = run(dump / "resume", 1, 1, "dp_shard=1",
+                    {"--steps", "6", "--checkpoint.enable", "--checkpoint.folder", (dump / "export" / "checkpoint").string()});
+  ASSERT_NE(resume.codes[0], 0);
+  EXPECT_NE(resume.err0.find("is a model-only export (--checkpoint.last-save-model-only)"), std::string::npos) << resume.err0;
+
+  expect_ok(run(dump / "load", 4, 2, "dp_shard=2,tp=2",
+                {"--steps", "0", "--checkpoint.initial-load-path", step.string(), "--checkpoint.initial-load-in-hf"}));
+  const int64_t file_bytes = static_cast<int64_t>(fs::file_size(step / "model.safetensors"));
+  for (int r = 0; r < 4; ++r) {
+    const json rank = json::parse(slurp(dump / "load" / ("rank" + std::to_string(r) + ".json")));
+    EXPECT_GT(rank["initial_load_bytes_read"].get<int64_t>(), 0);
+    EXPECT_LT(rank["initial_load_bytes_read"].get<int64_t>(), file_bytes * 3 / 10) << "rank " << r;
+  }
+  // The pieces add up to the exported weights (global sums in float64, summed in another order).
+  const json a = json::parse(slurp(dump / "export" / "param_digest.json"))["params"];
+  const json b = json::parse(slurp(dump / "load" / "param_digest.json"))["params"];
+  for (const auto& [key, d] : a.items()) {
+    const double l2 = d["l2"].get<double>();
+    EXPECT_NEAR(b.at(key)["sum"].get<double>(), d["sum"].get<double>(), 1e-12 * l2 * 1e3) << key;
+    EXPECT_NEAR(b.at(key)["l2"].get<double>(), l2, 1e-12 * l2) << key;
+  }
+
+  // Bad paths and another flavor's weights are refused with the file and the key.
+  auto missing = run(dump / "missing", 1, 1, "dp_shard=1",
+                     {"--steps", "0", "--checkpoint.initial-load-path", (dump / "nowhere").string(),
+                      "--checkpoint.initial-load-in-hf"});
+  ASSERT_NE(missing.codes[0], 0);
+  EXPECT_NE(missing.err0.find("no Hugging Face checkpoint at '" + (dump / "nowhere").string() + "'"), std::string::npos)
+      << missing.err0;
+  auto other = run(dump / "other", 1, 1, "dp_shard=1",
+                   {"--model", "debugmodel", "--steps", "0", "--checkpoint.initial-load-path", step.string(),
+                    "--checkpoint.initial-load-in-hf"});
+  ASSERT_NE(other.codes[0], 0);
+  EXPECT_NE(other.err0.find((step / "model.safetensors").string() + "': 'model.embed_tokens.weight' has shape [258, 64], "
+                            "meshtrain's model.tok_embeddings.weight is [258, 256]"),
+            std::string::npos)
+      << other.err0;
+}
+
 TEST(Checkpoint, SigkillDuringSavesLeavesTheLatestCompleteStepLoadable) {
   // Saving every step, the whole job is killed at an arbitrary moment (often mid-save);
   // whatever step-<N> exists must load.
