@@ -68,8 +68,22 @@ struct StepMetrics {
   double loss = 0;
   double grad_norm = 0;
   bool has_grad_norm = true;  // a trainer may report only the loss
+  std::optional<double> validation_loss;  // only on the steps a run validated
 };
 using Curve = std::map<long long, StepMetrics>;
+
+const std::vector<std::string> kCurveMetrics = {"loss", "grad_norm", "validation_loss"};
+
+void check_metric_name(const std::string& metric) {
+  if (std::find(kCurveMetrics.begin(), kCurveMetrics.end(), metric) == kCurveMetrics.end())
+    throw Failure{"metric must be loss, grad_norm or validation_loss, got " + metric, ""};
+}
+
+// A step's value of `metric`; none where the step has no validation loss.
+std::optional<double> metric_value(const StepMetrics& m, const std::string& metric) {
+  if (metric == "validation_loss") return m.validation_loss;
+  return metric == "grad_norm" ? m.grad_norm : m.loss;
+}
 
 Curve read_metrics_jsonl(const std::string& path) {
   std::ifstream in(path);
@@ -87,6 +101,8 @@ Curve read_metrics_jsonl(const std::string& path) {
       m.loss = j.at("loss").is_null() ? NAN : j.at("loss").get<double>();
       m.has_grad_norm = j.contains("grad_norm");
       m.grad_norm = m.has_grad_norm && !j.at("grad_norm").is_null() ? j.at("grad_norm").get<double>() : NAN;
+      if (j.contains("validation_loss"))
+        m.validation_loss = j.at("validation_loss").is_null() ? NAN : j.at("validation_loss").get<double>();
       curve[j.at("step").get<long long>()] = m;
     } catch (const std::exception& e) {
       throw Failure{path + ":" + std::to_string(number) + ": not a metrics line: " + e.what(), ""};
@@ -220,6 +236,7 @@ Curve read_curve(const MetricsSource& source, const RunPaths& paths) {
     auto grad_norm = values.find("grad_norm");
     m.has_grad_norm = grad_norm != values.end();
     m.grad_norm = m.has_grad_norm ? grad_norm->second : NAN;
+    if (auto v = values.find("validation_loss"); v != values.end()) m.validation_loss = v->second;
     curve[step] = m;
   }
   if (curve.empty()) {
@@ -256,7 +273,8 @@ void widen_margin(CheckResult& r, double diff, double tolerance) {
 
 std::vector<std::pair<long long, double>> points(const Curve& c, const std::string& metric) {
   std::vector<std::pair<long long, double>> out;
-  for (const auto& [step, m] : c) out.emplace_back(step, metric == "grad_norm" ? m.grad_norm : m.loss);
+  for (const auto& [step, m] : c)
+    if (auto v = metric_value(m, metric)) out.emplace_back(step, *v);
   return out;
 }
 
@@ -269,17 +287,24 @@ void compare_curves(const Curve& got, const Curve& want, const std::string& metr
   result.band = std::make_pair(exact ? 0.0 : rtol, exact ? 0.0 : atol);
   std::string table;
   std::optional<Failure> first;
-  int mismatches = 0;
+  int mismatches = 0, compared = 0;
   for (const auto& [step, m] : got) {
+    const auto value = metric_value(m, metric);
+    if (!value) continue;  // a step without validation
+    ++compared;
     auto it = want.find(step);
+    if (it != want.end() && !metric_value(it->second, metric)) {
+      result.margin.reset();
+      throw Finding{got_label + " has " + metric + " at step " + std::to_string(step) + " but " + want_label +
+                        " has none there", ""};
+    }
     if (it == want.end()) {
       result.margin.reset();  // a missing step is no matter of tolerance
       throw Finding{got_label + " has step " + std::to_string(step) + " but " + want_label + " has steps " +
                         std::to_string(want.begin()->first) + "-" + std::to_string(want.rbegin()->first),
                     ""};
     }
-    const double a = metric == "grad_norm" ? m.grad_norm : m.loss;
-    const double b = metric == "grad_norm" ? it->second.grad_norm : it->second.loss;
+    const double a = *value, b = *metric_value(it->second, metric);
     const double diff = std::fabs(a - b);
     const bool ok = exact ? a == b : std::isfinite(a) && diff <= atol + rtol * std::fabs(b);
     if (!exact) widen_margin(result, std::isfinite(a) ? diff : NAN, atol + rtol * std::fabs(b));
@@ -298,8 +323,12 @@ void compare_curves(const Curve& got, const Curve& want, const std::string& metr
       first->tolerance = exact ? 0.0 : atol + rtol * std::fabs(b);
     }
   }
+  if (compared == 0) {
+    result.margin.reset();
+    throw Failure{got_label + " reports no " + metric + (metric == "validation_loss" ? " (meshtrain: --validation.freq)" : ""), ""};
+  }
   if (first) {
-    first->message += " (" + std::to_string(mismatches) + " of " + std::to_string(got.size()) + " steps differ)";
+    first->message += " (" + std::to_string(mismatches) + " of " + std::to_string(compared) + " steps differ)";
     first->details = "  step  " + got_label + "  |  " + want_label + "  |  |diff|\n" + table;
     throw *first;
   }
@@ -349,7 +378,7 @@ void check_loss_matches(const CaseOutcome& o, const CheckSpec& spec, const FindC
   const Target t = subject(o, spec);
   const Curve got = read_metrics(t);
   const std::string metric = spec.params.value("metric", std::string("loss"));
-  if (metric != "loss" && metric != "grad_norm") throw Failure{"metric must be loss or grad_norm, got " + metric, ""};
+  check_metric_name(metric);
   Curve want;
   std::string want_label;
   if (spec.params.contains("golden")) {
@@ -877,14 +906,15 @@ std::vector<CheckResult> run_checks(const CaseOutcome& o, const FindCase& find) 
 
 std::map<long long, double> read_loss_curve(const std::string& phase_dir, const Outputs& outputs,
                                             const std::string& metric) {
-  if (metric != "loss" && metric != "grad_norm") throw std::runtime_error("metric must be loss or grad_norm, got " + metric);
   try {
+    check_metric_name(metric);
     std::map<long long, double> out;
     const RunPaths paths{"", "", fs::path(phase_dir).parent_path().string(), phase_dir};
     for (const auto& [step, m] : read_curve(outputs.metrics, paths)) {
       if (metric == "grad_norm" && !m.has_grad_norm) throw std::runtime_error(phase_dir + " reports no grad_norm");
-      out[step] = metric == "loss" ? m.loss : m.grad_norm;
+      if (auto v = metric_value(m, metric)) out[step] = *v;
     }
+    if (out.empty()) throw std::runtime_error(phase_dir + " reports no " + metric);
     return out;
   } catch (const Failure& f) {
     throw std::runtime_error(f.message);

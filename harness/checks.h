@@ -25,7 +25,7 @@ void record_curves(CaseOutcome& outcome);
 
 // What `meshtest diff` and `golden export` read, from where `outputs` says (the default:
 // meshtrain's contract files); throw std::runtime_error.
-// `metric`: loss or grad_norm.
+// `metric`: loss, grad_norm or validation_loss (only the steps that have one).
 std::map<long long, double> read_loss_curve(const std::string& phase_dir, const Outputs& outputs = {},
                                             const std::string& metric = "loss");
 // key (after the checkpoint source's mapping) -> "[shape]"

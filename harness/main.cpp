@@ -507,7 +507,7 @@ int main(int argc, char** argv) {
   export_cmd->add_option("ID", golden_id, "Case id")->required();
   export_cmd->add_option("--phase", golden_phase, "Phase (default: the last)");
   export_cmd->add_option("--out", golden_dir, "The run's --out folder")->capture_default_str();
-  export_cmd->add_option("--metric", golden_metric, "loss or grad_norm")->capture_default_str();
+  export_cmd->add_option("--metric", golden_metric, "loss, grad_norm or validation_loss")->capture_default_str();
 
   CkptOptions ckpt;
   std::string ckpt_a, ckpt_b;

@@ -519,7 +519,8 @@ uint32_t crc32c(const uint8_t* data, size_t size) {
 
 const std::map<std::string, std::string>& default_tensorboard_tags() {
   static const std::map<std::string, std::string> tags = {{"loss_metrics/global_avg_loss", "loss"},
-                                                          {"grad_norm", "grad_norm"}};
+                                                          {"grad_norm", "grad_norm"},
+                                                          {"validation_metrics/loss", "validation_loss"}};
   return tags;
 }
 

@@ -25,6 +25,7 @@ const std::vector<std::pair<std::string, Fault>>& table() {
       {"reduce-in-param-dtype", Fault::kReduceInParamDtype},
       {"hang-before-all-reduce", Fault::kHangBeforeAllReduce},
       {"hf-rows-not-reordered", Fault::kHfRowsNotReordered},
+      {"validation-loss-local", Fault::kValidationLossLocal},
   };
   return t;
 }

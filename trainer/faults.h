@@ -26,6 +26,7 @@ enum class Fault {
   kReduceInParamDtype,    // mixed precision: gradients are reduced in the parameter dtype, not reduce_dtype
   kHangBeforeAllReduce,   // global rank 1 stops for good just before an all-reduce its peers wait in
   kHfRowsNotReordered,    // a Hugging Face checkpoint's wq/wk rows load in transformers' order, not meshtrain's
+  kValidationLossLocal,   // the validation loss is this rank's own mean, not averaged over the data-parallel ranks
 };
 
 // Throws std::invalid_argument listing the names for an unknown one.

@@ -107,6 +107,14 @@ void add_train_options(CLI::App& cmd, meshtrain::TrainConfig& c) {
       ->capture_default_str();
   cmd.add_option("--corpus", c.corpus, "Training text; documents separated by blank lines")
       ->capture_default_str();
+  cmd.add_option("--validation.freq", c.validation_freq,
+                 "Every N steps, the mean loss on held-out text (metrics.jsonl's validation_loss; 0: never)")
+      ->capture_default_str();
+  cmd.add_option("--validation.steps", c.validation_steps,
+                 "Global batches of held-out text per validation (-1: the whole validation corpus)")
+      ->capture_default_str();
+  cmd.add_option("--validation.corpus", c.validation_corpus, "Held-out text; documents separated by blank lines")
+      ->capture_default_str();
   cmd.add_option("--threads", c.threads, "CPU threads per rank")->capture_default_str();
   cmd.add_option("--timeout", c.timeout_s, "Seconds a collective may wait for a peer")->capture_default_str();
   cmd.add_flag("--deterministic", c.deterministic,

@@ -86,11 +86,11 @@ std::vector<Action> schedule(Schedule s, int64_t pp, int64_t rank, int64_t micro
 namespace {
 // Messages into stage s: activations with tag 2s, gradients with tag 2s + 1.
 int tag_into(int64_t stage, bool activation) { return static_cast<int>(2 * stage + (activation ? 0 : 1)); }
-}  // namespace
 
-torch::Tensor pipeline_step(ParallelModel& pm, const StageMap& stages, const PipelineOptions& options,
-                            const torch::Tensor& inputs, const torch::Tensor& targets, const torch::Tensor& positions,
-                            double loss_scale) {
+// pipeline_step, or with `train` false its forwards alone.
+torch::Tensor run_schedule(ParallelModel& pm, const StageMap& stages, const PipelineOptions& options,
+                           const torch::Tensor& inputs, const torch::Tensor& targets, const torch::Tensor& positions,
+                           double loss_scale, bool train) {
   Transformer& model = pm.model;
   const MeshGroups& g = pm.groups;
   const bool first_rank = stages.rank == 0, last_rank = stages.rank == stages.pp - 1;
@@ -121,6 +121,7 @@ torch::Tensor pipeline_step(ParallelModel& pm, const StageMap& stages, const Pip
   std::vector<InFlight> gradient_sends;  // waited for at the end: a send never blocks the schedule
   auto loss_sum = torch::zeros({}, torch::dtype(torch::kFloat32).device(inputs.device()));
   for (const Action& a : schedule(options.schedule, stages.pp, stages.rank, n, stages.chunks)) {
+    if (!a.forward && !train) continue;
     const int64_t stage = stages.stage(a.chunk);
     const int64_t first = stages.first_layer[stage], last = stages.first_layer[stage + 1];
     const auto key = std::make_pair(a.chunk, a.microbatch);
@@ -131,7 +132,7 @@ torch::Tensor pipeline_step(ParallelModel& pm, const StageMap& stages, const Pip
       } else {
         mb.input = torch::empty(activation_shape, activation_options);
         activations_in.recv(mb.input, prev, tag_into(stage, true));
-        mb.input.requires_grad_(true);
+        mb.input.requires_grad_(train);
       }
       auto y = model->forward_layers(mb.input, positions, first, last);
       if (stage == last_stage) {
@@ -161,8 +162,24 @@ torch::Tensor pipeline_step(ParallelModel& pm, const StageMap& stages, const Pip
     }
   }
   for (auto& send : gradient_sends) send();
+  for (auto& [key, mb] : alive)  // forwards alone: nothing waited for their sends yet
+    if (mb.sent) mb.sent();
   g.pp->all_reduce_sum(loss_sum);  // only the last stage's is non-zero
   return loss_sum / loss_scale;
+}
+
+}  // namespace
+
+torch::Tensor pipeline_step(ParallelModel& pm, const StageMap& stages, const PipelineOptions& options,
+                            const torch::Tensor& inputs, const torch::Tensor& targets, const torch::Tensor& positions,
+                            double loss_scale) {
+  return run_schedule(pm, stages, options, inputs, targets, positions, loss_scale, /*train=*/true);
+}
+
+torch::Tensor pipeline_forward(ParallelModel& pm, const StageMap& stages, const PipelineOptions& options,
+                               const torch::Tensor& inputs, const torch::Tensor& targets, const torch::Tensor& positions) {
+  torch::NoGradGuard no_grad;
+  return run_schedule(pm, stages, options, inputs, targets, positions, 1.0, /*train=*/false);
 }
 
 }  // namespace meshtrain::pp

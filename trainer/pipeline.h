@@ -67,5 +67,9 @@ struct PipelineOptions {
 torch::Tensor pipeline_step(ParallelModel& pm, const StageMap& stages, const PipelineOptions& options,
                             const torch::Tensor& inputs, const torch::Tensor& targets, const torch::Tensor& positions,
                             double loss_scale);
+// The forwards of pipeline_step alone, without gradients (validation): the mean loss over
+// the microbatches, on every pp rank.
+torch::Tensor pipeline_forward(ParallelModel& pm, const StageMap& stages, const PipelineOptions& options,
+                               const torch::Tensor& inputs, const torch::Tensor& targets, const torch::Tensor& positions);
 
 }  // namespace meshtrain::pp

@@ -76,6 +76,32 @@ PipelinePlan plan_pipeline(const TrainConfig& cfg, const ModelArgs& args, const 
   return plan;
 }
 
+// torchtitan's validator: the mean loss over the first `steps` global batches of held-out
+// text, under the run's mesh and without gradients (pipeline stages run forwards only).
+// Every validation sees the same batches. Collective: every rank calls it.
+double validation_loss(ParallelModel& pm, const PipelinePlan& pipeline, const DataLoader& held_out, int64_t steps,
+                       int64_t global_batch, int64_t accum_steps) {
+  torch::NoGradGuard no_grad;
+  const MeshGroups& g = pm.groups;
+  const int64_t dp_rank = dp_rank_of(g.coord, g.shape), dp_degree = g.shape.dp();
+  if (steps < 0) steps = std::max<int64_t>(1, held_out.windows_per_epoch() / global_batch);
+  DataLoader data = held_out;  // from its first sample
+  auto sum = torch::zeros({}, torch::dtype(torch::kFloat32).device(g.device));
+  for (int64_t s = 0; s < steps; ++s, data.advance(global_batch)) {
+    for (int64_t micro = 0; micro < accum_steps; ++micro) {
+      Batch batch = data.micro_batch(global_batch, dp_rank, dp_degree, micro, accum_steps);
+      auto inputs = pm.local_tokens(to_tensor(batch.inputs, batch.samples, batch.seq_len, g.device));
+      auto targets = pm.local_tokens(to_tensor(batch.targets, batch.samples, batch.seq_len, g.device));
+      const auto positions = pm.positions(batch.seq_len);
+      sum += pipeline.stages ? pp::pipeline_forward(pm, *pipeline.stages, pipeline.options, inputs, targets, positions)
+                             : pm.loss(pm.model(inputs, positions), targets);
+    }
+  }
+  auto loss = sum / static_cast<double>(steps * accum_steps);
+  if (!injected(Fault::kValidationLossLocal)) g.dp_cp->all_reduce_mean(loss);
+  return loss.item<double>();
+}
+
 // The weights a run starts from when it resumes nothing: a step folder of meshtrain's format
 // or a Hugging Face checkpoint, each rank reading only its chunks. Returns the bytes read.
 int64_t load_initial_weights(const CheckpointConfig& config, const ModelArgs& args, MeshGroups& groups, int rank,
@@ -110,6 +136,9 @@ int train(const TrainConfig& cfg) {
   if (injected(Fault::kRopeTheta10k)) args.rope_theta = 10000.0;
   validate(args, cfg.seq_len);
   if (cfg.steps < 0) throw std::invalid_argument("--steps must be >= 0");
+  if (cfg.validation_freq < 0) throw std::invalid_argument("--validation.freq must be >= 0");
+  if (cfg.validation_steps == 0 || cfg.validation_steps < -1)
+    throw std::invalid_argument("--validation.steps must be >= 1, or -1 for the whole validation corpus");
   if (cfg.local_batch_size < 1) throw std::invalid_argument("--local-batch-size must be >= 1");
   if (cfg.profile_step >= 0 && !tracing_available())
     throw std::invalid_argument("--profile-step needs the CUDA build (Kineto)");
@@ -158,6 +187,8 @@ int train(const TrainConfig& cfg) {
   Transformer& model = pm->model;
 
   DataLoader loader(load_corpus(cfg.corpus), cfg.seq_len, cfg.seed);
+  std::optional<DataLoader> held_out;
+  if (cfg.validation_freq > 0) held_out.emplace(load_corpus(cfg.validation_corpus), cfg.seq_len, cfg.seed);
 
   std::vector<std::pair<std::string, torch::Tensor>> named_params;
   std::vector<torch::Tensor> params;
@@ -390,6 +421,9 @@ int train(const TrainConfig& cfg) {
     if (traced) stop_trace(cfg.dump_folder + "/trace_step" + std::to_string(step) + "_rank" + std::to_string(env.rank) + ".json");
     const int64_t tokens = global_batch * cfg.seq_len;
     tokens_per_s.push_back(tokens / step_time);
+    std::optional<double> validation;
+    if (held_out && step % cfg.validation_freq == 0)
+      validation = validation_loss(*pm, pipeline, *held_out, cfg.validation_steps, global_batch, accum_steps);
     if (is_logger) {
       nlohmann::json row = {{"step", step},
                             {"loss", loss_value},
@@ -407,10 +441,12 @@ int train(const TrainConfig& cfg) {
                                             {"reduce_scatter", comm_volume().reduce_scatter_calls},
                                             {"all_reduce", comm_volume().all_reduce_calls}}}};
       if (device.is_cuda()) row["device_peak_bytes"] = compat::device_peak_bytes(device);
+      if (validation) row["validation_loss"] = *validation;
       metrics->write(row);
       if (!cfg.quiet)
-        std::printf("%6lld %12.6f %12.6f %10.3g %12.0f\n", static_cast<long long>(step), loss_value,
-                    norm, lr, tokens / step_time);
+        std::printf("%6lld %12.6f %12.6f %10.3g %12.0f%s\n", static_cast<long long>(step), loss_value,
+                    norm, lr, tokens / step_time,
+                    validation ? ("   validation loss " + std::to_string(*validation)).c_str() : "");
       std::fflush(stdout);
     }
     if (ckpt_config.enable && ((ckpt_config.interval > 0 && step % ckpt_config.interval == 0) || step == last_step))

@@ -49,6 +49,9 @@ struct TrainConfig {
 #endif
   std::string dump_folder = "./outputs";
   std::string corpus = MESHTRAIN_DEFAULT_CORPUS;
+  int64_t validation_freq = 0;   // validate after every N steps (0: never)
+  int64_t validation_steps = 4;  // global batches of held-out text per validation (-1: all of it)
+  std::string validation_corpus = MESHTRAIN_DEFAULT_VALIDATION_CORPUS;
   int threads = 1;
   double timeout_s = 300;
   bool deterministic = false;  // deterministic kernels on CUDA (CPU kernels already are)

@@ -125,6 +125,33 @@ TEST_F(Checks, LossMatchesABaselineWithinTolerance) {
   EXPECT_TRUE(run(1, "loss_matches").passed);
 }
 
+TEST_F(Checks, ValidationLossIsComparedOnTheStepsThatValidated) {
+  load("  - name: fsdp\n  - name: pp\n    checks: [{loss_matches: {baseline: fsdp, metric: validation_loss, rtol: 1.0e-4}}]\n");
+  const std::string both = "{\"step\":1,\"loss\":6,\"grad_norm\":1}\n{\"step\":2,\"loss\":5,\"grad_norm\":1,"
+                           "\"validation_loss\":5.5}\n";
+  write("fsdp/train/metrics.jsonl", both);
+  write("pp/train/metrics.jsonl", both);
+  auto r = run(1, "loss_matches");
+  EXPECT_TRUE(r.passed) << r.message;
+  ASSERT_EQ(r.series.size(), 2u);
+  EXPECT_EQ(r.series[0].points.size(), 1u);  // step 2 only
+  write("pp/train/metrics.jsonl", "{\"step\":1,\"loss\":6,\"grad_norm\":1}\n{\"step\":2,\"loss\":5,\"grad_norm\":1,"
+                                  "\"validation_loss\":5.6}\n");
+  r = run(1, "loss_matches");
+  EXPECT_FALSE(r.passed);
+  EXPECT_EQ(r.message, "step 2: validation_loss 5.6 in phase train vs 5.5 in baseline s/fsdp (phase train): |diff| "
+                       "1.00e-01 > atol 0 + rtol 0.0001 x |5.5| = 5.50e-04 (1 of 1 steps differ)");
+  write("pp/train/metrics.jsonl", curve({6.0, 5.0}));
+  r = run(1, "loss_matches");
+  EXPECT_FALSE(r.passed);
+  EXPECT_EQ(r.message, "phase train reports no validation_loss (meshtrain: --validation.freq)");
+  write("pp/train/metrics.jsonl", both);
+  write("fsdp/train/metrics.jsonl", curve({6.0, 5.0}));
+  r = run(1, "loss_matches");
+  EXPECT_FALSE(r.passed);
+  EXPECT_EQ(r.message, "phase train has validation_loss at step 2 but baseline s/fsdp (phase train) has none there");
+}
+
 TEST_F(Checks, LossMatchesAGoldenFileAndExactMatching) {
   load("  - name: a\n    checks: [{loss_matches: {golden: losses.txt, exact: true}}]\n");
   write("losses.txt", "1 6.0\n2 5.0\n");
