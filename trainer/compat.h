@@ -88,6 +88,28 @@ inline void fused_adamw(at::TensorList, at::TensorList, at::TensorList, at::Tens
                         double, double, double, double) {}
 #endif
 
+// float8 GEMMs: `a` [M, K] row-major times `b` [K, N] column-major, both float8 (e4m3 or
+// e5m2), each with a float32 scalar dequantisation scale, into out_dtype. LibTorch 2.x's
+// _scaled_mm (cuBLASLt on Hopper); 1.13 has no float8 dtypes, so only emulation runs there.
+#if TORCH_VERSION_MAJOR >= 2
+constexpr bool kHasFloat8 = true;
+inline torch::Tensor to_float8(const torch::Tensor& t, bool e4m3) {
+  return t.to(e4m3 ? at::kFloat8_e4m3fn : at::kFloat8_e5m2);
+}
+inline torch::Tensor scaled_mm(const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& scale_a,
+                               const torch::Tensor& scale_b, torch::ScalarType out_dtype, bool fast_accum) {
+  return at::_scaled_mm(a, b, scale_a, scale_b, /*bias=*/c10::nullopt, /*scale_result=*/c10::nullopt, out_dtype,
+                        fast_accum);
+}
+#else
+constexpr bool kHasFloat8 = false;
+inline torch::Tensor to_float8(const torch::Tensor&, bool) { throw std::logic_error("float8 needs LibTorch 2.x"); }
+inline torch::Tensor scaled_mm(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
+                               torch::ScalarType, bool) {
+  throw std::logic_error("float8 needs LibTorch 2.x");
+}
+#endif
+
 // Peak bytes allocated on a CUDA device by the caching allocator; 0 on the CPU.
 inline int64_t device_peak_bytes(const torch::Device& device) {
 #ifdef MESHTEST_CUDA

@@ -26,6 +26,7 @@ const std::vector<std::pair<std::string, Fault>>& table() {
       {"hang-before-all-reduce", Fault::kHangBeforeAllReduce},
       {"hf-rows-not-reordered", Fault::kHfRowsNotReordered},
       {"validation-loss-local", Fault::kValidationLossLocal},
+      {"float8-scale-not-inverted", Fault::kFloat8ScaleNotInverted},
   };
   return t;
 }

@@ -27,6 +27,7 @@ enum class Fault {
   kHangBeforeAllReduce,   // global rank 1 stops for good just before an all-reduce its peers wait in
   kHfRowsNotReordered,    // a Hugging Face checkpoint's wq/wk rows load in transformers' order, not meshtrain's
   kValidationLossLocal,   // the validation loss is this rank's own mean, not averaged over the data-parallel ranks
+  kFloat8ScaleNotInverted, // float8 dequantises with the scale instead of its reciprocal
 };
 
 // Throws std::invalid_argument listing the names for an unknown one.

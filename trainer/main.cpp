@@ -49,6 +49,10 @@ void add_train_options(CLI::App& cmd, meshtrain::TrainConfig& c) {
       ->capture_default_str();
   cmd.add_option("--ac", c.ac, "Activation checkpointing: none | full (every block) | selective (every 2nd block)")
       ->capture_default_str();
+  cmd.add_option("--float8", c.float8,
+                 "The transformer blocks' linear layers in float8 with dynamic per-tensor scales: off | scaled_mm "
+                 "(CUDA build: float8 GEMMs) | emulate (float8 rounding in float32, any build)")
+      ->capture_default_str();
   cmd.add_flag("--loss-parallel", c.loss_parallel,
                "TP: compute the loss on vocabulary-sharded logits without gathering them");
   cmd.add_flag("--sequence-parallel", c.sequence_parallel,

@@ -68,7 +68,7 @@ LinearImpl::LinearImpl(int64_t in, int64_t out) {
 }
 torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
   const auto input = hooks.in(x);
-  return hooks.out(torch::linear(input, compute_weight()));
+  return hooks.out(product ? product(input, compute_weight()) : torch::linear(input, compute_weight()));
 }
 
 EmbeddingImpl::EmbeddingImpl(int64_t vocab, int64_t dim) {

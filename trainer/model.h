@@ -63,10 +63,12 @@ struct RMSNormImpl : WeightModule {
 };
 TORCH_MODULE(RMSNorm);
 
-// A bias-free linear layer: y = x W^T, W: [out, in].
+// A bias-free linear layer: y = x W^T, W: [out, in]. A converter may replace the product
+// (float8.h computes it in float8).
 struct LinearImpl : WeightModule {
   LinearImpl(int64_t in, int64_t out);
   torch::Tensor forward(const torch::Tensor& x);
+  std::function<torch::Tensor(const torch::Tensor& x, const torch::Tensor& weight)> product;
 };
 TORCH_MODULE(Linear);
 

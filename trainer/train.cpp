@@ -1,6 +1,7 @@
 #include "train.h"
 
 #include "faults.h"
+#include "float8.h"
 
 #include <algorithm>
 #include <chrono>
@@ -162,6 +163,9 @@ int train(const TrainConfig& cfg) {
                                 std::to_string(cfg.local_batch_size * dp_degree));
   const int64_t accum_steps = global_batch / (cfg.local_batch_size * dp_degree);
   const PipelinePlan pipeline = plan_pipeline(cfg, args, shape, parallel, env.rank);
+  const float8::Mode float8_mode = float8::parse_mode(cfg.float8);
+  if (float8_mode == float8::Mode::kScaledMm && backend != Backend::kNccl)
+    throw std::invalid_argument("--float8 scaled_mm needs the CUDA build and --backend nccl; --float8 emulate runs on CPU");
   prepare_dump_folder(cfg.dump_folder);
   torch::set_num_threads(cfg.threads);
   if (cfg.deterministic) compat::use_deterministic_algorithms();
@@ -183,6 +187,7 @@ int train(const TrainConfig& cfg) {
     full_model->keep_only(st.layers_held(), /*embedding=*/st.rank == 0, /*head=*/st.rank == st.pp - 1);
   }
   full_model->to(device);
+  float8::convert(full_model, float8_mode);
   auto pm = parallelize(full_model, groups, parallel);
   Transformer& model = pm->model;
 
@@ -283,7 +288,9 @@ int train(const TrainConfig& cfg) {
       std::printf("meshtrain: initial weights from %s\n", ckpt_config.initial_load_path.c_str());
   }
   if (cfg.generate) {
-    if (!resume_step) throw std::runtime_error("generate: no complete checkpoint in '" + ckpt_config.folder + "'");
+    if (!resume_step && ckpt_config.initial_load_path.empty())
+      throw std::runtime_error("generate: no complete checkpoint in '" + ckpt_config.folder +
+                               "' (or weights from --checkpoint.initial-load-path)");
     if (parallel.sequence_parallel) throw std::invalid_argument("generate: --sequence-parallel needs a fixed seq_len");
     if (pipeline.stages)
       throw std::invalid_argument("generate: pp > 1 is not supported; generate under a mesh without pp (checkpoints "
@@ -317,7 +324,8 @@ int train(const TrainConfig& cfg) {
     std::vector<int64_t> generated(ids.begin() + static_cast<int64_t>(prompt_len), ids.end());
     if (is_logger) {
       write_json(cfg.dump_folder + "/generate.json",
-                 {{"format_version", kOutputsFormatVersion}, {"checkpoint", checkpointer.step_dir(*resume_step)},
+                 {{"format_version", kOutputsFormatVersion},
+                  {"checkpoint", resume_step ? checkpointer.step_dir(*resume_step) : ckpt_config.initial_load_path},
                   {"mesh", shape.to_string()}, {"prompt", cfg.prompt},
                   {"prompt_ids", std::vector<int64_t>(ids.begin(), ids.begin() + static_cast<int64_t>(prompt_len))},
                   {"generated_ids", generated}, {"text", ByteTokenizer::decode(generated)},

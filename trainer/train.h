@@ -22,6 +22,7 @@ struct TrainConfig {
   std::string ac = "none";
   std::string param_dtype = "float32";
   std::string reduce_dtype = "float32";
+  std::string float8 = "off";  // float8.h: off | scaled_mm | emulate
   bool loss_parallel = false;
   bool sequence_parallel = false;
   std::string cp_rotate = "allgather";

@@ -13,8 +13,8 @@ import transformers
 from safetensors.torch import load_file
 
 
-def build_model(hf_dir):
-    cfg = json.load(open(f"{hf_dir}/config.json"))
+def build_config(cfg):
+    """transformers' LlamaConfig from meshtrain's config.json."""
     keys = ["hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
             "head_dim", "vocab_size", "rms_norm_eps", "max_position_embeddings", "tie_word_embeddings", "hidden_act",
             "attention_bias", "mlp_bias"]
@@ -24,6 +24,11 @@ def build_model(hf_dir):
     except TypeError:
         config = transformers.LlamaConfig(**kwargs, rope_theta=cfg["rope_theta"])
     config._attn_implementation = "eager"
+    return config
+
+
+def build_model(hf_dir):
+    config = build_config(json.load(open(f"{hf_dir}/config.json")))
     model = transformers.LlamaForCausalLM(config).float().eval()
     state = load_file(f"{hf_dir}/model.safetensors")
     missing, unexpected = model.load_state_dict(state, strict=False)

@@ -1,0 +1,34 @@
+// float8 training of the transformer blocks' linear layers (torchtitan's float8 converter,
+// torchao's Float8Linear with tensorwise dynamic scaling): in every y = x W^T, x and W are
+// cast to float8 e4m3 and, in backward, the output gradient to e5m2, each with one scale
+// from its absolute maximum at that moment; the three GEMMs (output, input gradient,
+// weight gradient) run in float8 and produce the activations' dtype. The output layer stays
+// in high precision, as torchtitan leaves it.
+//
+// Emulation (torchtitan's --float8.emulate) rounds to the float8 grids in float32 and
+// multiplies in the activations' dtype: the same quantisation, so it runs on CPU and on
+// LibTorch 1.13, where float8 dtypes do not exist.
+#pragma once
+
+#include <torch/torch.h>
+
+#include "model.h"
+
+namespace meshtrain::float8 {
+
+enum class Mode { kOff, kScaledMm, kEmulate };
+// "off" | "scaled_mm" (CUDA, LibTorch 2.x) | "emulate"; throws for others.
+Mode parse_mode(const std::string& s);
+
+// x [..., K] times W [N, K]^T in float8; K and N must be multiples of 16 for scaled_mm.
+torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, Mode mode);
+
+// x rounded to float8 e4m3 (e4m3 = true) or e5m2 after scaling by `scale`, then unscaled:
+// what a float8 cast and its dequantisation leave, computed in float32.
+torch::Tensor round_trip(const torch::Tensor& x, const torch::Tensor& scale, bool e4m3);
+
+// Every Linear of every transformer block computes through `linear` (not the output layer).
+// scaled_mm needs every GEMM dimension, tokens per rank included, to be a multiple of 16.
+void convert(Transformer& model, Mode mode);
+
+}  // namespace meshtrain::float8
