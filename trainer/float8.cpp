@@ -20,9 +20,10 @@ struct Scaled {
 
 Scaled quantize(const torch::Tensor& t, bool e4m3, Mode mode) {
   const double max = e4m3 ? kE4m3Max : kE5m2Max;
-  // Dynamic scaling: the tensor's amax maps to the format's largest value.
-  auto scale = (max / t.detach().abs().max().to(torch::kFloat32).clamp_min(1e-12));
-  auto scaled = (t.detach().to(torch::kFloat32) * scale).clamp(-max, max);
+  // Dynamic scaling: the tensor's amax maps to the format's largest value (one read of t).
+  const auto [lo, hi] = torch::aminmax(t.detach());
+  auto scale = max / torch::maximum(lo.abs(), hi.abs()).to(torch::kFloat32).clamp_min(1e-12);
+  auto scaled = (t.detach().to(torch::kFloat32) * scale).clamp_(-max, max);
   auto inverse = injected(Fault::kFloat8ScaleNotInverted) ? scale : scale.reciprocal();
   if (mode == Mode::kEmulate) return {round_trip(scaled, torch::ones({}, scale.options()), e4m3), inverse};
   return {compat::to_float8(scaled, e4m3), inverse};
