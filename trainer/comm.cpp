@@ -110,6 +110,10 @@ class SelfComm : public Comm {
     return full;
   }
   void barrier() override {}
+  torch::Tensor all_to_all_dim0(const torch::Tensor& x, const std::vector<int64_t>&,
+                                const std::vector<int64_t>&) override {
+    return x;
+  }
   InFlight start_all_gather(const torch::Tensor& piece) override {
     return [piece] { return piece; };
   }
@@ -307,6 +311,20 @@ class C10dComm : public Comm {
     };
   }
 
+  torch::Tensor all_to_all_dim0(const torch::Tensor& x, const std::vector<int64_t>& send_rows,
+                                const std::vector<int64_t>& recv_rows) override {
+    enter("all_to_all");
+    if (needs_wire_cast(x)) return all_to_all_dim0(x.to(torch::kFloat32), send_rows, recv_rows).to(x.scalar_type());
+    auto input = x.contiguous();
+    auto shape = input.sizes().vec();
+    shape[0] = 0;
+    for (int64_t rows : recv_rows) shape[0] += rows;
+    auto output = torch::empty(shape, input.options());
+    auto send = send_rows, recv = recv_rows;  // c10d takes them by non-const reference
+    backend_->alltoall_base(output, input, recv, send)->wait();
+    return output;
+  }
+
   torch::Tensor send_recv(const torch::Tensor& t, int to, int from) override {
     enter("send_recv");
     if (needs_wire_cast(t)) return send_recv(t.to(torch::kFloat32), to, from).to(t.scalar_type());
@@ -462,7 +480,7 @@ void Comm::all_reduce_mean(torch::Tensor& t) {
 }
 
 MeshGroups join_mesh(const LaunchEnv& env, const MeshShape& shape, Backend backend,
-                     std::chrono::milliseconds timeout) {
+                     std::chrono::milliseconds timeout, int64_t ep) {
   MeshGroups g;
   g.shape = shape;
   g.coord = coord_of(env.rank, shape);
@@ -503,6 +521,22 @@ MeshGroups join_mesh(const LaunchEnv& env, const MeshShape& shape, Backend backe
   g.tp = group("tp", {D::kTp});
   g.dp_shard_cp = group("dp_shard_cp", {D::kDpShard, D::kCp});
   g.dp_cp = group("dp_cp", {D::kDpReplicate, D::kDpShard, D::kCp});
+  // dp_shard = ep_shard x ep, ep inner: an ep group is a run of ep consecutive dp_shard ranks.
+  if (ep < 1 || shape.dp_shard % ep != 0)
+    throw std::invalid_argument("ep " + std::to_string(ep) + " does not divide dp_shard " + std::to_string(shape.dp_shard));
+  g.ep_degree = ep;
+  const auto dp_shard_ranks = group_ranks(env.rank, shape, {D::kDpShard});
+  const int64_t inner = g.coord.dp_shard % ep, outer = g.coord.dp_shard / ep;
+  std::vector<int64_t> ep_ranks, ep_shard_ranks;
+  for (int64_t i = 0; i < shape.dp_shard; ++i) {
+    if (i / ep == outer) ep_ranks.push_back(dp_shard_ranks[static_cast<size_t>(i)]);
+    if (i % ep == inner) ep_shard_ranks.push_back(dp_shard_ranks[static_cast<size_t>(i)]);
+  }
+  auto sub_group = [&](const std::string& name, const std::vector<int64_t>& ranks) {
+    return make_group(root, name, ranks, env.rank, backend, timeout, g.device.is_cuda() ? g.device.index() : -1);
+  };
+  g.ep = sub_group("ep", ep_ranks);
+  g.ep_shard = sub_group("ep_shard", ep_shard_ranks);
   return g;
 }
 

@@ -57,6 +57,11 @@ class Comm {
   virtual torch::Tensor reduce_scatter_sum_dim0(const torch::Tensor& full,
                                                 const std::vector<int64_t>& sizes) = 0;
   virtual void barrier() = 0;
+  // Variable all-to-all along dim 0: `x`'s first send_rows[0] rows go to group rank 0, the
+  // next send_rows[1] to rank 1, ...; the result holds recv_rows[i] rows from each rank i,
+  // in rank order. Every pair must agree (rank i's recv_rows[j] is rank j's send_rows[i]).
+  virtual torch::Tensor all_to_all_dim0(const torch::Tensor& x, const std::vector<int64_t>& send_rows,
+                                        const std::vector<int64_t>& recv_rows) = 0;
 
   // Flat buffers of n elements on every rank (equal sizes: callers pad). The all-gather's
   // result holds rank i's `piece` at [i*n, (i+1)*n); the reduce-scatter's input `full`
@@ -109,6 +114,12 @@ struct MeshGroups {
   std::shared_ptr<Comm> tp;
   std::shared_ptr<Comm> dp_shard_cp;  // dp_shard x cp flattened: FSDP shards the weights over it
   std::shared_ptr<Comm> dp_cp;        // dp_replicate x dp_shard x cp: the ranks whose losses average
+  // Expert parallel (ep ranks, consecutive along dp_shard): `ep` exchanges tokens and
+  // holds the experts between them; `ep_shard` (dp_shard / ep ranks, same place in their ep
+  // group) is where FSDP shards expert weights. Both one rank without expert parallel.
+  int64_t ep_degree = 1;
+  std::shared_ptr<Comm> ep;
+  std::shared_ptr<Comm> ep_shard;
 
   Comm& along(MeshDim d) const {
     switch (d) {
@@ -133,7 +144,8 @@ std::shared_ptr<Comm> make_group(const c10::intrusive_ptr<c10d::Store>& store, c
 
 // Joins the job described by `env` (one TCPStore; each group under its own PrefixStore
 // prefix; single-rank jobs need no rendezvous) and builds the mesh's groups.
+// `ep` (expert parallel) must divide shape.dp_shard.
 MeshGroups join_mesh(const LaunchEnv& env, const MeshShape& shape, Backend backend,
-                     std::chrono::milliseconds timeout);
+                     std::chrono::milliseconds timeout, int64_t ep = 1);
 
 }  // namespace meshtrain

@@ -27,6 +27,8 @@ const std::vector<std::pair<std::string, Fault>>& table() {
       {"hf-rows-not-reordered", Fault::kHfRowsNotReordered},
       {"validation-loss-local", Fault::kValidationLossLocal},
       {"float8-scale-not-inverted", Fault::kFloat8ScaleNotInverted},
+      {"ep-tokens-not-regrouped", Fault::kEpTokensNotRegrouped},
+      {"expert-bias-local-counts", Fault::kExpertBiasLocalCounts},
   };
   return t;
 }

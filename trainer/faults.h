@@ -28,6 +28,8 @@ enum class Fault {
   kHfRowsNotReordered,    // a Hugging Face checkpoint's wq/wk rows load in transformers' order, not meshtrain's
   kValidationLossLocal,   // the validation loss is this rank's own mean, not averaged over the data-parallel ranks
   kFloat8ScaleNotInverted, // float8 dequantises with the scale instead of its reciprocal
+  kEpTokensNotRegrouped,  // expert parallel: received tokens reach the local experts in source-rank order
+  kExpertBiasLocalCounts, // the MoE routing bias moves by this rank's own token counts, not the global ones
 };
 
 // Throws std::invalid_argument listing the names for an unknown one.

@@ -14,12 +14,16 @@ int64_t ModelArgs::ffn_hidden_dim() const {
 int64_t ModelArgs::num_parameters() const {
   const int64_t kv_dim = n_kv_heads * head_dim();
   const int64_t per_layer = dim * dim * 2 + dim * kv_dim * 2  // wq, wo, wk, wv
-                            + 3 * dim * ffn_hidden_dim()      // w1, w2, w3
                             + 2 * dim;                        // two norms
-  return vocab_size * dim * 2 + n_layers * per_layer + dim;
+  const int64_t dense_ffn = 3 * dim * ffn_hidden_dim();       // w1, w2, w3
+  const int64_t moe_ffn = moe_experts * dim                    // router gate
+                          + (moe_experts + moe_shared_experts) * 3 * dim * moe_hidden_dim;
+  int64_t total = vocab_size * dim * 2 + n_layers * per_layer + dim;
+  for (int64_t id = 0; id < n_layers; ++id) total += is_moe_layer(id) ? moe_ffn : dense_ffn;
+  return total;
 }
 
-std::vector<std::string> model_flavor_names() { return {"tiny", "tiny_uneven", "debugmodel", "1B"}; }
+std::vector<std::string> model_flavor_names() { return {"tiny", "tiny_uneven", "tiny_moe", "debugmodel", "debugmodel_moe", "1B"}; }
 
 ModelArgs model_flavor(const std::string& name) {
   ModelArgs a;
@@ -29,6 +33,12 @@ ModelArgs model_flavor(const std::string& name) {
   } else if (name == "tiny_uneven") {  // vocab 259, ffn 137 and 5 layers divide by neither 2 nor 4
     a.dim = 40, a.n_layers = 5, a.n_heads = 4, a.n_kv_heads = 2, a.vocab_size = 259;
     a.multiple_of = 1, a.ffn_dim_multiplier = 1.3;
+  } else if (name == "tiny_moe") {  // tiny with 8 experts (top 2) from layer 1 on: CPU CI's MoE
+    a.dim = 64, a.n_layers = 3, a.n_heads = 8, a.n_kv_heads = 4, a.multiple_of = 32;
+    a.moe_experts = 8, a.moe_top_k = 2, a.moe_hidden_dim = 32, a.moe_dense_layers = 1;
+  } else if (name == "debugmodel_moe") {  // torchtitan's DeepSeek-V3 debugmodel proportions, byte vocabulary
+    a.dim = 256, a.n_layers = 6, a.n_heads = 16, a.n_kv_heads = 16, a.multiple_of = 256;
+    a.moe_experts = 8, a.moe_top_k = 3, a.moe_hidden_dim = 256, a.moe_dense_layers = 1;
   } else if (name == "debugmodel") {  // torchtitan's debugmodel (byte vocabulary)
     a.dim = 256, a.n_layers = 6, a.n_heads = 16, a.n_kv_heads = 16, a.multiple_of = 256;
   } else if (name == "1B") {  // Llama-3.2-1B dimensions, untied 128k vocabulary
@@ -55,6 +65,7 @@ std::string describe_json() {
            ", \"n_kv_heads\": " + std::to_string(a.n_kv_heads) + ", \"vocab_size\": " +
            std::to_string(a.vocab_size) + ", \"ffn_hidden_dim\": " + std::to_string(a.ffn_hidden_dim()) +
            ", \"num_parameters\": " + std::to_string(a.num_parameters()) +
+           ", \"moe_experts\": " + std::to_string(a.moe_experts) +
            ", \"tp_must_divide\": [[\"n_heads\", " + std::to_string(a.n_heads) + "], [\"n_kv_heads\", " +
            std::to_string(a.n_kv_heads) + "]]}";
     first = false;
@@ -76,6 +87,8 @@ void validate(const ModelArgs& a, int64_t seq_len) {
     fail("n_heads " + std::to_string(a.n_heads) + " is not divisible by n_kv_heads " +
          std::to_string(a.n_kv_heads));
   if (seq_len <= 0) fail("seq_len must be positive, got " + std::to_string(seq_len));
+  if (a.moe_experts > 0 && (a.moe_top_k < 1 || a.moe_top_k > a.moe_experts || a.moe_hidden_dim <= 0))
+    fail("moe_top_k must be in [1, moe_experts] and moe_hidden_dim positive");
 }
 
 void validate_tp(const ModelArgs& a, const MeshShape& shape, bool sequence_parallel, int64_t seq_len) {
@@ -100,6 +113,18 @@ void validate_tp(const ModelArgs& a, const MeshShape& shape, bool sequence_paral
   if (c > 1 && sequence_parallel && (seq_len / c) % t != 0)
     fail("--sequence-parallel under cp=" + std::to_string(c) + " needs seq_len / cp divisible by tp, got " +
          std::to_string(seq_len / c));
+}
+
+void validate_ep(const ModelArgs& a, const MeshShape& shape, int64_t ep) {
+  auto fail = [&](const std::string& what) { throw std::invalid_argument("ep=" + std::to_string(ep) + ": " + what); };
+  if (ep < 1) fail("the expert-parallel degree must be at least 1");
+  if (ep == 1) return;
+  if (a.moe_experts == 0) fail("model '" + a.flavor + "' has no experts (use a MoE flavor: tiny_moe, debugmodel_moe)");
+  if (shape.dp_shard % ep != 0)
+    fail("expert parallel splits dp_shard, and dp_shard " + std::to_string(shape.dp_shard) + " is not divisible by it");
+  if (a.moe_experts % ep != 0)
+    fail("the " + std::to_string(a.moe_experts) + " experts of model '" + a.flavor + "' are not divisible by it");
+  if (shape.cp > 1) fail("expert parallel under cp > 1 is not supported");
 }
 
 }  // namespace meshtrain

@@ -22,8 +22,20 @@ struct ModelArgs {
   double ffn_dim_multiplier = 0.0;  // 0: Llama's rule without a multiplier
   double norm_eps = 1e-5;
   double rope_theta = 500000.0;
+  // Mixture of experts (DeepSeek-V3 style): with moe_experts > 0 every layer from
+  // moe_dense_layers on replaces its feed-forward with routed experts (top moe_top_k of
+  // moe_experts, hidden moe_hidden_dim each) plus moe_shared_experts always-on experts.
+  int64_t moe_experts = 0;
+  int64_t moe_top_k = 1;
+  int64_t moe_hidden_dim = 0;
+  int64_t moe_shared_experts = 1;
+  int64_t moe_dense_layers = 0;
+  // The auxiliary-loss-free balance: after each optimizer step every expert's routing
+  // bias moves by this much toward an even load (docs/meshtrain.md, "Mixture of experts").
+  double moe_bias_update_speed = 1e-3;
 
   int64_t head_dim() const { return dim / n_heads; }
+  bool is_moe_layer(int64_t layer_id) const { return moe_experts > 0 && layer_id >= moe_dense_layers; }
   // Llama's rule: 2/3 of 4*dim, scaled, rounded up to a multiple of `multiple_of`.
   int64_t ffn_hidden_dim() const;
   int64_t num_parameters() const;
@@ -40,5 +52,8 @@ void validate(const ModelArgs& args, int64_t seq_len);
 std::string describe_json();
 // Throws std::invalid_argument naming the constraint a tensor-parallel degree breaks.
 void validate_tp(const ModelArgs& args, const MeshShape& shape, bool sequence_parallel, int64_t seq_len);
+// Throws std::invalid_argument naming the constraint an expert-parallel degree breaks:
+// ep splits dp_shard (and the experts) evenly, and needs a MoE flavor and cp = 1.
+void validate_ep(const ModelArgs& args, const MeshShape& shape, int64_t ep);
 
 }  // namespace meshtrain

@@ -70,6 +70,10 @@ void add_train_options(CLI::App& cmd, meshtrain::TrainConfig& c) {
                  "CP: how attention reaches other ranks' keys and values: allgather (all at once) | alltoall "
                  "(passed around the ring, one neighbour exchange per step)")
       ->capture_default_str();
+  cmd.add_option("--ep", c.ep,
+                 "Expert parallel degree (MoE flavors): the routed experts are split over this many consecutive "
+                 "dp_shard ranks, and tokens travel to their experts by all-to-all; it must divide dp_shard")
+      ->capture_default_str();
   cmd.add_flag("--checkpoint.enable", c.checkpoint_enable,
                "Save checkpoints, and resume from the latest complete one in the folder at start");
   cmd.add_option("--checkpoint.folder", c.checkpoint_folder, "Checkpoint folder (default <dump-folder>/checkpoint)");

@@ -193,3 +193,36 @@ torch::Tensor pass_to_next(const torch::Tensor& x, Comm& cp) {
 }
 
 }  // namespace meshtrain::cp
+
+namespace meshtrain::ep {
+
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+struct ExchangeTokens : torch::autograd::Function<ExchangeTokens> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, Comm* c, std::vector<int64_t> send_rows,
+                               std::vector<int64_t> recv_rows) {
+    ctx->saved_data["comm"] = reinterpret_cast<int64_t>(c);
+    ctx->saved_data["send_rows"] = send_rows;
+    ctx->saved_data["recv_rows"] = recv_rows;
+    return c->all_to_all_dim0(x, send_rows, recv_rows);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list g) {
+    auto* c = reinterpret_cast<Comm*>(ctx->saved_data["comm"].toInt());
+    const auto send_rows = ctx->saved_data["send_rows"].toIntVector();
+    const auto recv_rows = ctx->saved_data["recv_rows"].toIntVector();
+    return {c->all_to_all_dim0(g[0], recv_rows, send_rows), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+torch::Tensor exchange_tokens(const torch::Tensor& x, Comm& ep, const std::vector<int64_t>& send_rows,
+                              const std::vector<int64_t>& recv_rows) {
+  if (ep.size() == 1) return x;
+  return ExchangeTokens::apply(x, &ep, send_rows, recv_rows);
+}
+
+}  // namespace meshtrain::ep

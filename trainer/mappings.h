@@ -58,3 +58,14 @@ torch::Tensor all_gather_sequence(const torch::Tensor& x, Comm& cp, int64_t dim)
 torch::Tensor pass_to_next(const torch::Tensor& x, Comm& cp);
 
 }  // namespace meshtrain::cp
+
+namespace meshtrain::ep {
+
+// Expert parallel token exchange: forward sends the first send_rows[0] rows of x to ep
+// rank 0, the next send_rows[1] to rank 1, ... and returns recv_rows[i] rows from each rank
+// i; backward sends each gradient row back where its token came from (the same all-to-all
+// with the two lists swapped).
+torch::Tensor exchange_tokens(const torch::Tensor& x, Comm& ep, const std::vector<int64_t>& send_rows,
+                              const std::vector<int64_t>& recv_rows);
+
+}  // namespace meshtrain::ep

@@ -100,20 +100,89 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& input, const torch::Te
   return hooks.out(wo(y));                               // [B, T, D]
 }
 
-FeedForwardImpl::FeedForwardImpl(const ModelArgs& a) {
-  const auto hidden = a.ffn_hidden_dim();
-  w1 = register_module("w1", Linear(a.dim, hidden));
-  w2 = register_module("w2", Linear(hidden, a.dim));
-  w3 = register_module("w3", Linear(a.dim, hidden));
+FeedForwardImpl::FeedForwardImpl(const ModelArgs& a) : FeedForwardImpl(a.dim, a.ffn_hidden_dim()) {}
+FeedForwardImpl::FeedForwardImpl(int64_t dim, int64_t hidden) {
+  w1 = register_module("w1", Linear(dim, hidden));
+  w2 = register_module("w2", Linear(hidden, dim));
+  w3 = register_module("w3", Linear(dim, hidden));
 }
 torch::Tensor FeedForwardImpl::forward(const torch::Tensor& input) {
   auto x = hooks.in(input);
   return hooks.out(w2(torch::silu(w1(x)) * w3(x)));  // swiglu(), with each layer's hooks
 }
 
-TransformerBlockImpl::TransformerBlockImpl(const ModelArgs& a) {
+ExpertWeightImpl::ExpertWeightImpl(int64_t experts, int64_t rows, int64_t cols) {
+  weight = register_parameter("weight", torch::empty({experts, rows, cols}));
+}
+
+GroupedExpertsImpl::GroupedExpertsImpl(int64_t experts, int64_t dim, int64_t hidden) {
+  w1 = register_module("w1", ExpertWeight(experts, hidden, dim));
+  w2 = register_module("w2", ExpertWeight(experts, dim, hidden));
+  w3 = register_module("w3", ExpertWeight(experts, hidden, dim));
+}
+torch::Tensor GroupedExpertsImpl::forward(const torch::Tensor& input, const std::vector<int64_t>& counts) {
+  const auto x = hooks.in(input);                                      // [M, D]
+  const auto w1_ = w1->compute_weight(), w2_ = w2->compute_weight(), w3_ = w3->compute_weight();  // [E, ...]
+  std::vector<torch::Tensor> out;
+  int64_t row = 0;
+  for (size_t e = 0; e < counts.size(); ++e) {
+    const auto e_ = static_cast<int64_t>(e);
+    out.push_back(swiglu(x.narrow(0, row, counts[e]), w1_[e_], w2_[e_], w3_[e_]));  // [counts[e], D]
+    row += counts[e];
+  }
+  return hooks.out(torch::cat(out));  // [M, D]
+}
+
+MoEImpl::MoEImpl(const ModelArgs& a) : top_k(a.moe_top_k) {
+  router = register_module("router", Linear(a.dim, a.moe_experts));
+  experts = register_module("experts", GroupedExperts(a.moe_experts, a.dim, a.moe_hidden_dim));
+  shared_experts = register_module("shared_experts", FeedForward(a.dim, a.moe_hidden_dim * a.moe_shared_experts));
+  expert_bias = register_buffer("expert_bias", torch::zeros({a.moe_experts}));
+  tokens_per_expert = register_buffer("tokens_per_expert", torch::zeros({a.moe_experts}));
+}
+
+torch::Tensor MoEImpl::forward(const torch::Tensor& input) {
+  const auto x = hooks.in(input);
+  const auto tokens = x.reshape({-1, x.size(-1)});                        // [N, D]
+  const int64_t n_experts = expert_bias.size(0);
+  const auto scores = torch::sigmoid(router(tokens).to(torch::kFloat32));  // [N, E]
+  const auto chosen = std::get<1>(torch::topk(scores.detach() + expert_bias, top_k, -1));  // [N, k]
+  auto gates = scores.gather(1, chosen);                                   // [N, k]
+  gates = gates / (gates.sum(-1, true) + 1e-20);                           // each token's weights sum to 1
+  // Each token appears k times, its copies sorted by expert (stable: token order within one).
+  const auto expert_of_copy = chosen.flatten();                            // [N*k]
+  const auto order = std::get<1>(torch::sort(expert_of_copy, /*stable=*/true, 0, false));  // [N*k]
+  const auto token_of = order.div(top_k, "floor");                         // [N*k]
+  const auto per_expert = torch::bincount(expert_of_copy, {}, n_experts);  // [E]
+  // Counted once per step's forward with gradients (an activation-checkpointed block's
+  // first forward runs without them), never in validation or generation.
+  if (torch::GradMode::is_enabled()) {
+    torch::NoGradGuard no_grad;
+    tokens_per_expert.add_(per_expert.to(tokens_per_expert.dtype()));
+  }
+  const auto counts_cpu = per_expert.cpu();
+  const std::vector<int64_t> counts(counts_cpu.data_ptr<int64_t>(), counts_cpu.data_ptr<int64_t>() + n_experts);
+  const auto sorted = tokens.index_select(0, token_of);                   // [N*k, D]
+  const auto routed = route ? route(sorted, counts) : experts(sorted, counts);  // [N*k, D]
+  const auto weighted = routed * gates.flatten().index_select(0, order).unsqueeze(1).to(routed.scalar_type());
+  const auto out = torch::zeros_like(tokens).index_add(0, token_of, weighted) + shared_experts(tokens);  // [N, D]
+  return hooks.out(out.view(x.sizes()));
+}
+
+void MoEImpl::update_expert_bias(const torch::Tensor& tokens, double speed) {
+  torch::NoGradGuard no_grad;
+  const auto load = tokens.to(torch::kFloat32);
+  auto delta = speed * torch::sign(load.mean() - load);  // under-loaded experts up, over-loaded down
+  expert_bias.add_(delta - delta.mean());
+  tokens_per_expert.zero_();
+}
+
+TransformerBlockImpl::TransformerBlockImpl(const ModelArgs& a, int64_t layer_id) {
   attention = register_module("attention", Attention(a));
-  feed_forward = register_module("feed_forward", FeedForward(a));
+  if (a.is_moe_layer(layer_id))
+    moe = register_module("moe", MoE(a));
+  else
+    feed_forward = register_module("feed_forward", FeedForward(a));
   attention_norm = register_module("attention_norm", RMSNorm(a.dim, a.norm_eps));
   ffn_norm = register_module("ffn_norm", RMSNorm(a.dim, a.norm_eps));
 }
@@ -121,7 +190,7 @@ torch::Tensor TransformerBlockImpl::body(const torch::Tensor& input, const torch
                                          const torch::Tensor& sin) {
   const auto x = hooks.in(input);
   auto h = x + attention(attention_norm(x), cos, sin);
-  return hooks.out(h + feed_forward(ffn_norm(h)));
+  return hooks.out(h + (moe ? moe(ffn_norm(h)) : feed_forward(ffn_norm(h))));
 }
 
 namespace {
@@ -166,7 +235,7 @@ torch::Tensor TransformerBlockImpl::forward(const torch::Tensor& x, const torch:
 TransformerImpl::TransformerImpl(const ModelArgs& a) : args(a) {
   tok_embeddings = register_module("tok_embeddings", Embedding(a.vocab_size, a.dim));
   layers = register_module("layers", torch::nn::ModuleDict());
-  for (int64_t i = 0; i < a.n_layers; ++i) layers->update({{std::to_string(i), TransformerBlock(a).ptr()}});
+  for (int64_t i = 0; i < a.n_layers; ++i) layers->update({{std::to_string(i), TransformerBlock(a, i).ptr()}});
   norm = register_module("norm", RMSNorm(a.dim, a.norm_eps));
   output = register_module("output", Linear(a.dim, a.vocab_size));
 }

@@ -95,14 +95,57 @@ TORCH_MODULE(Attention);
 
 struct FeedForwardImpl : torch::nn::Module {
   explicit FeedForwardImpl(const ModelArgs& args);
+  FeedForwardImpl(int64_t dim, int64_t hidden);
   torch::Tensor forward(const torch::Tensor& x);
   ModuleHooks hooks;
   Linear w1{nullptr}, w2{nullptr}, w3{nullptr};
 };
 TORCH_MODULE(FeedForward);
 
+// The routed experts' weights, all experts in one tensor each: w1, w3 [E, Hm, D] and
+// w2 [E, D, Hm] (E experts, Hm the expert hidden dim). Registered as "<name>.weight".
+struct ExpertWeightImpl : WeightModule {
+  ExpertWeightImpl(int64_t experts, int64_t rows, int64_t cols);
+};
+TORCH_MODULE(ExpertWeight);
+
+// Experts applied to tokens already grouped by expert: x [M, D] holds counts[0] rows for
+// the first expert held, then counts[1] for the next, ... -> [M, D]. One SwiGLU per expert,
+// a loop of matmuls (torchtitan's for-loop path).
+struct GroupedExpertsImpl : torch::nn::Module {
+  GroupedExpertsImpl(int64_t experts, int64_t dim, int64_t hidden);
+  torch::Tensor forward(const torch::Tensor& x, const std::vector<int64_t>& counts);
+  ModuleHooks hooks;  // a data-parallel bucket of the expert weights enters and exits here
+  ExpertWeight w1{nullptr}, w2{nullptr}, w3{nullptr};
+};
+TORCH_MODULE(GroupedExperts);
+
+// DeepSeek-V3's mixture of experts in place of a feed-forward: a router picks each token's
+// top-k experts from sigmoid scores, the experts' outputs are weighted by those scores and
+// summed, and a shared expert (a FeedForward) sees every token. Balancing is auxiliary-loss
+// free: top-k ranks scores + expert_bias while the weights use the scores alone, and
+// update_expert_bias() moves the bias toward an even load after each optimizer step.
+struct MoEImpl : torch::nn::Module {
+  explicit MoEImpl(const ModelArgs& args);
+  torch::Tensor forward(const torch::Tensor& x);  // [B, T, D] -> [B, T, D]
+  // Moves expert_bias by `speed` toward the mean load, from `tokens` [E] routed to each
+  // expert since the last update (summed over the ranks that saw different tokens).
+  void update_expert_bias(const torch::Tensor& tokens, double speed);
+  int64_t top_k;
+  ModuleHooks hooks;
+  // How tokens grouped by expert reach the experts and come back: the experts held here
+  // unless set (expert parallel sends them to the ranks holding their experts).
+  std::function<torch::Tensor(const torch::Tensor& x, const std::vector<int64_t>& counts)> route;
+  Linear router{nullptr};  // the gate: [E, D]
+  GroupedExperts experts{nullptr};
+  FeedForward shared_experts{nullptr};
+  torch::Tensor expert_bias;        // [E], checkpointed, not trained by the optimizer
+  torch::Tensor tokens_per_expert;  // [E], tokens routed since the last bias update
+};
+TORCH_MODULE(MoE);
+
 struct TransformerBlockImpl : torch::nn::Module {
-  explicit TransformerBlockImpl(const ModelArgs& args);
+  TransformerBlockImpl(const ModelArgs& args, int64_t layer_id);
   // With `recompute` set (activation checkpointing), forward keeps only its input for
   // backward and runs the block again there; anything the block gathered is freed.
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
@@ -110,7 +153,8 @@ struct TransformerBlockImpl : torch::nn::Module {
   bool recompute = false;
   ModuleHooks hooks;  // around each run of the body (forward, and the recompute in backward)
   Attention attention{nullptr};
-  FeedForward feed_forward{nullptr};
+  FeedForward feed_forward{nullptr};  // dense layers
+  MoE moe{nullptr};                   // MoE layers (ModelArgs::is_moe_layer), instead
   RMSNorm attention_norm{nullptr}, ffn_norm{nullptr};
 };
 TORCH_MODULE(TransformerBlock);

@@ -5,6 +5,7 @@
 #include "mappings.h"
 
 #include <cmath>
+#include <numeric>
 #include <stdexcept>
 
 namespace meshtrain {
@@ -55,16 +56,22 @@ bool ends_with(const std::string& s, const std::string& tail) {
 
 // torchtitan's Llama TP plan as a weight's split dimension: column-parallel layers,
 // the embedding and the output layer split their rows (dim 0: output features or
-// vocabulary); row-parallel layers split their columns (dim 1); norms are replicated (-1).
+// vocabulary); row-parallel layers split their columns (dim 1); norms and the MoE router
+// are replicated (-1). Routed experts are tensor parallel too (torchtitan's ETP): w1 and w3
+// [E, Hm, D] split Hm (dim 1) like column-parallel layers, w2 [E, D, Hm] splits Hm (dim 2).
 int tp_split_dim(const std::string& fqn) {
   for (const char* colwise : {"attention.wq.weight", "attention.wk.weight", "attention.wv.weight",
-                              "feed_forward.w1.weight", "feed_forward.w3.weight", "tok_embeddings.weight",
-                              "output.weight"})
+                              "feed_forward.w1.weight", "feed_forward.w3.weight", "shared_experts.w1.weight",
+                              "shared_experts.w3.weight", "tok_embeddings.weight", "output.weight"})
     if (ends_with(fqn, colwise)) return 0;
-  for (const char* rowwise : {"attention.wo.weight", "feed_forward.w2.weight"})
+  for (const char* rowwise : {"attention.wo.weight", "feed_forward.w2.weight", "shared_experts.w2.weight"})
     if (ends_with(fqn, rowwise)) return 1;
+  if (ends_with(fqn, "moe.experts.w1.weight") || ends_with(fqn, "moe.experts.w3.weight")) return 1;
+  if (ends_with(fqn, "moe.experts.w2.weight")) return 2;
   return -1;
 }
+
+bool is_routed_expert(const std::string& fqn) { return fqn.find(".moe.experts.") != std::string::npos; }
 
 torch::Tensor slice(const torch::Tensor& t, const Chunk& c) {
   auto out = t;
@@ -110,8 +117,18 @@ void apply_tp(Transformer& model, MeshGroups& groups, const ParallelConfig& conf
     auto block = model->block(id);
     block->attention->hooks.input = enter;
     block->attention->wo->hooks.output = leave;
-    block->feed_forward->hooks.input = enter;
-    block->feed_forward->w2->hooks.output = leave;
+    if (block->moe) {  // routed and shared experts' partial sums leave together
+      block->moe->hooks.input = enter;
+      block->moe->hooks.output = leave;
+      // Every tp rank routes the same tokens, but the router's output weights the experts'
+      // partial sums: its gradient is partial, summed over tp.
+      weight_tp["layers." + std::to_string(id) + ".moe.router.weight"] = [&tp](const torch::Tensor& w) {
+        return tp::copy_to_tp(w, tp);
+      };
+    } else {
+      block->feed_forward->hooks.input = enter;
+      block->feed_forward->w2->hooks.output = leave;
+    }
   }
   if (model->output) {
     model->output->hooks.input = enter;
@@ -126,8 +143,44 @@ void apply_tp(Transformer& model, MeshGroups& groups, const ParallelConfig& conf
   // weights' gradients are partial and must be summed over tp.
   if (sp)
     for (const auto& [name, layout] : layout_of)
-      if (tp_split_dim(name) < 0)
+      if (tp_split_dim(name) < 0 && !weight_tp.count(name))
         weight_tp[name] = [&tp](const torch::Tensor& w) { return tp::copy_to_tp(w, tp); };
+}
+
+// Expert parallel (torchtitan's ExpertParallel): `sorted` [M, D] holds this rank's token
+// copies grouped by global expert, counts[e] of them for expert e. Each goes to the ep rank
+// holding its expert, the experts there run on what every rank sent them, and the outputs
+// come back in `sorted`'s order.
+torch::Tensor route_to_experts(const torch::Tensor& sorted, const std::vector<int64_t>& counts, Comm& ep,
+                               GroupedExperts& experts) {
+  const int64_t n = ep.size(), held = static_cast<int64_t>(counts.size()) / n;
+  // First the counts: got[i * held + e] is how many copies rank i sends to local expert e.
+  auto sent_counts = torch::tensor(counts, torch::kLong).to(sorted.device());
+  const auto got_t = ep.all_to_all_dim0(sent_counts, std::vector<int64_t>(n, held), std::vector<int64_t>(n, held)).cpu();
+  const std::vector<int64_t> got(got_t.data_ptr<int64_t>(), got_t.data_ptr<int64_t>() + n * held);
+  std::vector<int64_t> send_rows(n, 0), recv_rows(n, 0), local_counts(held, 0);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t e = 0; e < held; ++e) {
+      send_rows[i] += counts[i * held + e];
+      recv_rows[i] += got[i * held + e];
+      local_counts[e] += got[i * held + e];
+    }
+  const auto received = ep::exchange_tokens(sorted, ep, send_rows, recv_rows);  // by source rank, then expert
+  // Regroup by local expert (then source rank), as the experts take them.
+  std::vector<int64_t> source_start(n, 0);
+  for (int64_t i = 1; i < n; ++i) source_start[i] = source_start[i - 1] + recv_rows[i - 1];
+  std::vector<int64_t> by_expert;
+  for (int64_t e = 0; e < held; ++e)
+    for (int64_t i = 0; i < n; ++i) {
+      int64_t start = source_start[i];
+      for (int64_t f = 0; f < e; ++f) start += got[i * held + f];
+      for (int64_t r = 0; r < got[i * held + e]; ++r) by_expert.push_back(start + r);
+    }
+  if (injected(Fault::kEpTokensNotRegrouped)) std::iota(by_expert.begin(), by_expert.end(), 0);
+  const auto perm = torch::tensor(by_expert, torch::kLong).to(sorted.device());
+  const auto out = experts(received.index_select(0, perm), local_counts);  // [sum(recv_rows), D]
+  const auto back = out.index_select(0, torch::argsort(perm));             // by source rank again
+  return ep::exchange_tokens(back, ep, recv_rows, send_rows);
 }
 
 }  // namespace
@@ -149,16 +202,27 @@ std::unique_ptr<ParallelModel> parallelize(Transformer model, MeshGroups& groups
       l.splits.push_back(Split{tp_dim, shape.tp, groups.coord.tp});
       l.sharded_over.push_back(MeshDim::kTp);
     }
-    l.tp_local_shape = local_chunk(l.global_shape, l.splits).sizes;
-    if (fsdp) {  // over dp_shard x cp, dp_shard outer (torchtitan's dp_shard_cp)
-      l.splits.push_back(Split{0, shape.dp_shard_cp(), groups.coord.dp_shard * shape.cp + groups.coord.cp});
-      for (MeshDim d : {MeshDim::kDpShard, MeshDim::kCp})
-        if (shape.size(d) > 1) l.sharded_over.push_back(d);
+    const bool expert_parallel = groups.ep_degree > 1 && is_routed_expert(l.name);
+    if (expert_parallel) {  // each ep rank holds its experts; FSDP shards them over ep_shard (cp is 1)
+      const int64_t ep = groups.ep_degree;
+      l.splits.push_back(Split{0, ep, groups.coord.dp_shard % ep});
+      l.tp_local_shape = local_chunk(l.global_shape, l.splits).sizes;
+      l.splits.push_back(Split{0, shape.dp_shard / ep, groups.coord.dp_shard / ep});
+      l.sharded_over.push_back(MeshDim::kDpShard);
+      l.shard_rows = shard_sizes(l.tp_local_shape[0], shape.dp_shard / ep);
+      l.shard_group = groups.ep_shard.get();
+    } else {
+      l.tp_local_shape = local_chunk(l.global_shape, l.splits).sizes;
+      if (fsdp) {  // over dp_shard x cp, dp_shard outer (torchtitan's dp_shard_cp)
+        l.splits.push_back(Split{0, shape.dp_shard_cp(), groups.coord.dp_shard * shape.cp + groups.coord.cp});
+        for (MeshDim d : {MeshDim::kDpShard, MeshDim::kCp})
+          if (shape.size(d) > 1) l.sharded_over.push_back(d);
+      }
+      // Under replicate, dp_shard_cp has one rank: the gather is the identity.
+      l.shard_rows = shard_sizes(l.tp_local_shape[0], shape.dp_shard_cp());
+      l.shard_group = groups.dp_shard_cp.get();
     }
     l.chunk = local_chunk(l.global_shape, l.splits);
-    // Under replicate, dp_shard_cp has one rank: the gather is the identity.
-    l.shard_rows = shard_sizes(l.tp_local_shape[0], shape.dp_shard_cp());
-    l.shard_group = groups.dp_shard_cp.get();
     l.replicate_group = groups.dp_replicate.get();
     // Each rank's loss is the mean over its own tokens: dp x cp equal shares of the batch.
     l.grad_divisor = static_cast<double>(shape.dp() * shape.cp);
@@ -166,7 +230,18 @@ std::unique_ptr<ParallelModel> parallelize(Transformer model, MeshGroups& groups
     l.reduce_dtype = injected(Fault::kReduceInParamDtype) ? config.param_dtype : config.reduce_dtype;
     layouts.push_back(std::move(l));
   }
-  auto pm = std::make_unique<ParallelModel>(model, groups, std::move(layouts), mode);
+  // Buffers that are state (the MoE routing bias): replicated, checkpointed like weights.
+  std::vector<ParamLayout> buffer_layouts;
+  for (const auto& item : model->named_buffers()) {
+    if (!ends_with(item.key(), ".expert_bias")) continue;
+    ParamLayout l;
+    l.name = item.key();
+    l.global_shape = item.value().sizes().vec();
+    l.tp_local_shape = l.global_shape;
+    l.chunk = local_chunk(l.global_shape, {});
+    buffer_layouts.push_back(std::move(l));
+  }
+  auto pm = std::make_unique<ParallelModel>(model, groups, std::move(layouts), mode, std::move(buffer_layouts));
   std::map<std::string, const ParamLayout*> layout_of;
   for (const auto& l : pm->layouts()) layout_of[l.name] = &l;
 
@@ -196,6 +271,15 @@ std::unique_ptr<ParallelModel> parallelize(Transformer model, MeshGroups& groups
             return cp::attention(q, k, v, cp, rotate);
           };
 
+  // 1c. Expert parallel: routed tokens travel to the ranks holding their experts.
+  if (groups.ep_degree > 1)
+    for (int64_t id : model->layer_ids())
+      if (auto moe = model->block(id)->moe)
+        moe->route = [&ep = *groups.ep, experts = moe->experts](const torch::Tensor& sorted,
+                                                               const std::vector<int64_t>& counts) mutable {
+          return route_to_experts(sorted, counts, ep, experts);
+        };
+
   // 2. Activation checkpointing: the selected blocks run again in backward.
   // Chosen by global layer id, so a pipeline stage recomputes the layers it would without PP.
   const std::vector<int64_t> layer_ids = model->layer_ids();
@@ -221,7 +305,10 @@ std::unique_ptr<ParallelModel> parallelize(Transformer model, MeshGroups& groups
   std::vector<std::shared_ptr<BlockBucket>> buckets;                  // in forward order
   auto bucket_of = [&](const std::string& fqn) -> std::shared_ptr<BlockBucket> {
     if (buckets.empty()) return nullptr;
-    if (fqn.rfind("layers.", 0) == 0) return bucket_named.at(fqn.substr(0, fqn.find('.', 7)));
+    const std::string block = fqn.substr(0, fqn.find('.', 7));
+    if (fqn.rfind("layers.", 0) == 0 && is_routed_expert(fqn) && bucket_named.count(block + ".experts"))
+      return bucket_named.at(block + ".experts");
+    if (fqn.rfind("layers.", 0) == 0) return bucket_named.at(block);
     return bucket_named.at(fqn.rfind("tok_embeddings.", 0) == 0 ? "embedding" : "head");
   };
   if (needs_dp_function && talks) {
@@ -229,6 +316,7 @@ std::unique_ptr<ParallelModel> parallelize(Transformer model, MeshGroups& groups
       buckets.push_back(std::make_shared<BlockBucket>(options));
       bucket_named[name] = buckets.back();
     };
+    std::vector<std::shared_ptr<BlockBucket>> expert_buckets;
     if (model->tok_embeddings) add_bucket("embedding", BlockBucket::Options{false, false});
     for (int64_t id : layer_ids) {
       const bool last = id == layer_ids.back();
@@ -238,6 +326,12 @@ std::unique_ptr<ParallelModel> parallelize(Transformer model, MeshGroups& groups
                    (config.reshard_after_forward == ReshardAfterForward::kDefault && !(last && last_block_keeps)));
       options.recomputed = recomputed(id);
       add_bucket("layers." + std::to_string(id), options);
+      // Expert-parallel experts gather over ep_shard, not dp_shard_cp: a bucket of their own
+      // inside the MoE block, entered and left around the experts (unlinked: no prefetch).
+      if (groups.ep_degree > 1 && model->block(id)->moe) {
+        expert_buckets.push_back(std::make_shared<BlockBucket>(options));
+        bucket_named["layers." + std::to_string(id) + ".experts"] = expert_buckets.back();
+      }
     }
     if (model->output) add_bucket("head", BlockBucket::Options{false, false});
     // Prefetch follows the model's order within a stretch of consecutive layers; an
@@ -251,6 +345,7 @@ std::unique_ptr<ParallelModel> parallelize(Transformer model, MeshGroups& groups
       const bool before_next = i + 1 < buckets.size() && order[i] + 1 == order[i + 1];
       buckets[i]->link(after_previous ? buckets[i - 1].get() : nullptr, before_next ? buckets[i + 1].get() : nullptr);
     }
+    buckets.insert(buckets.end(), expert_buckets.begin(), expert_buckets.end());
   }
   torch::NoGradGuard no_grad;
   std::map<std::shared_ptr<BlockBucket>, size_t> bucket_size;
@@ -291,6 +386,11 @@ std::unique_ptr<ParallelModel> parallelize(Transformer model, MeshGroups& groups
     auto& block = model->block(id)->hooks;
     block.input = enter(bucket_named.at("layers." + std::to_string(id)));
     block.output = exit(bucket_named.at("layers." + std::to_string(id)));
+    if (bucket_named.count("layers." + std::to_string(id) + ".experts")) {
+      auto& experts = model->block(id)->moe->experts->hooks;
+      experts.input = enter(bucket_named.at("layers." + std::to_string(id) + ".experts"));
+      experts.output = exit(bucket_named.at("layers." + std::to_string(id) + ".experts"));
+    }
   }
   if (model->output) {
     model->norm->hooks.input = then(enter(bucket_named.at("head")), model->norm->hooks.input);

@@ -64,8 +64,10 @@ struct ParamLayout {
 // The result of parallelize: every parameter's layout, in model order.
 class ParallelModel {
  public:
-  ParallelModel(Transformer model, MeshGroups& groups, std::vector<ParamLayout> layouts, DataParallelMode mode)
-      : model(std::move(model)), groups(groups), layouts_(std::move(layouts)), mode_(mode) {}
+  ParallelModel(Transformer model, MeshGroups& groups, std::vector<ParamLayout> layouts, DataParallelMode mode,
+                std::vector<ParamLayout> buffer_layouts = {})
+      : model(std::move(model)), groups(groups), layouts_(std::move(layouts)),
+        buffer_layouts_(std::move(buffer_layouts)), mode_(mode) {}
   Transformer model;
   MeshGroups& groups;
   // Mean cross-entropy of the model's output [B, T, V or V/tp] against targets [B, T].
@@ -76,10 +78,14 @@ class ParallelModel {
   torch::Tensor local_tokens(const torch::Tensor& batch) const;
   torch::Tensor positions(int64_t seq_len) const;
   const std::vector<ParamLayout>& layouts() const { return layouts_; }
+  // Buffers that are model state (each MoE layer's expert_bias): replicated on every rank
+  // of a stage, saved and loaded with the weights, never trained.
+  const std::vector<ParamLayout>& buffer_layouts() const { return buffer_layouts_; }
   DataParallelMode mode() const { return mode_; }
 
  private:
   std::vector<ParamLayout> layouts_;
+  std::vector<ParamLayout> buffer_layouts_;
   DataParallelMode mode_;
 };
 

@@ -128,6 +128,24 @@ int64_t load_initial_weights(const CheckpointConfig& config, const ModelArgs& ar
 
 }  // namespace
 
+// The auxiliary-loss-free balance after an optimizer step: every MoE layer's routing bias
+// moves by the tokens its experts received over the whole batch (all data-parallel ranks).
+namespace {
+void balance_experts(ParallelModel& pm, double speed) {
+  std::vector<MoE> layers;
+  std::vector<torch::Tensor> counts;
+  for (int64_t id : pm.model->layer_ids())
+    if (auto moe = pm.model->block(id)->moe) {
+      layers.push_back(moe);
+      counts.push_back(moe->tokens_per_expert);
+    }
+  if (layers.empty()) return;
+  auto total = torch::stack(counts);  // [layers, E], one all-reduce for all of them
+  if (!injected(Fault::kExpertBiasLocalCounts)) pm.groups.dp_cp->all_reduce_sum(total);
+  for (size_t i = 0; i < layers.size(); ++i) layers[i]->update_expert_bias(total[static_cast<int64_t>(i)], speed);
+}
+}  // namespace
+
 int train(const TrainConfig& cfg) {
   inject_fault(parse_fault(cfg.inject_fault));
   // ---- configuration, checked before anything expensive
@@ -154,6 +172,7 @@ int train(const TrainConfig& cfg) {
   parallel.seq_len = cfg.seq_len;
   parallel.cp_rotate = cp::parse_rotate(cfg.cp_rotate);
   validate_tp(args, shape, parallel.sequence_parallel, parallel.seq_len);
+  validate_ep(args, shape, cfg.ep);
   const int64_t dp_degree = shape.dp();
   const int64_t global_batch =
       cfg.global_batch_size > 0 ? cfg.global_batch_size : cfg.local_batch_size * dp_degree;
@@ -172,7 +191,7 @@ int train(const TrainConfig& cfg) {
 
   // ---- the job: peers, model, data, optimizer
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.timeout_s * 1000));
-  MeshGroups groups = join_mesh(env, shape, backend, timeout);
+  MeshGroups groups = join_mesh(env, shape, backend, timeout, cfg.ep);
   const torch::Device device = groups.device;
   const int64_t dp_rank = dp_rank_of(groups.coord, shape);
   const bool is_logger = env.rank == 0;
@@ -181,7 +200,10 @@ int train(const TrainConfig& cfg) {
   Transformer full_model(args);
   init_weights(full_model, cfg.seed);
   std::vector<std::pair<std::string, std::vector<int64_t>>> all_params;  // the whole model's, whatever the stage
+  std::vector<std::pair<std::string, std::vector<int64_t>>> all_buffers;  // state buffers (MoE routing bias)
   for (const auto& item : full_model->named_parameters()) all_params.emplace_back(item.key(), item.value().sizes().vec());
+  for (const auto& item : full_model->named_buffers())
+    if (item.key().find(".expert_bias") != std::string::npos) all_buffers.emplace_back(item.key(), item.value().sizes().vec());
   if (pipeline.stages) {
     const auto& st = *pipeline.stages;
     full_model->keep_only(st.layers_held(), /*embedding=*/st.rank == 0, /*head=*/st.rank == st.pp - 1);
@@ -228,6 +250,7 @@ int train(const TrainConfig& cfg) {
   Checkpointer checkpointer(ckpt_config, groups, env.rank);
   if (ckpt_config.enable && !cfg.generate) checkpointer.check_writable();
   std::vector<CheckpointTensor> model_state, optimizer_state;
+  for (const auto& l : pm->buffer_layouts()) model_state.push_back({"model." + l.name, &l, model->named_buffers()[l.name]});
   for (const auto& l : pm->layouts()) {
     model_state.push_back({"model." + l.name, &l, model->named_parameters()[l.name]});
     const auto& s = optimizer.state().at(l.name);
@@ -237,6 +260,7 @@ int train(const TrainConfig& cfg) {
 
   // ---- the keys this run saves, written before any load so a failed load still shows them
   std::vector<KeyInfo> keys;
+  for (const auto& [name, dims] : all_buffers) keys.push_back({checkpointer.saved_key("model." + name), dims, "float32"});
   for (const auto& [name, dims] : all_params) keys.push_back({checkpointer.saved_key("model." + name), dims, "float32"});
   for (const auto& [name, dims] : all_params)
     for (const char* moment : {".exp_avg", ".exp_avg_sq"})
@@ -418,6 +442,7 @@ int train(const TrainConfig& cfg) {
     grad_bytes = 0;
     for (const auto& p : params) grad_bytes += p.grad().defined() ? p.grad().nbytes() : 0;
     optimizer.step(lr);
+    balance_experts(*pm, args.moe_bias_update_speed);
     std::vector<int64_t> windows;  // the global batch, for whoever checks the data or replays the step
     if (is_logger)
       for (int64_t i = 0; i < global_batch; ++i) windows.push_back(loader.window_of_sample(loader.samples_consumed() + i));
