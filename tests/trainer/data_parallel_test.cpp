@@ -154,6 +154,15 @@ std::vector<Layout> layouts() {
   out.push_back({"tiny", 2, "pp=2", {"--local-batch-size", "4"}, "tiny_pp2_accumulation", 1, 1, 2});
   out.push_back({"tiny", 4, "pp=2,tp=2", {"--loss-parallel"}, "tiny_pp2_tp2_loss_parallel", 2, 1, 2});
   out.push_back({"tiny", 8, "pp=2,dp_replicate=2,dp_shard=2", {}, "tiny_pp2_hsdp2x2", 1, 1, 2});
+
+  // Mixture of experts: FSDP, expert parallel (alone, inside FSDP, under AC), and experts
+  // that are tensor parallel (ETP), with and without EP.
+  out.push_back({"tiny_moe", 4, "dp_shard=4", {}, "tiny_moe_fsdp4"});
+  out.push_back({"tiny_moe", 2, "dp_shard=2", {"--ep", "2"}, "tiny_moe_ep2"});
+  out.push_back({"tiny_moe", 4, "dp_shard=4", {"--ep", "4"}, "tiny_moe_ep4"});
+  out.push_back({"tiny_moe", 4, "dp_shard=4", {"--ep", "2", "--ac", "full"}, "tiny_moe_fsdp4_ep2_ac_full"});
+  out.push_back({"tiny_moe", 2, "tp=2", {}, "tiny_moe_tp2_etp", 2});
+  out.push_back({"tiny_moe", 4, "dp_shard=2,tp=2", {"--ep", "2"}, "tiny_moe_fsdp2_tp2_ep2_etp", 2});
   return out;
 }
 

@@ -2,6 +2,7 @@
 // over Gloo), against plain autograd on the full tensors in float64.
 #include <gtest/gtest.h>
 
+#include <numeric>
 #include <thread>
 
 #include "comm.h"
@@ -122,4 +123,34 @@ TEST(TpMappings, VocabParallelCrossEntropyMatchesFullCrossEntropy) {
       expect_close(mine.grad(), piece(lg.grad(), 1, n, rank), "dlogits piece");
     });
   }
+}
+
+TEST(EpMappings, ExchangeTokensSendsRowsToTheirRanksAndGradientsBack) {
+  // Rank r sends (r + 1) * (j + 1) rows to rank j, each row tagged (source, index); the
+  // backward of sum(received * weight) must give each sent row its receiver's weight.
+  const int n = 3;
+  run_ranks(n, [&](int rank, Comm& ep) {
+    std::vector<int64_t> send_rows, recv_rows;
+    for (int j = 0; j < n; ++j) {
+      send_rows.push_back((rank + 1) * (j + 1));
+      recv_rows.push_back((j + 1) * (rank + 1));
+    }
+    const int64_t sent = std::accumulate(send_rows.begin(), send_rows.end(), int64_t{0});
+    auto x = torch::stack({torch::full({sent}, static_cast<double>(rank), torch::kFloat64),
+                           torch::arange(sent, torch::kFloat64)}, 1).requires_grad_(true);  // [sent, 2]
+    auto got = ep::exchange_tokens(x, ep, send_rows, recv_rows);
+    int64_t row = 0;
+    for (int i = 0; i < n; ++i) {  // from rank i: its rows for this rank, in order
+      int64_t first = 0;
+      for (int j = 0; j < rank; ++j) first += (i + 1) * (j + 1);
+      for (int64_t k = 0; k < recv_rows[i]; ++k, ++row) {
+        EXPECT_EQ(got[row][0].item<double>(), i);
+        EXPECT_EQ(got[row][1].item<double>(), first + k);
+      }
+    }
+    (got * (rank + 10)).sum().backward();
+    int64_t at = 0;
+    for (int j = 0; j < n; ++j)
+      for (int64_t k = 0; k < send_rows[j]; ++k, ++at) EXPECT_EQ(x.grad()[at][0].item<double>(), j + 10);
+  });
 }

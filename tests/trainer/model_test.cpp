@@ -176,3 +176,58 @@ TEST(Transformer, IsCausal) {
   EXPECT_TRUE(torch::allclose(a.slice(1, 0, 10), b.slice(1, 0, 10)));
   EXPECT_FALSE(torch::allclose(a.slice(1, 10), b.slice(1, 10)));
 }
+
+TEST(MoE, ParametersBufferAndCount) {
+  Transformer model(model_flavor("tiny_moe"));
+  const auto params = model->named_parameters();
+  EXPECT_TRUE(params.contains("layers.0.feed_forward.w1.weight"));  // the dense first layer
+  EXPECT_FALSE(params.contains("layers.1.feed_forward.w1.weight"));
+  EXPECT_EQ(params["layers.1.moe.router.weight"].sizes(), (std::vector<int64_t>{8, 64}));
+  EXPECT_EQ(params["layers.1.moe.experts.w1.weight"].sizes(), (std::vector<int64_t>{8, 32, 64}));
+  EXPECT_EQ(params["layers.1.moe.experts.w2.weight"].sizes(), (std::vector<int64_t>{8, 64, 32}));
+  EXPECT_EQ(params["layers.2.moe.shared_experts.w1.weight"].sizes(), (std::vector<int64_t>{32, 64}));
+  EXPECT_EQ(model->named_buffers()["layers.1.moe.expert_bias"].sizes(), (std::vector<int64_t>{8}));
+  int64_t count = 0;
+  for (const auto& p : model->parameters()) count += p.numel();
+  EXPECT_EQ(count, model->args.num_parameters());
+}
+
+TEST(MoE, MatchesPerTokenLoopOverChosenExperts) {
+  auto args = model_flavor("tiny_moe");
+  Transformer model(args);
+  init_weights(model, 3);
+  MoE moe = model->block(1)->moe;
+  torch::NoGradGuard no_grad;
+  moe->expert_bias.copy_(torch::linspace(-0.02, 0.02, 8));  // moves the choice, not the weights
+  auto x = randn({2, 5, 64}, 11).to(torch::kFloat32);
+  auto y = moe(x);
+  const auto g = moe->router->weight, w1 = moe->experts->w1->weight, w2 = moe->experts->w2->weight,
+             w3 = moe->experts->w3->weight;
+  for (int64_t b = 0; b < 2; ++b)
+    for (int64_t t = 0; t < 5; ++t) {
+      auto xt = x[b][t];
+      auto scores = torch::sigmoid(torch::mv(g, xt));
+      auto chosen = std::get<1>(torch::topk(scores + moe->expert_bias, 2));
+      auto weights = scores.index_select(0, chosen);
+      weights = weights / weights.sum();
+      auto want = moe->shared_experts(xt.view({1, 64})).view({64});
+      for (int64_t k = 0; k < 2; ++k) {
+        const int64_t e = chosen[k].item<int64_t>();
+        want = want + weights[k] * swiglu(xt.view({1, 64}), w1[e], w2[e], w3[e]).view({64});
+      }
+      EXPECT_LT(max_abs_diff(y[b][t], want), 1e-5) << "token " << b << "," << t;
+    }
+}
+
+TEST(MoE, BiasMovesTowardAnEvenLoadAndKeepsItsMean) {
+  Transformer model(model_flavor("tiny_moe"));
+  MoE moe = model->block(1)->moe;
+  moe->tokens_per_expert.fill_(3);
+  moe->update_expert_bias(torch::tensor({9., 0., 3., 3., 3., 3., 3., 0.}), 1e-3);
+  const auto bias = moe->expert_bias;
+  EXPECT_LT(bias[0].item<double>(), 0);  // over-loaded: less likely chosen
+  EXPECT_GT(bias[1].item<double>(), 0);  // under-loaded: more likely
+  EXPECT_GT(bias[7].item<double>(), 0);
+  EXPECT_NEAR(bias.sum().item<double>(), 0, 1e-9);
+  EXPECT_EQ(moe->tokens_per_expert.sum().item<double>(), 0);  // counting starts again
+}
