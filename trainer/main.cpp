@@ -70,6 +70,12 @@ void add_train_options(CLI::App& cmd, meshtrain::TrainConfig& c) {
                  "CP: how attention reaches other ranks' keys and values: allgather (all at once) | alltoall "
                  "(passed around the ring, one neighbour exchange per step)")
       ->capture_default_str();
+  cmd.add_option("--fsdp.bucketing", c.fsdp_bucketing,
+                 "How data-parallel weights share collectives: none (one all-gather and reduce-scatter per weight) | "
+                 "block (per transformer block) | auto (consecutive blocks up to --fsdp.bucket-mb)")
+      ->capture_default_str();
+  cmd.add_option("--fsdp.bucket-mb", c.fsdp_bucket_mb, "auto bucketing: a bucket grows to at least this many MiB")
+      ->capture_default_str();
   cmd.add_option("--ep", c.ep,
                  "Expert parallel degree (MoE flavors): the routed experts are split over this many consecutive "
                  "dp_shard ranks, and tokens travel to their experts by all-to-all; it must divide dp_shard")

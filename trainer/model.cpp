@@ -108,7 +108,8 @@ FeedForwardImpl::FeedForwardImpl(int64_t dim, int64_t hidden) {
 }
 torch::Tensor FeedForwardImpl::forward(const torch::Tensor& input) {
   auto x = hooks.in(input);
-  return hooks.out(w2(torch::silu(w1(x)) * w3(x)));  // swiglu(), with each layer's hooks
+  auto gate = torch::silu(w1(x));  // w1 before w3, always: per-weight buckets prefetch in this order
+  return hooks.out(w2(gate * w3(x)));  // swiglu(), with each layer's hooks
 }
 
 ExpertWeightImpl::ExpertWeightImpl(int64_t experts, int64_t rows, int64_t cols) {

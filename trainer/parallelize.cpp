@@ -17,6 +17,13 @@ ReshardAfterForward parse_reshard(const std::string& s) {
   throw std::invalid_argument("unknown --reshard-after-forward '" + s + "' (known: default, always, never)");
 }
 
+Bucketing parse_bucketing(const std::string& s) {
+  if (s == "none") return Bucketing::kNone;
+  if (s == "block") return Bucketing::kBlock;
+  if (s == "auto") return Bucketing::kAuto;
+  throw std::invalid_argument("unknown --fsdp.bucketing '" + s + "' (known: none, block, auto)");
+}
+
 ActivationCheckpoint parse_ac(const std::string& s) {
   if (s == "none") return ActivationCheckpoint::kNone;
   if (s == "full") return ActivationCheckpoint::kFull;
@@ -183,6 +190,107 @@ torch::Tensor route_to_experts(const torch::Tensor& sorted, const std::vector<in
   return ep::exchange_tokens(back, ep, recv_rows, send_rows);
 }
 
+// One data-parallel bucket: the weights it holds (fqns, in the order they are added), the
+// hooks it is entered at (input) and left at (output), and the layers it spans (-1: the
+// embedding, n_layers: the head), which decide prefetch links and reshard options.
+struct BucketUnit {
+  std::vector<std::string> weights;
+  ModuleHooks* entry;
+  ModuleHooks* exit;
+  int64_t first_layer;
+  int64_t last_layer;
+  bool linked = true;
+};
+
+// The buckets of --fsdp.bucketing, in forward order:
+//  - block (default): the embedding, each transformer block, the head (final norm + output);
+//  - none: every weight alone (SimpleFSDP without bucketing: one all-gather per parameter),
+//    except the routed experts' three, which the experts read together;
+//  - auto: consecutive blocks merged until a bucket holds at least `bucket_bytes` in the
+//    compute dtype (the eager counterpart of SimpleFSDP's size-driven auto-bucketing). A
+//    recomputed block stays alone: its recompute in backward enters only its own bucket.
+// Expert-parallel experts are a bucket of their own in every mode (they gather over ep_shard),
+// listed after the others.
+std::vector<BucketUnit> bucket_units(Transformer& model, Bucketing mode, int64_t bucket_bytes, bool expert_parallel,
+                                     const std::function<bool(int64_t)>& recomputed,
+                                     const std::map<std::string, const ParamLayout*>& layout_of,
+                                     torch::ScalarType dtype) {
+  std::vector<BucketUnit> units, expert_units;
+  auto weights_under = [&](const std::string& prefix, bool with_experts) {
+    std::vector<std::string> out;
+    for (const auto& item : model->named_parameters())
+      if (item.key().rfind(prefix, 0) == 0 && (with_experts || !is_routed_expert(item.key())))
+        out.push_back(item.key());
+    return out;
+  };
+  auto one_weight = [&](const std::string& path, WeightModule& m, int64_t layer) {
+    units.push_back({{path + ".weight"}, &m.hooks, &m.hooks, layer, layer});
+  };
+  if (model->tok_embeddings) one_weight("tok_embeddings", *model->tok_embeddings, -1);
+  for (int64_t id : model->layer_ids()) {
+    auto block = model->block(id);
+    const std::string at = "layers." + std::to_string(id) + ".";
+    if (mode == Bucketing::kNone) {  // forward order: attention, then feed-forward or MoE
+      one_weight(at + "attention_norm", *block->attention_norm, id);
+      for (auto [name, linear] : {std::pair{"wq", block->attention->wq}, {"wk", block->attention->wk},
+                                  {"wv", block->attention->wv}, {"wo", block->attention->wo}})
+        one_weight(at + "attention." + name, *linear, id);
+      one_weight(at + "ffn_norm", *block->ffn_norm, id);
+      if (auto moe = block->moe) {
+        one_weight(at + "moe.router", *moe->router, id);
+        if (!expert_parallel)
+          units.push_back({weights_under(at + "moe.experts.", true), &moe->experts->hooks, &moe->experts->hooks, id, id});
+        auto& shared = moe->shared_experts;
+        for (auto [name, linear] : {std::pair{"w1", shared->w1}, {"w3", shared->w3}, {"w2", shared->w2}})
+          one_weight(at + "moe.shared_experts." + name, *linear, id);
+      } else {
+        auto& ffn = block->feed_forward;
+        for (auto [name, linear] : {std::pair{"w1", ffn->w1}, {"w3", ffn->w3}, {"w2", ffn->w2}})
+          one_weight(at + "feed_forward." + name, *linear, id);
+      }
+    } else {
+      BucketUnit block_unit{weights_under(at, !expert_parallel), &block->hooks, &block->hooks, id, id};
+      auto bytes = [&](const BucketUnit& u) {
+        int64_t n = 0;
+        for (const auto& w : u.weights) {
+          int64_t numel = 1;
+          for (int64_t d : layout_of.at(w)->tp_local_shape) numel *= d;
+          n += numel * static_cast<int64_t>(c10::elementSize(dtype));
+        }
+        return n;
+      };
+      BucketUnit* last = units.empty() ? nullptr : &units.back();
+      const bool merge = mode == Bucketing::kAuto && last != nullptr && last->last_layer + 1 == id &&
+                         last->first_layer >= 0 && !recomputed(id) && !recomputed(last->first_layer) &&
+                         bytes(*last) < bucket_bytes;
+      if (merge) {
+        last->weights.insert(last->weights.end(), block_unit.weights.begin(), block_unit.weights.end());
+        last->exit = &block->hooks;
+        last->last_layer = id;
+      } else {
+        units.push_back(block_unit);
+      }
+    }
+    if (expert_parallel && block->moe) {
+      BucketUnit experts{weights_under(at + "moe.experts.", true), &block->moe->experts->hooks,
+                         &block->moe->experts->hooks, id, id};
+      experts.linked = false;
+      expert_units.push_back(experts);
+    }
+  }
+  if (model->output) {
+    const int64_t head = model->args.n_layers;
+    if (mode == Bucketing::kNone) {
+      one_weight("norm", *model->norm, head);
+      one_weight("output", *model->output, head);
+    } else {
+      units.push_back({{"norm.weight", "output.weight"}, &model->norm->hooks, &model->output->hooks, head, head});
+    }
+  }
+  units.insert(units.end(), expert_units.begin(), expert_units.end());
+  return units;
+}
+
 }  // namespace
 
 std::unique_ptr<ParallelModel> parallelize(Transformer model, MeshGroups& groups, const ParallelConfig& config) {
@@ -291,61 +399,51 @@ std::unique_ptr<ParallelModel> parallelize(Transformer model, MeshGroups& groups
 
   // 3. Data parallel: every parameter keeps only its piece, and its module computes
   // with the gathered weight, then the TP weight transform if any. Where ranks talk, the
-  // weights travel in buckets, in forward order: the embedding, each transformer block,
-  // then the final norm with the output layer ("head"); alone, a weight is only cast. Reshard after forward frees a block's gathered weights at its exit and gathers
-  // them again for its backward; by default (torchtitan's) not the last block's, whose
-  // backward comes right away, and never the embedding's or the head's (FSDP2's root).
+  // weights travel in buckets (bucket_units: per block by default), in forward order; alone,
+  // a weight is only cast. Reshard after forward frees a bucket's gathered weights at its
+  // exit and gathers them again for its backward; by default (torchtitan's) not the last
+  // block's, whose backward comes right away, and never the embedding's or the head's
+  // (FSDP2's root).
   const bool needs_dp_function = mode != DataParallelMode::kNone || config.param_dtype != torch::kFloat32;
   const bool talks = shape.dp_shard_cp() > 1 || shape.dp_replicate > 1;
   // Under pipeline parallel every forward gathers its own copy of the weights and keeps it
   // until its backward, so by default every block reshards: with 1F1B up to pp microbatches
   // (GPipe: all of them) await their backwards, and each would otherwise hold a full copy.
   const bool last_block_keeps = shape.pp == 1;
-  std::map<std::string, std::shared_ptr<BlockBucket>> bucket_named;  // "embedding", "layers.<id>", "head"
-  std::vector<std::shared_ptr<BlockBucket>> buckets;                  // in forward order
-  auto bucket_of = [&](const std::string& fqn) -> std::shared_ptr<BlockBucket> {
-    if (buckets.empty()) return nullptr;
-    const std::string block = fqn.substr(0, fqn.find('.', 7));
-    if (fqn.rfind("layers.", 0) == 0 && is_routed_expert(fqn) && bucket_named.count(block + ".experts"))
-      return bucket_named.at(block + ".experts");
-    if (fqn.rfind("layers.", 0) == 0) return bucket_named.at(block);
-    return bucket_named.at(fqn.rfind("tok_embeddings.", 0) == 0 ? "embedding" : "head");
-  };
-  if (needs_dp_function && talks) {
-    auto add_bucket = [&](const std::string& name, BlockBucket::Options options) {
-      buckets.push_back(std::make_shared<BlockBucket>(options));
-      bucket_named[name] = buckets.back();
-    };
-    std::vector<std::shared_ptr<BlockBucket>> expert_buckets;
-    if (model->tok_embeddings) add_bucket("embedding", BlockBucket::Options{false, false});
-    for (int64_t id : layer_ids) {
-      const bool last = id == layer_ids.back();
-      BlockBucket::Options options;
+  std::vector<BucketUnit> units;
+  if (needs_dp_function && talks)
+    units = bucket_units(model, config.bucketing, config.bucket_bytes, groups.ep_degree > 1, recomputed, layout_of,
+                         config.param_dtype);
+  std::map<std::string, std::shared_ptr<BlockBucket>> bucket_of;  // weight fqn -> its bucket
+  std::vector<std::shared_ptr<BlockBucket>> buckets;
+  for (size_t i = 0; i < units.size(); ++i) {
+    const BucketUnit& u = units[i];
+    BlockBucket::Options options{false, false};
+    if (u.first_layer >= 0 && u.last_layer < model->args.n_layers) {  // transformer blocks
+      const bool keeps = u.last_layer == layer_ids.back() && last_block_keeps;
       options.reshard_after_forward =
           fsdp && (config.reshard_after_forward == ReshardAfterForward::kAlways ||
-                   (config.reshard_after_forward == ReshardAfterForward::kDefault && !(last && last_block_keeps)));
-      options.recomputed = recomputed(id);
-      add_bucket("layers." + std::to_string(id), options);
-      // Expert-parallel experts gather over ep_shard, not dp_shard_cp: a bucket of their own
-      // inside the MoE block, entered and left around the experts (unlinked: no prefetch).
-      if (groups.ep_degree > 1 && model->block(id)->moe) {
-        expert_buckets.push_back(std::make_shared<BlockBucket>(options));
-        bucket_named["layers." + std::to_string(id) + ".experts"] = expert_buckets.back();
-      }
+                   (config.reshard_after_forward == ReshardAfterForward::kDefault && !keeps));
+      options.recomputed = recomputed(u.first_layer);
     }
-    if (model->output) add_bucket("head", BlockBucket::Options{false, false});
-    // Prefetch follows the model's order within a stretch of consecutive layers; an
-    // interleaved pipeline's next chunk runs many actions later, so it is not linked.
-    std::vector<int64_t> order;  // each bucket's place in the whole model: embedding -1, head n_layers
-    if (model->tok_embeddings) order.push_back(-1);
-    order.insert(order.end(), layer_ids.begin(), layer_ids.end());
-    if (model->output) order.push_back(model->args.n_layers);
-    for (size_t i = 0; i < buckets.size(); ++i) {
-      const bool after_previous = i > 0 && order[i - 1] + 1 == order[i];
-      const bool before_next = i + 1 < buckets.size() && order[i] + 1 == order[i + 1];
-      buckets[i]->link(after_previous ? buckets[i - 1].get() : nullptr, before_next ? buckets[i + 1].get() : nullptr);
-    }
-    buckets.insert(buckets.end(), expert_buckets.begin(), expert_buckets.end());
+    buckets.push_back(std::make_shared<BlockBucket>(options));
+    for (const auto& w : u.weights) bucket_of[w] = buckets.back();
+  }
+  // Prefetch follows the model's order within a stretch of consecutive layers; an
+  // interleaved pipeline's next chunk runs many actions later, and expert-parallel experts
+  // gather over another group, so neither is linked.
+  auto adjacent = [&](size_t a, size_t b) {
+    return units[a].linked && units[b].linked &&
+           (units[a].last_layer == units[b].first_layer || units[a].last_layer + 1 == units[b].first_layer);
+  };
+  std::vector<size_t> linked;
+  for (size_t i = 0; i < units.size(); ++i)
+    if (units[i].linked) linked.push_back(i);
+  for (size_t k = 0; k < linked.size(); ++k) {
+    const size_t i = linked[k];
+    BlockBucket* previous = k > 0 && adjacent(linked[k - 1], i) ? buckets[linked[k - 1]].get() : nullptr;
+    BlockBucket* next = k + 1 < linked.size() && adjacent(i, linked[k + 1]) ? buckets[linked[k + 1]].get() : nullptr;
+    buckets[i]->link(previous, next);
   }
   torch::NoGradGuard no_grad;
   std::map<std::shared_ptr<BlockBucket>, size_t> bucket_size;
@@ -357,7 +455,8 @@ std::unique_ptr<ParallelModel> parallelize(Transformer model, MeshGroups& groups
     // Keep only this rank's piece between steps: the full tensor is dropped here.
     if (!layout->splits.empty()) wm->weight.set_data(slice(wm->weight, layout->chunk));
     Transform dp;
-    if (auto bucket = bucket_of(fqn)) {
+    if (bucket_of.count(fqn)) {
+      auto bucket = bucket_of.at(fqn);
       const size_t index = bucket_size[bucket]++;
       bucket->add(layout, wm->weight);
       dp = [bucket, index](const torch::Tensor&) { return bucket->weight(index); };
@@ -366,35 +465,16 @@ std::unique_ptr<ParallelModel> parallelize(Transformer model, MeshGroups& groups
     }
     wm->parametrization = then(dp, weight_tp.count(fqn) ? weight_tp.at(fqn) : Transform());
   }
-  if (buckets.empty()) return pm;
   // Each bucket's entry and exit, around what TP already hooked there.
-  auto enter = [](std::shared_ptr<BlockBucket> bucket) {
-    return Transform([bucket](const torch::Tensor& x) {
-      bucket->enter();
-      return x;
-    });
-  };
-  auto exit = [](std::shared_ptr<BlockBucket> bucket) {
-    return Transform([bucket](const torch::Tensor& y) { return bucket->exit(y); });
-  };
-  if (model->tok_embeddings) {
-    auto& embedding = model->tok_embeddings->hooks;
-    embedding.input = then(enter(bucket_named.at("embedding")), embedding.input);
-    embedding.output = then(embedding.output, exit(bucket_named.at("embedding")));
-  }
-  for (int64_t id : layer_ids) {
-    auto& block = model->block(id)->hooks;
-    block.input = enter(bucket_named.at("layers." + std::to_string(id)));
-    block.output = exit(bucket_named.at("layers." + std::to_string(id)));
-    if (bucket_named.count("layers." + std::to_string(id) + ".experts")) {
-      auto& experts = model->block(id)->moe->experts->hooks;
-      experts.input = enter(bucket_named.at("layers." + std::to_string(id) + ".experts"));
-      experts.output = exit(bucket_named.at("layers." + std::to_string(id) + ".experts"));
-    }
-  }
-  if (model->output) {
-    model->norm->hooks.input = then(enter(bucket_named.at("head")), model->norm->hooks.input);
-    model->output->hooks.output = then(model->output->hooks.output, exit(bucket_named.at("head")));
+  for (size_t i = 0; i < units.size(); ++i) {
+    auto bucket = buckets[i];
+    units[i].entry->input = then(Transform([bucket](const torch::Tensor& x) {
+                                   bucket->enter();
+                                   return x;
+                                 }),
+                                 units[i].entry->input);
+    units[i].exit->output =
+        then(units[i].exit->output, Transform([bucket](const torch::Tensor& y) { return bucket->exit(y); }));
   }
   return pm;
 }

@@ -22,6 +22,10 @@ namespace meshtrain {
 enum class DataParallelMode { kNone, kReplicate, kFullyShard, kHybridShard };
 enum class ReshardAfterForward { kDefault, kAlways, kNever };
 enum class ActivationCheckpoint { kNone, kFull, kSelective };
+// How data-parallel weights are grouped into one all-gather / reduce-scatter each
+// (SimpleFSDP's bucketing flavors, done eagerly): one per weight, per transformer block, or
+// consecutive blocks up to a size (parallelize.cpp, bucket_units).
+enum class Bucketing { kNone, kBlock, kAuto };
 
 struct ParallelConfig {
   ReshardAfterForward reshard_after_forward = ReshardAfterForward::kDefault;
@@ -32,10 +36,13 @@ struct ParallelConfig {
   bool sequence_parallel = false;  // TP: norms and residuals sharded along the sequence
   int64_t seq_len = 0;             // needed to split the sequence under sequence and context parallel
   cp::Rotate cp_rotate = cp::Rotate::kAllGather;  // how context-parallel attention meets other ranks' K/V
+  Bucketing bucketing = Bucketing::kBlock;
+  int64_t bucket_bytes = 64ll << 20;  // auto bucketing: a bucket grows until it holds this much
 };
 
 ReshardAfterForward parse_reshard(const std::string& s);
 ActivationCheckpoint parse_ac(const std::string& s);
+Bucketing parse_bucketing(const std::string& s);
 torch::ScalarType parse_dtype(const std::string& s);
 
 // SimpleFSDP's mode rule, with torchtitan's dp_shard_cp (= dp_shard x cp) as the shard
