@@ -88,6 +88,33 @@ TEST_P(DataParallelMatchesSingleRank, LossGradNormAndWeights) {
   expect_same_weights(single, parallel);
 }
 
+// --fsdp.bucketing changes how many collectives a step issues, never the numbers. tiny
+// under dp_shard=2 has 21 weights: the embedding, 9 per block, the final norm and output.
+TEST(Bucketing, ModesChangeTheCollectivesNotTheNumbers) {
+  struct Mode {
+    std::string name;
+    int64_t all_gathers, reduce_scatters;
+  };
+  // block: embedding, 2 blocks, head, and block 0 gathered again for its backward (the last
+  // block keeps its weights); none: 21 weights and block 0's 9 again; auto: both blocks in
+  // one bucket, which holds the last block and so keeps its weights.
+  const std::vector<Mode> modes{{"block", 5, 4}, {"none", 30, 21}, {"auto", 3, 3}};
+  std::vector<json> curves;
+  for (const auto& m : modes) {
+    auto dump = run_layout({"tiny", 2, "dp_shard=2", {"--fsdp.bucketing", m.name}, "tiny_fsdp2_bucketing_" + m.name});
+    auto rows = metrics(dump);
+    ASSERT_EQ(rows.size(), static_cast<size_t>(kSteps));
+    EXPECT_EQ(rows[1]["comm_calls"]["all_gather"].get<int64_t>(), m.all_gathers) << m.name;
+    EXPECT_EQ(rows[1]["comm_calls"]["reduce_scatter"].get<int64_t>(), m.reduce_scatters) << m.name;
+    curves.push_back(rows);
+  }
+  for (size_t i = 1; i < modes.size(); ++i)
+    for (int s = 0; s < kSteps; ++s) {
+      const double a = curves[0][s]["loss"], b = curves[i][s]["loss"];
+      EXPECT_NEAR(b, a, kRtol * a) << modes[i].name << " step " << s + 1;
+    }
+}
+
 std::vector<Layout> layouts() {
   std::vector<Layout> out;
   for (std::string flavor : {"tiny", "tiny_uneven"}) {
