@@ -277,6 +277,7 @@ void BlockBucket::finish_reduce() {
     if (slot.defined()) slot.add_(grad);
     else slot = grad;
   }
+  if (on_gradients_ready) on_gradients_ready(pieces_);
 }
 
 }  // namespace meshtrain

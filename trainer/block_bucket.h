@@ -24,6 +24,7 @@
 #include <torch/torch.h>
 
 #include <deque>
+#include <functional>
 #include <vector>
 
 #include "comm.h"
@@ -58,6 +59,11 @@ class BlockBucket {
   void enter();
   torch::Tensor exit(const torch::Tensor& output);
   const torch::Tensor& weight(size_t i) const;
+  const std::vector<torch::Tensor>& pieces() const { return pieces_; }
+
+  // Called when this bucket's pieces hold their final gradients in a step, during backward
+  // (the optimizer in backward steps them there); unset: nothing is called.
+  std::function<void(const std::vector<torch::Tensor>& pieces)> on_gradients_ready;
 
   // Autograd's side (GatherBucket, the hook on the block's output, the end of backward).
   std::vector<torch::Tensor> gather_new();

@@ -29,6 +29,7 @@ const std::vector<std::pair<std::string, Fault>>& table() {
       {"float8-scale-not-inverted", Fault::kFloat8ScaleNotInverted},
       {"ep-tokens-not-regrouped", Fault::kEpTokensNotRegrouped},
       {"expert-bias-local-counts", Fault::kExpertBiasLocalCounts},
+      {"opt-in-bwd-steps-twice", Fault::kOptInBwdStepsTwice},
   };
   return t;
 }

@@ -30,6 +30,7 @@ enum class Fault {
   kFloat8ScaleNotInverted, // float8 dequantises with the scale instead of its reciprocal
   kEpTokensNotRegrouped,  // expert parallel: received tokens reach the local experts in source-rank order
   kExpertBiasLocalCounts, // the MoE routing bias moves by this rank's own token counts, not the global ones
+  kOptInBwdStepsTwice,    // optimizer in backward: the regular step after backward runs as well
 };
 
 // Throws std::invalid_argument listing the names for an unknown one.

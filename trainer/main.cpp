@@ -37,7 +37,10 @@ void add_train_options(CLI::App& cmd, meshtrain::TrainConfig& c) {
   cmd.add_option("--lr", c.lr, "Peak learning rate (AdamW)")->capture_default_str();
   cmd.add_option("--warmup-steps", c.warmup_steps, "Linear warmup steps, then linear decay")
       ->capture_default_str();
-  cmd.add_option("--max-norm", c.max_norm, "Clip gradients to this global L2 norm")->capture_default_str();
+  cmd.add_option("--max-norm", c.max_norm, "Clip gradients to this global L2 norm (0: no clipping)")->capture_default_str();
+  cmd.add_flag("--optimizer.early-step-in-backward", c.early_step_in_backward,
+               "Optimizer in backward: each data-parallel bucket's parameters take their AdamW step as soon as their "
+               "reduced gradients are ready, and the gradients are freed (needs --max-norm 0 and no accumulation)");
   cmd.add_option("--mesh", c.mesh,
                  "Device mesh pp=P,dp_replicate=R,dp_shard=S,cp=C,tp=T (missing dims 1; dp_shard=-1 fills the "
                  "world). pp>1: pipeline parallel; dp_shard>1: FSDP; dp_replicate>1: DDP; both: HSDP; cp>1: context "

@@ -13,18 +13,30 @@ AdamW::AdamW(std::vector<std::pair<std::string, torch::Tensor>> named_params, Ad
   fused_ = compat::kHasFusedAdamW && !params_.empty();
   for (const auto& [name, p] : params_) fused_ = fused_ && p.is_cuda() && p.scalar_type() == torch::kFloat32;
   if (fused_) step_tensor_ = torch::zeros({}, params_.front().second.options());
+  for (size_t i = 0; i < params_.size(); ++i) index_of_[params_[i].second.unsafeGetTensorImpl()] = i;
 }
 
 void AdamW::step(double lr) {
+  begin_step();
+  std::vector<torch::Tensor> all;
+  for (const auto& [name, p] : params_) all.push_back(p);
+  update(lr, all);
+}
+
+void AdamW::update(double lr, const std::vector<torch::Tensor>& which) {
   torch::NoGradGuard no_grad;
-  ++step_;
+  std::vector<std::pair<std::string, torch::Tensor>> chosen;
+  for (const auto& t : which) {
+    const auto& [name, p] = params_.at(index_of_.at(t.unsafeGetTensorImpl()));
+    chosen.emplace_back(name, p);
+  }
   const double bias1 = 1.0 - std::pow(config_.beta1, static_cast<double>(step_));
   const double bias2 = 1.0 - std::pow(config_.beta2, static_cast<double>(step_));
   const double step_size = lr / bias1;
   const double bias2_sqrt = std::sqrt(bias2);
   if (fused_) {
     std::vector<torch::Tensor> ps, grads, exp_avgs, exp_avg_sqs, steps;
-    for (auto& [name, p] : params_) {
+    for (auto& [name, p] : chosen) {
       if (!p.grad().defined()) continue;
       ps.push_back(p), grads.push_back(p.grad());
       exp_avgs.push_back(state_.at(name).exp_avg), exp_avg_sqs.push_back(state_.at(name).exp_avg_sq);
@@ -36,7 +48,7 @@ void AdamW::step(double lr) {
                         config_.weight_decay, config_.eps);
     return;
   }
-  for (auto& [name, p] : params_) {
+  for (auto& [name, p] : chosen) {
     auto grad = p.grad();
     if (!grad.defined()) continue;
     auto& s = state_.at(name);
@@ -71,7 +83,7 @@ double lr_at(int64_t step, int64_t total, int64_t warmup, double lr, double min_
 
 void clip_grads(const std::vector<torch::Tensor>& params, double norm, double max_norm) {
   const double coef = max_norm / (norm + 1e-6);
-  if (coef >= 1.0) return;
+  if (max_norm <= 0 || coef >= 1.0) return;
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> grads;
   for (const auto& p : params)

@@ -33,6 +33,12 @@ class AdamW {
   AdamW(std::vector<std::pair<std::string, torch::Tensor>> named_params, AdamWConfig config);
   // Applies one update at learning rate `lr` using each parameter's .grad().
   void step(double lr);
+  // The same step in parts (optimizer in backward): begin_step() once, then update() for
+  // each group of parameters as their gradients are ready; every parameter once per step.
+  // update() takes the registered tensors (or views sharing their TensorImpl) and ignores
+  // those without a gradient.
+  void begin_step() { ++step_; }
+  void update(double lr, const std::vector<torch::Tensor>& which);
   void zero_grad();
 
   int64_t steps_taken() const { return step_; }
@@ -46,6 +52,7 @@ class AdamW {
   std::vector<std::pair<std::string, torch::Tensor>> params_;
   AdamWConfig config_;
   std::map<std::string, State> state_;
+  std::map<const c10::TensorImpl*, size_t> index_of_;  // registered tensor -> its place in params_
   int64_t step_ = 0;
   bool fused_ = false;
   torch::Tensor step_tensor_;  // the fused kernel reads the step count from device memory
@@ -56,7 +63,8 @@ class AdamW {
 double lr_at(int64_t step, int64_t total, int64_t warmup, double lr, double min_ratio = 0.0);
 
 // Scales gradients whose global norm is `norm` (parallelize.h: global_grad_norm) so it
-// is at most max_norm (the PyTorch rule: coefficient max_norm / (norm + 1e-6), clamped to 1).
+// is at most max_norm (the PyTorch rule: coefficient max_norm / (norm + 1e-6), clamped to 1);
+// max_norm <= 0 clips nothing.
 void clip_grads(const std::vector<torch::Tensor>& params, double norm, double max_norm);
 
 }  // namespace meshtrain

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <numeric>
+#include <set>
 #include <stdexcept>
 
 namespace meshtrain {
@@ -427,6 +428,7 @@ std::unique_ptr<ParallelModel> parallelize(Transformer model, MeshGroups& groups
       options.recomputed = recomputed(u.first_layer);
     }
     buckets.push_back(std::make_shared<BlockBucket>(options));
+    pm->buckets.push_back(buckets.back());
     for (const auto& w : u.weights) bucket_of[w] = buckets.back();
   }
   // Prefetch follows the model's order within a stretch of consecutive layers; an
@@ -489,20 +491,13 @@ torch::Tensor ParallelModel::positions(int64_t seq_len) const {
   return cp::positions(seq_len, n, groups.coord.cp, groups.device);
 }
 
-double global_grad_norm(const ParallelModel& pm) {
-  // Sum squared norms per set of sharding groups, then reduce each set over its groups.
-  // Every rank of a stage adds every key, so the ranks of each group (never wider than a
-  // stage) issue the same collectives in the same order.
-  std::map<std::vector<MeshDim>, std::vector<torch::Tensor>> grads;  // ordered alike on every rank
-  for (const auto& l : pm.layouts()) {
-    auto p = pm.model->named_parameters()[l.name];
-    grads[l.sharded_over].push_back(p.grad().defined() ? p.grad() : torch::zeros({1}, p.options()));
-  }
-  std::map<std::vector<MeshDim>, torch::Tensor> partial;
-  for (const auto& [dims, list] : grads) {
-    // One launch per set (a loop of norms took one per tensor); squares summed in float64.
-    partial[dims] = torch::stack(at::_foreach_norm(list, 2)).to(torch::kFloat64).square().sum();
-  }
+namespace {
+// Squared norms summed per set of sharding groups, then each set over its groups. Every
+// rank of a stage holds every set, so the ranks of each group (never wider than a stage)
+// issue the same collectives in the same order.
+double reduce_grad_norm(const ParallelModel& pm, std::map<std::vector<MeshDim>, torch::Tensor>& partial) {
+  for (const auto& l : pm.layouts())  // a set a rank has no gradient for still takes part
+    if (!partial.count(l.sharded_over)) partial[l.sharded_over] = torch::zeros({}, torch::dtype(torch::kFloat64).device(pm.groups.device));
   double total = 0.0;
   for (auto& [dims, sum] : partial) {
     if (!injected(Fault::kGradNormLocalShard))
@@ -513,6 +508,53 @@ double global_grad_norm(const ParallelModel& pm) {
   auto stages = torch::full({1}, total, torch::dtype(torch::kFloat64).device(pm.groups.device));
   pm.groups.pp->all_reduce_sum(stages);
   return std::sqrt(stages.item<double>());
+}
+}  // namespace
+
+double global_grad_norm(const ParallelModel& pm) {
+  std::map<std::vector<MeshDim>, std::vector<torch::Tensor>> grads;  // ordered alike on every rank
+  for (const auto& l : pm.layouts()) {
+    auto p = pm.model->named_parameters()[l.name];
+    grads[l.sharded_over].push_back(p.grad().defined() ? p.grad() : torch::zeros({1}, p.options()));
+  }
+  std::map<std::vector<MeshDim>, torch::Tensor> partial;
+  for (const auto& [dims, list] : grads) {
+    // One launch per set (a loop of norms took one per tensor); squares summed in float64.
+    partial[dims] = torch::stack(at::_foreach_norm(list, 2)).to(torch::kFloat64).square().sum();
+  }
+  return reduce_grad_norm(pm, partial);
+}
+
+GradNormAccumulator::GradNormAccumulator(const ParallelModel& pm) : pm_(pm) {
+  const auto params = pm.model->named_parameters();
+  for (const auto& l : pm.layouts()) layout_of_[params[l.name].unsafeGetTensorImpl()] = &l;
+}
+
+void GradNormAccumulator::add(const torch::Tensor& param) {
+  if (!param.grad().defined()) return;
+  const auto& dims = layout_of_.at(param.unsafeGetTensorImpl())->sharded_over;
+  auto sq = param.grad().detach().to(torch::kFloat64).square().sum();
+  auto& sum = partial_[dims];
+  sum = sum.defined() ? sum + sq : sq;
+}
+
+double GradNormAccumulator::norm() {
+  const double n = reduce_grad_norm(pm_, partial_);
+  partial_.clear();
+  return n;
+}
+
+std::vector<torch::Tensor> ParallelModel::on_gradients_ready(
+    std::function<void(const std::vector<torch::Tensor>&)> ready) {
+  std::set<const c10::TensorImpl*> covered;
+  for (auto& bucket : buckets) {
+    bucket->on_gradients_ready = ready;
+    for (const auto& piece : bucket->pieces()) covered.insert(piece.unsafeGetTensorImpl());
+  }
+  std::vector<torch::Tensor> rest;
+  for (const auto& item : model->named_parameters())
+    if (!covered.count(item.value().unsafeGetTensorImpl())) rest.push_back(item.value());
+  return rest;
 }
 
 std::map<std::string, std::pair<double, double>> global_sums(const ParallelModel& pm,

@@ -19,6 +19,8 @@
 
 namespace meshtrain {
 
+class BlockBucket;
+
 enum class DataParallelMode { kNone, kReplicate, kFullyShard, kHybridShard };
 enum class ReshardAfterForward { kDefault, kAlways, kNever };
 enum class ActivationCheckpoint { kNone, kFull, kSelective };
@@ -85,6 +87,11 @@ class ParallelModel {
   torch::Tensor local_tokens(const torch::Tensor& batch) const;
   torch::Tensor positions(int64_t seq_len) const;
   const std::vector<ParamLayout>& layouts() const { return layouts_; }
+  // Calls `ready` with a group of parameters as soon as their gradients are final in a step,
+  // during backward: each data-parallel bucket's pieces when its reduction lands. Returns
+  // the parameters no bucket covers (their gradients are final when backward returns).
+  std::vector<torch::Tensor> on_gradients_ready(std::function<void(const std::vector<torch::Tensor>&)> ready);
+  std::vector<std::shared_ptr<BlockBucket>> buckets;  // set by parallelize
   // Buffers that are model state (each MoE layer's expert_bias): replicated on every rank
   // of a stage, saved and loaded with the weights, never trained.
   const std::vector<ParamLayout>& buffer_layouts() const { return buffer_layouts_; }
@@ -103,6 +110,20 @@ std::unique_ptr<ParallelModel> parallelize(Transformer model, MeshGroups& groups
 // Global L2 norm of all gradients: each piece's squared norm summed over the groups it
 // is sharded across, so no shard and no replica is counted twice.
 double global_grad_norm(const ParallelModel& pm);
+
+// The same norm accumulated piece by piece, for gradients that do not all exist at once
+// (the optimizer in backward frees each as soon as it has stepped): add() each parameter's
+// gradient before it goes, then norm() once per step, on every rank.
+class GradNormAccumulator {
+ public:
+  explicit GradNormAccumulator(const ParallelModel& pm);
+  void add(const torch::Tensor& param);  // a registered parameter with its .grad()
+  double norm();                         // collective; resets the sums
+ private:
+  const ParallelModel& pm_;
+  std::map<const c10::TensorImpl*, const ParamLayout*> layout_of_;
+  std::map<std::vector<MeshDim>, torch::Tensor> partial_;
+};
 
 // Per parameter of `names` (every parameter of the whole model, whichever pipeline stage
 // holds it): (sum, sum of squares) of the global tensor, in float64.

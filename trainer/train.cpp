@@ -131,6 +131,29 @@ int64_t load_initial_weights(const CheckpointConfig& config, const ModelArgs& ar
 // The auxiliary-loss-free balance after an optimizer step: every MoE layer's routing bias
 // moves by the tokens its experts received over the whole batch (all data-parallel ranks).
 namespace {
+// The optimizer in backward: steps each bucket's parameters when their gradients are final
+// (ParallelModel::on_gradients_ready), adding their squared norms to the step's grad norm
+// first and freeing the gradients after; finish() steps the parameters no bucket covers.
+struct EarlyStep {
+  EarlyStep(ParallelModel& pm, AdamW& optimizer) : norms(pm), optimizer(optimizer) {
+    rest = pm.on_gradients_ready([this](const std::vector<torch::Tensor>& ps) { step(ps); });
+  }
+  void step(const std::vector<torch::Tensor>& ps) {
+    for (const auto& p : ps) norms.add(p);
+    optimizer.update(lr, ps);
+    if (injected(Fault::kOptInBwdStepsTwice)) return;  // the planted bug keeps them for a second step
+    for (auto p : ps) p.mutable_grad() = torch::Tensor();
+  }
+  void finish(double step_lr) {
+    lr = step_lr;
+    step(rest);
+  }
+  GradNormAccumulator norms;
+  AdamW& optimizer;
+  std::vector<torch::Tensor> rest;
+  double lr = 0;
+};
+
 void balance_experts(ParallelModel& pm, double speed) {
   std::vector<MoE> layers;
   std::vector<torch::Tensor> counts;
@@ -228,6 +251,20 @@ int train(const TrainConfig& cfg) {
   AdamWConfig adamw;
   adamw.lr = cfg.lr;
   AdamW optimizer(named_params, adamw);
+
+  // Optimizer in backward (torchtitan's early_step_in_backward): each bucket's parameters
+  // take their AdamW step as soon as their reduced gradients land, and the gradients go.
+  std::unique_ptr<EarlyStep> early_step;
+  if (cfg.early_step_in_backward) {
+    if (cfg.max_norm > 0)
+      throw std::invalid_argument("--optimizer.early-step-in-backward cannot clip gradients (the global norm is known "
+                                  "only after every parameter has stepped); pass --max-norm 0");
+    if (accum_steps > 1)
+      throw std::invalid_argument("--optimizer.early-step-in-backward needs one micro-batch per step (global batch = "
+                                  "local batch x data-parallel degree): accumulated gradients are not final in backward");
+    if (pipeline.stages) throw std::invalid_argument("--optimizer.early-step-in-backward is not supported with pp > 1");
+    early_step = std::make_unique<EarlyStep>(*pm, optimizer);
+  }
 
   // ---- checkpoint: what this rank saves and loads, in canonical keys
   CheckpointConfig ckpt_config;
@@ -419,6 +456,8 @@ int train(const TrainConfig& cfg) {
     const double lr = lr_at(step - lr_step_offset, cfg.steps - lr_step_offset, cfg.warmup_steps, cfg.lr);
 
     optimizer.zero_grad();
+    optimizer.begin_step();
+    if (early_step) early_step->lr = lr;
     auto loss_sum = torch::zeros({}, torch::dtype(torch::kFloat32).device(device));
     for (int64_t micro = 0; micro < accum_steps; ++micro) {
       Batch batch = loader.micro_batch(global_batch, dp_rank, dp_degree, micro, accum_steps);
@@ -439,11 +478,17 @@ int train(const TrainConfig& cfg) {
     auto loss = loss_sum / accum_steps;
     groups.dp_cp->all_reduce_mean(loss);  // each rank's mean over an equal share of the tokens
 
-    const double norm = global_grad_norm(*pm);
-    clip_grads(params, norm, cfg.max_norm);
+    double norm = 0;
+    if (early_step) {  // the buckets' parameters stepped during backward; the rest step now
+      early_step->finish(lr);
+      norm = early_step->norms.norm();
+    } else {
+      norm = global_grad_norm(*pm);
+      clip_grads(params, norm, cfg.max_norm);
+    }
     grad_bytes = 0;
     for (const auto& p : params) grad_bytes += p.grad().defined() ? p.grad().nbytes() : 0;
-    optimizer.step(lr);
+    if (!early_step || injected(Fault::kOptInBwdStepsTwice)) optimizer.update(lr, params);
     balance_experts(*pm, args.moe_bias_update_speed);
     std::vector<int64_t> windows;  // the global batch, for whoever checks the data or replays the step
     if (is_logger)

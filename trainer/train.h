@@ -16,7 +16,8 @@ struct TrainConfig {
   int64_t seq_len = 64;
   double lr = 8e-4;
   int64_t warmup_steps = 2;
-  double max_norm = 1.0;
+  double max_norm = 1.0;  // <= 0: no clipping
+  bool early_step_in_backward = false;  // the optimizer in backward (needs max_norm <= 0)
   std::string mesh = "dp_shard=-1";  // torchtitan's default: FSDP over the whole world
   std::string reshard_after_forward = "default";
   std::string ac = "none";

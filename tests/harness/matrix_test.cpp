@@ -396,14 +396,14 @@ TEST(ShippedMatrices, LoadAndListEveryReferenceFlavor) {
   for (const char* f : {"seed/save[dp_shard=4]-load[dp_shard=2,tp=2]", "seed/save[dp_shard=4]-load[tp=4]",
                         "seed/save[dp_shard=4]-load[tp=4]-key_map", "save[tp=4]-load[dp_shard=8]"})
     EXPECT_TRUE(has(suites[3], f)) << "resharding.yaml lacks " << f;
-  // The CPU matrix stays within 4 ranks a case, but for three 3-D cases of 8 (hsdp+tp, fsdp+tp+cp,
-  // validation_tp_cp_pp) and two uneven ones of 6 (uneven_hsdp, uneven_fsdp+tp).
+  // The CPU matrix stays within 4 ranks a case, but for four 3-D cases of 8 (hsdp+tp, fsdp+tp+cp,
+  // validation_tp_cp_pp, opt_in_bwd+TP+DP+CP) and two uneven ones of 6 (uneven_hsdp, uneven_fsdp+tp).
   int wide = 0;
   for (const auto& c : suites[0].cases) {
     EXPECT_LE(c.ngpu, 8) << c.id;
     wide += c.ngpu > 4;
   }
-  EXPECT_EQ(wide, 5);
+  EXPECT_EQ(wide, 6);
   // The one-GPU matrix: every case fits one GPU, and each canary names the check it must fail.
   for (const auto& c : suites[5].cases) {
     EXPECT_EQ(c.ngpu, 1) << c.id;

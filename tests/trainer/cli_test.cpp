@@ -166,4 +166,12 @@ TEST(MeshtrainCli, BadInputGetsOneLineErrors) {
                         "tp=4: --sequence-parallel needs seq_len divisible by tp, got seq_len 30");
   expect_one_line_error(meshtrain({"train", "--reshard-after-forward", "maybe", "--dump-folder", dump.string()}),
                         "unknown --reshard-after-forward 'maybe'");
+  expect_one_line_error(meshtrain({"train", "--fsdp.bucketing", "some", "--dump-folder", dump.string()}),
+                        "unknown --fsdp.bucketing 'some' (known: none, block, auto)");
+  expect_one_line_error(meshtrain({"train", "--optimizer.early-step-in-backward", "--dump-folder", dump.string()}),
+                        "--optimizer.early-step-in-backward cannot clip gradients");
+  expect_one_line_error(meshtrain({"train", "--model", "tiny", "--ep", "2", "--mesh", "dp_shard=2", "--dump-folder",
+                                   dump.string()},
+                                  {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "1"}}),
+                        "ep=2: model 'tiny' has no experts");
 }

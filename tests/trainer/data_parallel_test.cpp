@@ -5,6 +5,7 @@
 
 #include <csignal>
 #include <cmath>
+#include <tuple>
 
 #include "run_meshtrain.h"
 
@@ -113,6 +114,29 @@ TEST(Bucketing, ModesChangeTheCollectivesNotTheNumbers) {
       const double a = curves[0][s]["loss"], b = curves[i][s]["loss"];
       EXPECT_NEAR(b, a, kRtol * a) << modes[i].name << " step " << s + 1;
     }
+}
+
+// The optimizer in backward gives the numbers of the normal step (neither clips), and each
+// gradient is gone once its parameters have stepped: none is left when backward returns.
+TEST(OptimizerInBackward, EqualsTheNormalStepAndHoldsNoGradients) {
+  const std::vector<std::string> no_clip{"--max-norm", "0"};
+  std::vector<std::string> early = no_clip;
+  early.push_back("--optimizer.early-step-in-backward");
+  for (const auto& [mesh, ranks, tp] : {std::tuple{std::string("dp_shard=2"), 2, 1}, {"dp_shard=2,tp=2", 4, 2}}) {
+    auto normal = run_layout({"tiny", ranks, mesh, no_clip, "opt_normal_" + mesh, tp});
+    auto stepped = run_layout({"tiny", ranks, mesh, early, "opt_in_bwd_" + mesh, tp});
+    auto mn = metrics(normal), me = metrics(stepped);
+    ASSERT_EQ(me.size(), static_cast<size_t>(kSteps));
+    for (int i = 0; i < kSteps; ++i) {
+      const double ln = mn[i]["loss"], le = me[i]["loss"];
+      EXPECT_NEAR(le, ln, kRtol * ln) << mesh << " step " << i + 1;
+      const double gn = mn[i]["grad_norm"], ge = me[i]["grad_norm"];
+      EXPECT_NEAR(ge, gn, kRtol * gn) << mesh << " step " << i + 1 << " grad_norm";
+    }
+    expect_same_weights(normal, stepped);
+    EXPECT_GT(json::parse(slurp(normal / "rank0.json"))["grad_bytes"].get<int64_t>(), 0);
+    EXPECT_EQ(json::parse(slurp(stepped / "rank0.json"))["grad_bytes"].get<int64_t>(), 0) << mesh;
+  }
 }
 
 std::vector<Layout> layouts() {
