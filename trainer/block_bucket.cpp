@@ -100,7 +100,7 @@ void BlockBucket::start_gather() {
     flat.push_back(p.detach().flatten());
     gather_versions_.push_back(p._version());
   }
-  auto mine = torch::cat(flat).to(first.param_dtype);
+  auto mine = torch::cat(flat).to(options_.device, first.param_dtype);
   if (mine.numel() < width()) mine = torch::cat({mine, mine.new_zeros({width() - mine.numel()})});
   pending_gather_ = first.shard_group->start_all_gather(mine);
 }
@@ -220,7 +220,7 @@ void BlockBucket::reduce(const std::vector<torch::Tensor>& grads) {
   bool complete = true;  // every element is written below: no need to zero
   for (const auto& g : grads) complete &= g.defined();
   for (size_t r = 0; r < ranks; ++r) complete &= rank_numel(r) == w;
-  const auto options = pieces_.front().options().dtype(first.reduce_dtype);
+  const auto options = pieces_.front().options().device(options_.device).dtype(first.reduce_dtype);
   auto flat = complete ? torch::empty({static_cast<int64_t>(ranks) * w}, options)
                        : torch::zeros({static_cast<int64_t>(ranks) * w}, options);
   torch::NoGradGuard no_grad;
@@ -271,7 +271,7 @@ void BlockBucket::finish_reduce() {
   torch::NoGradGuard no_grad;
   for (size_t i = 0; i < pieces_.size(); ++i) {
     const int64_t n = layouts_[i]->shard_rows[rank] * row_numel(i);
-    auto grad = mine.narrow(0, at, n).view(pieces_[i].sizes()).to(pieces_[i].scalar_type());
+    auto grad = mine.narrow(0, at, n).view(pieces_[i].sizes()).to(pieces_[i].options());
     at += n;
     auto& slot = pieces_[i].mutable_grad();
     if (slot.defined()) slot.add_(grad);

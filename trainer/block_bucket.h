@@ -46,6 +46,10 @@ class BlockBucket {
     // Activation checkpointing runs this block again in backward: its forward then
     // keeps nothing, and the recompute gathers (the previous block's backward prefetches).
     bool recomputed = false;
+    // Where the gathered weights, the gradients and the collectives live. The pieces may
+    // live elsewhere: with CPU offload they stay in host memory between steps, and their
+    // gradients land there.
+    torch::Device device = torch::kCPU;
   };
   explicit BlockBucket(Options options) : options_(options) {}
 

@@ -79,6 +79,10 @@ void add_train_options(CLI::App& cmd, meshtrain::TrainConfig& c) {
       ->capture_default_str();
   cmd.add_option("--fsdp.bucket-mb", c.fsdp_bucket_mb, "auto bucketing: a bucket grows to at least this many MiB")
       ->capture_default_str();
+  cmd.add_flag("--fsdp.cpu-offload", c.cpu_offload,
+               "Keep each rank's parameter pieces, their gradients and AdamW state in host memory (FSDP2's "
+               "CPUOffloadPolicy); they travel to the device to be gathered and computed with. The identity on the "
+               "CPU build");
   cmd.add_option("--ep", c.ep,
                  "Expert parallel degree (MoE flavors): the routed experts are split over this many consecutive "
                  "dp_shard ranks, and tokens travel to their experts by all-to-all; it must divide dp_shard")

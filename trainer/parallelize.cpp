@@ -405,7 +405,8 @@ std::unique_ptr<ParallelModel> parallelize(Transformer model, MeshGroups& groups
   // exit and gathers them again for its backward; by default (torchtitan's) not the last
   // block's, whose backward comes right away, and never the embedding's or the head's
   // (FSDP2's root).
-  const bool needs_dp_function = mode != DataParallelMode::kNone || config.param_dtype != torch::kFloat32;
+  const bool needs_dp_function =
+      mode != DataParallelMode::kNone || config.param_dtype != torch::kFloat32 || config.cpu_offload;
   const bool talks = shape.dp_shard_cp() > 1 || shape.dp_replicate > 1;
   // Under pipeline parallel every forward gathers its own copy of the weights and keeps it
   // until its backward, so by default every block reshards: with 1F1B up to pp microbatches
@@ -419,7 +420,7 @@ std::unique_ptr<ParallelModel> parallelize(Transformer model, MeshGroups& groups
   std::vector<std::shared_ptr<BlockBucket>> buckets;
   for (size_t i = 0; i < units.size(); ++i) {
     const BucketUnit& u = units[i];
-    BlockBucket::Options options{false, false};
+    BlockBucket::Options options{false, false, groups.device};
     if (u.first_layer >= 0 && u.last_layer < model->args.n_layers) {  // transformer blocks
       const bool keeps = u.last_layer == layer_ids.back() && last_block_keeps;
       options.reshard_after_forward =
@@ -456,14 +457,17 @@ std::unique_ptr<ParallelModel> parallelize(Transformer model, MeshGroups& groups
     const ParamLayout* layout = layout_of.at(fqn);
     // Keep only this rank's piece between steps: the full tensor is dropped here.
     if (!layout->splits.empty()) wm->weight.set_data(slice(wm->weight, layout->chunk));
+    if (config.cpu_offload) wm->weight.set_data(wm->weight.to(torch::kCPU));
     Transform dp;
     if (bucket_of.count(fqn)) {
       auto bucket = bucket_of.at(fqn);
       const size_t index = bucket_size[bucket]++;
       bucket->add(layout, wm->weight);
       dp = [bucket, index](const torch::Tensor&) { return bucket->weight(index); };
-    } else if (needs_dp_function) {  // one rank of data parallelism: only the cast
-      dp = [dtype = config.param_dtype](const torch::Tensor& piece) { return piece.to(dtype); };
+    } else if (needs_dp_function) {  // one rank of data parallelism: only the cast (and the copy)
+      dp = [dtype = config.param_dtype, device = groups.device](const torch::Tensor& piece) {
+        return piece.to(device, dtype);
+      };
     }
     wm->parametrization = then(dp, weight_tp.count(fqn) ? weight_tp.at(fqn) : Transform());
   }
@@ -500,6 +504,7 @@ double reduce_grad_norm(const ParallelModel& pm, std::map<std::vector<MeshDim>, 
     if (!partial.count(l.sharded_over)) partial[l.sharded_over] = torch::zeros({}, torch::dtype(torch::kFloat64).device(pm.groups.device));
   double total = 0.0;
   for (auto& [dims, sum] : partial) {
+    sum = sum.to(pm.groups.device);  // gradients may live in host memory (CPU offload)
     if (!injected(Fault::kGradNormLocalShard))
       for (MeshDim d : dims) pm.groups.along(d).all_reduce_sum(sum);
     total += sum.item<double>();
@@ -569,7 +574,7 @@ std::map<std::string, std::pair<double, double>> global_sums(const ParallelModel
       if (layout.name == names[i]) l = &layout;
     if (l == nullptr) continue;
     auto p = params[l->name].detach().to(torch::kFloat64);
-    auto sums = torch::stack({p.sum(), p.pow(2).sum()});
+    auto sums = torch::stack({p.sum(), p.pow(2).sum()}).to(pm.groups.device);
     for (MeshDim d : l->sharded_over) pm.groups.along(d).all_reduce_sum(sums);
     table[static_cast<int64_t>(i)] = sums.cpu();
   }

@@ -39,6 +39,9 @@ struct ParallelConfig {
   int64_t seq_len = 0;             // needed to split the sequence under sequence and context parallel
   cp::Rotate cp_rotate = cp::Rotate::kAllGather;  // how context-parallel attention meets other ranks' K/V
   Bucketing bucketing = Bucketing::kBlock;
+  // FSDP2's CPUOffloadPolicy: each rank's pieces (and so their gradients and AdamW state)
+  // stay in host memory; they are copied to the device to be gathered or computed with.
+  bool cpu_offload = false;
   int64_t bucket_bytes = 64ll << 20;  // auto bucketing: a bucket grows until it holds this much
 };
 

@@ -195,6 +195,7 @@ int train(const TrainConfig& cfg) {
   parallel.seq_len = cfg.seq_len;
   parallel.cp_rotate = cp::parse_rotate(cfg.cp_rotate);
   parallel.bucketing = parse_bucketing(cfg.fsdp_bucketing);
+  parallel.cpu_offload = cfg.cpu_offload;
   parallel.bucket_bytes = static_cast<int64_t>(cfg.fsdp_bucket_mb * (1 << 20));
   validate_tp(args, shape, parallel.sequence_parallel, parallel.seq_len);
   validate_ep(args, shape, cfg.ep);

@@ -29,7 +29,8 @@ struct TrainConfig {
   std::string cp_rotate = "allgather";
   int64_t ep = 1;
   std::string fsdp_bucketing = "block";  // none | block | auto (parallelize.h: Bucketing)
-  double fsdp_bucket_mb = 64;             // auto: the size a bucket grows to  // expert parallel: MoE experts split over this many dp_shard ranks
+  double fsdp_bucket_mb = 64;             // auto: the size a bucket grows to
+  bool cpu_offload = false;               // parallelize.h: ParallelConfig::cpu_offload  // expert parallel: MoE experts split over this many dp_shard ranks
   std::string pp_schedule = "1f1b";
   int64_t pp_microbatches = -1;    // -1: pp
   int64_t pp_virtual_stages = -1;  // stages per pp rank; -1: 2 for interleaved_1f1b, else 1
