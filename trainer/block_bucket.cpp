@@ -192,7 +192,9 @@ torch::Tensor BlockBucket::exit(const torch::Tensor& output) {
 // ---- the block's backward ---------------------------------------------------------
 
 bool BlockBucket::will_gather_for_backward() const {
-  return (!awaiting_.empty() && awaiting_.front().released) || options_.recomputed;
+  // A recomputed bucket gathers in its recompute, unless the recompute already ran: with one
+  // bucket per weight, the block's other weights were gathered when its recompute began.
+  return (!awaiting_.empty() && awaiting_.front().released) || (options_.recomputed && weights_ != Weights::kHeld);
 }
 
 void BlockBucket::before_backward() {

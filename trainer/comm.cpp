@@ -535,8 +535,8 @@ MeshGroups join_mesh(const LaunchEnv& env, const MeshShape& shape, Backend backe
   auto sub_group = [&](const std::string& name, const std::vector<int64_t>& ranks) {
     return make_group(root, name, ranks, env.rank, backend, timeout, g.device.is_cuda() ? g.device.index() : -1);
   };
-  g.ep = sub_group("ep", ep_ranks);
-  g.ep_shard = sub_group("ep_shard", ep_shard_ranks);
+  g.ep = sub_group("ep", ep_ranks);  // one rank (no connection) without expert parallel
+  g.ep_shard = ep > 1 ? sub_group("ep_shard", ep_shard_ranks) : g.dp_shard;
   return g;
 }
 

@@ -116,7 +116,8 @@ struct MeshGroups {
   std::shared_ptr<Comm> dp_cp;        // dp_replicate x dp_shard x cp: the ranks whose losses average
   // Expert parallel (ep ranks, consecutive along dp_shard): `ep` exchanges tokens and
   // holds the experts between them; `ep_shard` (dp_shard / ep ranks, same place in their ep
-  // group) is where FSDP shards expert weights. Both one rank without expert parallel.
+  // group) is where FSDP shards expert weights. Without expert parallel, ep is one rank and
+  // ep_shard is dp_shard itself.
   int64_t ep_degree = 1;
   std::shared_ptr<Comm> ep;
   std::shared_ptr<Comm> ep_shard;

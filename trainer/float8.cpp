@@ -105,7 +105,9 @@ void convert(Transformer& model, Mode mode) {
     auto block = model->block(id);
     for (const auto& item : block->named_modules()) {
       auto* linear_module = dynamic_cast<LinearImpl*>(item.value().get());
-      if (linear_module == nullptr) continue;
+      // The MoE router stays in high precision (as torchao and torchtitan leave it): its
+      // logits decide each token's experts, and its E outputs need not be a multiple of 16.
+      if (linear_module == nullptr || item.key() == "moe.router") continue;
       linear_module->product = [mode](const torch::Tensor& x, const torch::Tensor& w) { return linear(x, w, mode); };
     }
   }

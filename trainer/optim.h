@@ -35,8 +35,8 @@ class AdamW {
   void step(double lr);
   // The same step in parts (optimizer in backward): begin_step() once, then update() for
   // each group of parameters as their gradients are ready; every parameter once per step.
-  // update() takes the registered tensors (or views sharing their TensorImpl) and ignores
-  // those without a gradient.
+  // update() takes the registered tensors themselves (not views of them) and ignores those
+  // without a gradient.
   void begin_step() { ++step_; }
   void update(double lr, const std::vector<torch::Tensor>& which);
   void zero_grad();

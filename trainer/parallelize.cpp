@@ -191,7 +191,7 @@ torch::Tensor route_to_experts(const torch::Tensor& sorted, const std::vector<in
   return ep::exchange_tokens(back, ep, recv_rows, send_rows);
 }
 
-// One data-parallel bucket: the weights it holds (fqns, in the order they are added), the
+// One data-parallel bucket: the weights it holds (fqns), the
 // hooks it is entered at (input) and left at (output), and the layers it spans (-1: the
 // embedding, n_layers: the head), which decide prefetch links and reshard options.
 struct BucketUnit {

@@ -128,16 +128,15 @@ int64_t load_initial_weights(const CheckpointConfig& config, const ModelArgs& ar
 
 }  // namespace
 
-// The auxiliary-loss-free balance after an optimizer step: every MoE layer's routing bias
-// moves by the tokens its experts received over the whole batch (all data-parallel ranks).
 namespace {
 // The optimizer in backward: steps each bucket's parameters when their gradients are final
 // (ParallelModel::on_gradients_ready), adding their squared norms to the step's grad norm
 // first and freeing the gradients after; finish() steps the parameters no bucket covers.
 struct EarlyStep {
-  EarlyStep(ParallelModel& pm, AdamW& optimizer) : norms(pm), optimizer(optimizer) {
+  EarlyStep(ParallelModel& pm, AdamW& optimizer) : pm(pm), norms(pm), optimizer(optimizer) {
     rest = pm.on_gradients_ready([this](const std::vector<torch::Tensor>& ps) { step(ps); });
   }
+  ~EarlyStep() { pm.on_gradients_ready(nullptr); }  // the buckets outlive this
   void step(const std::vector<torch::Tensor>& ps) {
     for (const auto& p : ps) norms.add(p);
     optimizer.update(lr, ps);
@@ -148,12 +147,15 @@ struct EarlyStep {
     lr = step_lr;
     step(rest);
   }
+  ParallelModel& pm;
   GradNormAccumulator norms;
   AdamW& optimizer;
   std::vector<torch::Tensor> rest;
   double lr = 0;
 };
 
+// The auxiliary-loss-free balance after an optimizer step: every MoE layer's routing bias
+// moves by the tokens its experts received over the whole batch (all data-parallel ranks).
 void balance_experts(ParallelModel& pm, double speed) {
   std::vector<MoE> layers;
   std::vector<torch::Tensor> counts;
@@ -285,6 +287,9 @@ int train(const TrainConfig& cfg) {
   if (ckpt_config.last_save_in_hf && !ckpt_config.last_save_model_only)
     throw std::invalid_argument("--checkpoint.last-save-in-hf needs --checkpoint.last-save-model-only (a Hugging "
                                 "Face checkpoint holds model weights only)");
+  if ((ckpt_config.last_save_in_hf || ckpt_config.initial_load_in_hf) && args.moe_experts > 0)
+    throw std::invalid_argument("Hugging Face checkpoints (--checkpoint.last-save-in-hf, --checkpoint.initial-load-in-hf) "
+                                "cover the dense Llama flavors only, not MoE model '" + args.flavor + "'");
   if (ckpt_config.initial_load_in_hf && ckpt_config.initial_load_path.empty())
     throw std::invalid_argument("--checkpoint.initial-load-in-hf needs --checkpoint.initial-load-path");
   Checkpointer checkpointer(ckpt_config, groups, env.rank);

@@ -94,15 +94,20 @@ TEST_P(DataParallelMatchesSingleRank, LossGradNormAndWeights) {
 TEST(Bucketing, ModesChangeTheCollectivesNotTheNumbers) {
   struct Mode {
     std::string name;
+    std::vector<std::string> flags;
     int64_t all_gathers, reduce_scatters;
   };
   // block: embedding, 2 blocks, head, and block 0 gathered again for its backward (the last
   // block keeps its weights); none: 21 weights and block 0's 9 again; auto: both blocks in
-  // one bucket, which holds the last block and so keeps its weights.
-  const std::vector<Mode> modes{{"block", 5, 4}, {"none", 30, 21}, {"auto", 3, 3}};
+  // one bucket, which holds the last block and so keeps its weights. none with full AC: 21
+  // weights, then both blocks' 18 again in their recompute, and not one gather more.
+  const std::vector<Mode> modes{{"block", {"--fsdp.bucketing", "block"}, 5, 4},
+                                {"none", {"--fsdp.bucketing", "none"}, 30, 21},
+                                {"auto", {"--fsdp.bucketing", "auto"}, 3, 3},
+                                {"none_ac_full", {"--fsdp.bucketing", "none", "--ac", "full"}, 39, 21}};
   std::vector<json> curves;
   for (const auto& m : modes) {
-    auto dump = run_layout({"tiny", 2, "dp_shard=2", {"--fsdp.bucketing", m.name}, "tiny_fsdp2_bucketing_" + m.name});
+    auto dump = run_layout({"tiny", 2, "dp_shard=2", m.flags, "tiny_fsdp2_bucketing_" + m.name});
     auto rows = metrics(dump);
     ASSERT_EQ(rows.size(), static_cast<size_t>(kSteps));
     EXPECT_EQ(rows[1]["comm_calls"]["all_gather"].get<int64_t>(), m.all_gathers) << m.name;
