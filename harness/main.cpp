@@ -25,6 +25,7 @@
 #include "matrix.h"
 #include "plan.h"
 #include "report.h"
+#include "requirements.h"
 #include "runner.h"
 #include "schedule.h"
 #include "summary.h"
@@ -73,40 +74,6 @@ std::vector<Suite> load_all(const std::vector<std::string>& files) {
 }
 
 bool contains(const std::string& hay, const std::string& needle) { return hay.find(needle) != std::string::npos; }
-
-// --skip-tag TAG[=REASON]: cases with the tag are reported as skipped, for machines that lack
-// what those cases need (a newer PyTorch, a package, more memory); so are the cases judged
-// against them, since nothing could judge those.
-void apply_skip_tags(std::vector<Suite>& suites, const std::vector<std::string>& specs) {
-  std::map<std::string, Case*> tagged;  // id -> case skipped by a tag
-  for (const auto& spec : specs) {
-    const auto eq = spec.find('=');
-    const std::string tag = spec.substr(0, eq);
-    const std::string why = eq == std::string::npos ? "" : ": " + spec.substr(eq + 1);
-    if (tag.empty()) throw std::invalid_argument("--skip-tag '" + spec + "' names no tag (TAG or TAG=REASON)");
-    bool any = false;
-    for (auto& suite : suites)
-      for (auto& c : suite.cases) {
-        if (std::find(c.tags.begin(), c.tags.end(), tag) == c.tags.end()) continue;
-        any = true;
-        if (c.expect.kind == Expectation::kSkip) continue;
-        c.expect = {Expectation::kSkip, "--skip-tag " + tag + why, ""};
-        tagged[c.id] = &c;
-      }
-    if (!any) std::fprintf(stderr, "meshtest: note: --skip-tag %s matches no case (a typo?)\n", tag.c_str());
-  }
-  for (bool grew = !tagged.empty(); grew;) {
-    grew = false;
-    for (auto& suite : suites)
-      for (auto& c : suite.cases)
-        for (const auto& b : c.baselines())
-          if (tagged.count(b) && !tagged.count(c.id)) {
-            c.expect = {Expectation::kSkip, "baseline " + b + " skipped (" + tagged[b]->expect.reason + ")", ""};
-            tagged[c.id] = &c;
-            grew = true;
-          }
-  }
-}
 
 // Filters, then adds back the baselines the chosen cases compare against.
 std::vector<const Case*> select(const std::vector<Suite>& suites, const Selection& s) {
@@ -256,7 +223,10 @@ int run_matrix(Selection sel, RunOptions opt, bool dry_run, int ngpu, const char
     for (const auto& a : opt.slurm.srun_args) opt.repro_prefix += " --srun-arg=" + shell_quote(a);
   }
   opt.progress = ::isatty(2) && !std::getenv("CI");
-  const Plan plan = plan_run(select_shard(suites, sel, opt, history), opt, history);
+  // The shard is chosen before probing, so every machine of a sharded run splits the same way.
+  const std::vector<const Case*> selected = select_shard(suites, sel, opt, history);
+  apply_requirements(suites, selected, {opt.backend, opt.devices});
+  const Plan plan = plan_run(selected, opt, history);
 
   if (dry_run) {
     print_plan(plan, opt);
@@ -584,13 +554,13 @@ int main(int argc, char** argv) {
       const auto suites = load_all(list_sel.matrices);
       RunOptions list_opt;
       list_opt.devices = default_devices(list_opt.backend);
-      for (const Case* c : select_shard(suites, list_sel, list_opt, {}))
-        std::printf("%-50s ngpu=%d phases=%zu expect=%s%s\n", c->id.c_str(), c->ngpu, c->phases.size(),
-                    c->expect.str().c_str(), c->tags.empty() ? "" : ("  tags=" + [&] {
-                      std::string t;
-                      for (const auto& x : c->tags) t += (t.empty() ? "" : ",") + x;
-                      return t;
-                    }()).c_str());
+      for (const Case* c : select_shard(suites, list_sel, list_opt, {})) {
+        std::string tags, needs;
+        for (const auto& x : c->tags) tags += (tags.empty() ? "  tags=" : ",") + x;
+        for (const auto& r : c->requirements) needs += (needs.empty() ? "  requires: " : "; ") + r.describe();
+        std::printf("%-50s ngpu=%d phases=%zu expect=%s%s%s\n", c->id.c_str(), c->ngpu, c->phases.size(),
+                    c->expect.str().c_str(), tags.c_str(), needs.c_str());
+      }
       return 0;
     }
 

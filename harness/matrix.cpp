@@ -17,8 +17,9 @@ namespace {
 
 const std::vector<std::string> kFileKeys = {"suite", "description", "defaults", "cases"};
 // Keys a case and `defaults` share; a case adds name, phases and matrix.
-const std::vector<std::string> kCommonKeys = {"command", "model",  "mesh",   "ngpu",   "options",  "tags",
-                                              "timeout", "env",    "expect", "checks", "duration", "outputs"};
+const std::vector<std::string> kCommonKeys = {"command", "model",  "mesh",   "ngpu",     "options", "tags",
+                                              "timeout", "env",    "expect", "checks",   "duration", "outputs",
+                                              "requires"};
 const std::vector<std::string> kPhaseKeys = {"name", "action", "command", "mesh", "options", "env", "timeout", "outputs"};
 const std::vector<std::string> kLoadTimePlaceholders = {"action", "model", "mesh", "nproc", "phase", "matrix_dir"};
 const std::vector<std::string> kRunTimePlaceholders = {"meshtrain", "backend", "case_dir", "phase_dir"};
@@ -79,6 +80,7 @@ struct Fields {
   std::optional<MetricsSource> metrics;  // outputs.metrics
   std::optional<CheckpointSource> checkpoint;  // outputs.checkpoint
   std::optional<std::string> tokens;           // outputs.tokens
+  std::vector<Requirement> requirements;       // requires: a case's entries add to the defaults'
 };
 
 std::optional<meshtrain::MeshShape> read_mesh(const ReadContext& ctx, const YAML::Node& node) {
@@ -352,6 +354,128 @@ void read_outputs(const ReadContext& ctx, const YAML::Node& node, Fields& f) {
     if (auto src = read_checkpoint_source(ctx, *n)) f.checkpoint = *src;
 }
 
+// A probe's program or argument: {matrix_dir} filled, any other placeholder refused (a probe
+// runs once, before any case has a folder).
+std::string fill_matrix_dir(const ReadContext& ctx, const YAML::Node& node, const std::string& text,
+                            const std::string& what) {
+  static const std::regex placeholder(R"(\{([A-Za-z_][A-Za-z0-9_]*)\})");
+  std::string filled;
+  size_t last = 0;
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), placeholder); it != std::sregex_iterator(); ++it) {
+    filled += text.substr(last, it->position() - last);
+    last = it->position() + it->length();
+    if ((*it)[1].str() == "matrix_dir") {
+      filled += std::filesystem::absolute(ctx.file).parent_path().string();
+    } else {
+      ctx.error(node, what + " uses " + it->str() + "; a probe knows only {matrix_dir} (it runs once, before any case)");
+      filled += it->str();
+    }
+  }
+  return filled + text.substr(last);
+}
+
+// "torch>=2.4" or "torch>=2.4,<3": a module, then comparisons of its __version__'s release numbers.
+bool parse_version_spec(const std::string& spec, Requirement& r) {
+  static const std::regex module_syntax(R"(\s*([A-Za-z_][A-Za-z0-9_.]*)\s*)");
+  static const std::regex constraint_syntax(R"(\s*(>=|<=|==|!=|>|<)\s*([0-9]+(\.[0-9]+)*)\s*)");
+  const size_t op = spec.find_first_of("<>=!");
+  std::smatch m;
+  const std::string head = spec.substr(0, op);
+  if (op == std::string::npos || !std::regex_match(head, m, module_syntax)) return false;
+  r.module = m[1];
+  for (size_t at = op; at <= spec.size();) {
+    size_t comma = spec.find(',', at);
+    if (comma == std::string::npos) comma = spec.size();
+    const std::string part = spec.substr(at, comma - at);
+    if (!std::regex_match(part, m, constraint_syntax)) return false;
+    r.constraints.emplace_back(m[1], m[2]);
+    at = comma + 1;
+  }
+  return true;
+}
+
+const std::vector<std::string> kProbeKinds = {"python", "command", "python_version", "gpus"};
+
+// One entry of `requires:` (docs/matrix.md#requirements): exactly one probe, and what goes with it.
+std::optional<Requirement> read_requirement(const ReadContext& ctx, const YAML::Node& node) {
+  MapReader m(ctx, node, "requires entry",
+              {"python", "command", "python_version", "gpus", "interpreter", "reason", "timeout"});
+  if (!m.ok()) return std::nullopt;
+  Requirement r;
+  r.where = ctx.where(node);
+  r.dir = std::filesystem::absolute(ctx.file).parent_path().string();
+  std::vector<std::string> kinds;
+  for (const auto& k : kProbeKinds)
+    if (m.get(k)) kinds.push_back(k);
+  if (kinds.size() != 1) {
+    std::string named;
+    for (const auto& k : kinds) named += (named.empty() ? "" : ", ") + k;
+    ctx.error(node, "a requirement names exactly one probe (python, command, python_version or gpus)" +
+                        (named.empty() ? std::string() : "; this one names " + named));
+    return std::nullopt;
+  }
+  const size_t errors_before = ctx.diag->size();
+  const std::string& kind = kinds.front();
+  const YAML::Node& value = *m.get(kind);
+  if (kind == "python") {
+    r.kind = Requirement::kPython;
+    if (auto t = read_string(ctx, value, "requires.python")) {
+      if (t->empty()) ctx.error(value, "requires.python needs Python code, e.g. \"import torch\"");
+      r.text = *t;
+    }
+  } else if (kind == "command") {
+    r.kind = Requirement::kCommand;
+    if (auto argv = read_string_list(ctx, value, "requires.command")) {
+      if (argv->empty() || argv->front().empty()) ctx.error(value, "requires.command must name a program");
+      for (const auto& a : *argv) r.argv.push_back(fill_matrix_dir(ctx, value, a, "requires.command"));
+      for (const auto& a : *argv) r.text += (r.text.empty() ? "" : " ") + a;
+    }
+  } else if (kind == "python_version") {
+    r.kind = Requirement::kPythonVersion;
+    if (auto t = read_string(ctx, value, "requires.python_version")) {
+      r.text = *t;
+      if (!parse_version_spec(*t, r))
+        ctx.error(value, "requires.python_version '" + *t +
+                             "' must be <module><op><version>[,<op><version>...] with op one of >= > <= < == != "
+                             "(e.g. torch>=2.4)");
+    }
+  } else {
+    r.kind = Requirement::kGpus;
+    if (auto n = read_int(ctx, value, "requires.gpus", 1)) r.gpus = static_cast<int>(*n);
+  }
+  if (const YAML::Node* n = m.get("interpreter")) {
+    if (r.kind != Requirement::kPython && r.kind != Requirement::kPythonVersion)
+      ctx.error(*n, "requires.interpreter goes with python or python_version, not " + kind);
+    else if (auto t = read_string(ctx, *n, "requires.interpreter")) {
+      if (t->empty()) ctx.error(*n, "requires.interpreter must name a program");
+      r.interpreter = fill_matrix_dir(ctx, *n, *t, "requires.interpreter");
+    }
+  }
+  if (const YAML::Node* n = m.get("timeout")) {
+    if (r.kind == Requirement::kGpus) ctx.error(*n, "requires.timeout goes with a probe that runs, not gpus");
+    else if (auto t = read_number(ctx, *n, "requires.timeout")) {
+      if (!(*t > 0)) ctx.error(*n, "requires.timeout must be positive seconds");
+      r.timeout_s = *t;
+    }
+  }
+  if (const YAML::Node* n = m.get("reason"))
+    if (auto t = read_string(ctx, *n, "requires.reason")) {
+      if (t->empty()) ctx.error(*n, "requires.reason must not be empty (leave it out for the default)");
+      r.reason = *t;
+    }
+  if (ctx.diag->size() != errors_before) return std::nullopt;
+  return r;
+}
+
+void read_requirements(const ReadContext& ctx, const YAML::Node& node, Fields& f) {
+  if (!node.IsSequence()) {
+    ctx.error(node, "requires must be a list of probes, e.g. [{python: \"import torch\"}]");
+    return;
+  }
+  for (const auto& item : node)
+    if (auto r = read_requirement(ctx, item)) f.requirements.push_back(*r);
+}
+
 // Two checks judge the same thing when they differ at most in how strict they are.
 bool same_judgement(const CheckSpec& a, const CheckSpec& b) {
   // Compared as JSON values, not as text: a parameter may hold bytes that are not UTF-8.
@@ -422,6 +546,7 @@ void read_common(const ReadContext& ctx, const MapReader& m, Fields& f) {
     if (auto d = read_number(ctx, *n, "duration")) f.duration = *d;
   }
   if (auto* n = m.get("outputs")) read_outputs(ctx, *n, f);
+  if (auto* n = m.get("requires")) read_requirements(ctx, *n, f);
 }
 
 std::string option_text(const Options& options, const std::string& key) {
@@ -564,6 +689,7 @@ std::optional<Case> build_case(const ReadContext& ctx, const YAML::Node& node, c
   c.tags = f.tags.value_or(std::vector<std::string>{});
   c.expect = f.expect.value_or(Expectation{});
   c.checks = f.checks.value_or(std::vector<CheckSpec>{});
+  c.requirements = f.requirements;
   c.duration_hint_s = f.duration.value_or(0);
   if (f.model && !f.command) {
     const auto known = meshtrain_adapter().models();
@@ -803,6 +929,40 @@ nlohmann::json Case::to_json() const {
   }
   j["checks"] = nlohmann::json::array();
   for (const auto& c : checks) j["checks"].push_back({{"kind", c.kind}, {"params", c.params}, {"where", c.where.str()}});
+  j["requires"] = nlohmann::json::array();
+  for (const auto& r : requirements) j["requires"].push_back(r.to_json());
+  return j;
+}
+
+namespace {
+const char* const kRequirementKindNames[] = {"python", "command", "python_version", "gpus"};  // by Requirement::Kind
+
+// Long or multi-line probe text on one line, for a reason: each run of white space one space.
+std::string one_line(const std::string& text, size_t max_chars = 80) {
+  std::string out;
+  for (char ch : text) {
+    const bool space = ch == ' ' || ch == '\n' || ch == '\r' || ch == '\t';
+    if (!space) out += ch;
+    else if (!out.empty() && out.back() != ' ') out += ' ';
+  }
+  while (!out.empty() && out.back() == ' ') out.pop_back();
+  return out.size() > max_chars ? out.substr(0, max_chars - 3) + "..." : out;
+}
+}  // namespace
+
+std::string Requirement::describe() const {
+  const std::string name = kRequirementKindNames[kind];
+  if (kind == kGpus) return name + " " + std::to_string(gpus);
+  return name + " '" + one_line(text) + "'";
+}
+
+nlohmann::json Requirement::to_json() const {
+  nlohmann::json j = {{"kind", kRequirementKindNames[kind]}, {"probe", describe()}, {"where", where.str()}};
+  if (kind == kGpus) j["gpus"] = gpus;
+  if (kind == kCommand) j["argv"] = argv;
+  if (kind == kPython || kind == kPythonVersion) j["text"] = text, j["interpreter"] = interpreter;
+  if (kind != kGpus) j["timeout_s"] = timeout_s;
+  if (!reason.empty()) j["reason"] = reason;
   return j;
 }
 

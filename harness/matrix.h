@@ -62,6 +62,25 @@ struct Outputs {
 nlohmann::json outputs_to_json(const Outputs& outputs);
 Outputs outputs_from_json(const nlohmann::json& j);  // absent or malformed fields keep defaults
 
+// One thing a case needs from the machine it runs on (`requires:`, docs/matrix.md#requirements).
+// Probes are run by requirements.h; the matrix only reads and validates them.
+struct Requirement {
+  enum Kind { kPython, kCommand, kPythonVersion, kGpus };
+  Kind kind = kCommand;
+  std::string text;  // python: the snippet; python_version: the spec as written ("torch>=2.4")
+  std::vector<std::string> argv;  // command: the argv, {matrix_dir} filled
+  std::string interpreter = "python3";  // python, python_version: {matrix_dir} filled
+  std::string module;  // python_version: the module whose __version__ is compared
+  std::vector<std::pair<std::string, std::string>> constraints;  // python_version: (">=", "2.4"), ...
+  int gpus = 0;             // gpus
+  double timeout_s = 60;    // a probe that runs longer is unmet
+  std::string reason;       // the matrix's words; "" for the default (docs/matrix.md)
+  std::string dir;          // the matrix file's folder: where a probe runs, what relative programs resolve against
+  Where where;
+  std::string describe() const;  // "python 'import torch'", "command 'sh -c true'", "gpus 2", ...
+  nlohmann::json to_json() const;
+};
+
 // One launch of `nproc` ranks. argv may still hold the run-time placeholders
 // {meshtrain}, {backend}, {case_dir}, {phase_dir} (see resolve_argv).
 struct Phase {
@@ -88,6 +107,7 @@ struct Case {
   std::vector<std::string> tags;
   Expectation expect;
   std::vector<CheckSpec> checks;
+  std::vector<Requirement> requirements;  // `requires:`: the defaults' first, then the case's own
   double duration_hint_s = 0;  // `duration:` in the YAML, 0 when absent
   std::vector<std::pair<std::string, std::string>> matrix_values;  // the axes that made it
 
