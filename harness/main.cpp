@@ -197,9 +197,18 @@ void print_plan(const Plan& plan, const RunOptions& opt) {
               makespan_lower_bound(plan.tasks, opt.devices));
 }
 
+// `path` made absolute against the working directory, `.` and `..` folded, symlinks kept.
+std::string absolute_path(const std::string& path) { return fs::absolute(path).lexically_normal().string(); }
+
 // `meshtest run`: select, plan, launch, check, report.
 int run_matrix(Selection sel, RunOptions opt, bool dry_run, int ngpu, const char* argv0,
                const std::vector<std::string>& skip_tags = {}) {
+  // Every path a case is given or records is absolute: a trainer runs in another working
+  // directory than meshtest's (Slurm's --chdir, a command's own cd), and checks read the
+  // files back from wherever meshtest was started. A bare program name is looked up in PATH.
+  opt.out_dir = absolute_path(opt.out_dir);
+  if (!opt.history.empty()) opt.history = absolute_path(opt.history);
+  if (opt.meshtrain.find('/') != std::string::npos) opt.meshtrain = absolute_path(opt.meshtrain);
   if (!opt.meshtrain.empty()) ::setenv("MESHTEST_MESHTRAIN", opt.meshtrain.c_str(), 1);  // the adapter asks it
   auto suites = load_all(sel.matrices);
   apply_skip_tags(suites, skip_tags);
@@ -212,7 +221,7 @@ int run_matrix(Selection sel, RunOptions opt, bool dry_run, int ngpu, const char
   const auto history = load_durations(opt.history);
   std::string files;
   for (const auto& m : sel.matrices) files += " " + shell_quote(m);
-  for (const auto& m : sel.matrices) opt.matrices.push_back(fs::absolute(m).string());
+  for (const auto& m : sel.matrices) opt.matrices.push_back(absolute_path(m));
   opt.repro_prefix = shell_quote(argv0) + " run" + files + " --backend " + opt.backend + " --ngpu " +
                      std::to_string(opt.devices);
   if (opt.launcher == "slurm") {

@@ -582,7 +582,7 @@ int train(const TrainConfig& cfg) {
               {"checkpoint_bytes_written", checkpointer.io().bytes_written},
               {"checkpoint_tensor_bytes_written", checkpointer.io().tensor_bytes_written},
               {"checkpoint_steps_saved", checkpointer.io().steps_saved},
-              {"checkpoint_folder", ckpt_config.folder},
+              {"checkpoint_folder", std::filesystem::absolute(ckpt_config.folder).lexically_normal().string()},
               {"checkpoint_bytes_read", checkpointer.io().bytes_read},
               {"initial_load_bytes_read", initial_load_bytes},
               {"checkpoint_save_s", checkpoint_save_s},
