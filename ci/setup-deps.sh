@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(
-  build-essential cmake ninja-build pkg-config git
+  build-essential cmake ninja-build pkg-config git ccache
   libtorch-dev libgloo-dev libopenblas0-openmp
   libyaml-cpp-dev nlohmann-json3-dev libboost-dev libboost-filesystem-dev
   libgtest-dev libgmock-dev libcli11-dev libpugixml-dev

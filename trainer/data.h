@@ -29,6 +29,11 @@ struct ByteTokenizer {
 std::vector<int32_t> tokenize_corpus(std::string_view text);
 // Reads and tokenizes a corpus file; throws std::runtime_error naming the path.
 std::vector<int32_t> load_corpus(const std::string& path);
+// The shipped corpora (trainer/data/): the training text and the held-out validation text.
+// Absolute paths into the source tree, compiled into one small translation unit only, so that
+// every other one compiles the same in any checkout (and ccache shares it between clones).
+std::string shipped_corpus_path();
+std::string shipped_validation_corpus_path();
 
 // A micro-batch: `samples` rows of `seq_len` input tokens and their next tokens.
 struct Batch {

@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <string>
 
+#include "data.h"
+
 namespace meshtrain {
 
 struct TrainConfig {
@@ -54,10 +56,10 @@ struct TrainConfig {
   std::string backend = "gloo";
 #endif
   std::string dump_folder = "./outputs";
-  std::string corpus = MESHTRAIN_DEFAULT_CORPUS;
+  std::string corpus = shipped_corpus_path();
   int64_t validation_freq = 0;   // validate after every N steps (0: never)
   int64_t validation_steps = 4;  // global batches of held-out text per validation (-1: all of it)
-  std::string validation_corpus = MESHTRAIN_DEFAULT_VALIDATION_CORPUS;
+  std::string validation_corpus = shipped_validation_corpus_path();
   int threads = 1;
   double timeout_s = 300;
   bool deterministic = false;  // deterministic kernels on CUDA (CPU kernels already are)

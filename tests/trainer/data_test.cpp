@@ -43,7 +43,7 @@ TEST(ByteTokenizer, CorpusDocumentsAreSeparatedByBlankLines) {
 }
 
 TEST(DataLoader, ShippedCorpusLoads) {
-  auto tokens = load_corpus(MESHTRAIN_DEFAULT_CORPUS);
+  auto tokens = load_corpus(shipped_corpus_path());
   EXPECT_GT(tokens.size(), 300000u);
   EXPECT_EQ(tokens.front(), ByteTokenizer::kBos);
   EXPECT_THROW(load_corpus("/nonexistent/corpus.txt"), std::runtime_error);
