@@ -8,7 +8,7 @@
 # a real meshtrain checkpoint by tests/fuzz/make_checkpoint_seeds.py) plus real files made by
 # PyTorch: the DCP .metadata files of tests/fixtures and ../shared/fixtures for the pickle reader, the
 # TensorBoard event files of tests/fixtures for the TFRecord reader; the shipped matrices seed
-# the matrix loader. A crash fails the script and
+# the matrix loader. Two targets run at a time (one per core). A crash fails the script and
 # leaves the input in build/fuzz/artifacts/<target>/.
 # Usage: ci/fuzz.sh [SECONDS] [TARGET...]   (default 60 s, every target; CI runs 60)
 set -euo pipefail
@@ -23,8 +23,9 @@ if ! cmake --build --preset fuzz > build/fuzz/build.log 2>&1; then
   echo "fuzz: the fuzz targets did not build (build/fuzz/build.log)"
   exit 1
 fi
-status=0
-for target in "${targets[@]}"; do
+# One target: its corpus in a temporary folder, then libFuzzer for SECONDS; prints one line.
+fuzz_one() {
+  local target=$1 corpus seeds f log
   corpus=$(mktemp -d)
   cp tests/fuzz/corpus/$target/* "$corpus/" 2>/dev/null || true
   # Real files made by PyTorch seed the two binary parsers.
@@ -40,11 +41,20 @@ for target in "${targets[@]}"; do
   if build/fuzz/$target "$corpus" -max_total_time="$seconds" -rss_limit_mb=2048 -timeout=10 \
        -artifact_prefix=build/fuzz/artifacts/$target/ -print_final_stats=1 >"$log" 2>&1; then
     echo "fuzz: $target: $(grep -m1 -o 'stat::number_of_executed_units: [0-9]*' "$log" | grep -o '[0-9]*$') inputs in ${seconds} s, no crash"
-  else
-    echo "fuzz: $target FAILED (input in build/fuzz/artifacts/$target/, log $log):"
-    grep -A 30 -m1 -E "ERROR|runtime error|deadly signal" "$log" || tail -n 30 "$log"
-    status=1
+    rm -rf "$corpus"
+    return 0
   fi
+  echo "fuzz: $target FAILED (input in build/fuzz/artifacts/$target/, log $log):"
+  grep -A 30 -m1 -E "ERROR|runtime error|deadly signal" "$log" || tail -n 30 "$log"
   rm -rf "$corpus"
+  return 1
+}
+# Two targets at a time, one per core: each still gets SECONDS of its own.
+status=0
+pids=()
+for target in "${targets[@]}"; do
+  fuzz_one "$target" & pids+=($!)
+  if [ ${#pids[@]} -ge 2 ]; then wait "${pids[0]}" || status=1; pids=("${pids[@]:1}"); fi
 done
+for pid in "${pids[@]}"; do wait "$pid" || status=1; done
 exit $status

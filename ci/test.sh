@@ -1,13 +1,20 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds everything, and runs every test through CTest.
+# README's second command: installs what is missing, builds everything, and runs every test:
+# CTest (with the main job's reports judged by MainJob.*; ci/main-job.sh), then the harness
+# and multi-rank tests under ASan + UBSan, then libFuzzer on each parser of outside data.
+# Works from any directory. Every stage runs even when an earlier one failed; the exit status
+# is 1 if any did. Arguments go to ctest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash ci/setup-deps.sh
-bash ci/build.sh
+source ci/stage.sh
+stage setup bash ci/setup-deps.sh
+stage build bash ci/build.sh
 # The Slurm tests stop their cluster after each test; this stops it even if a test process died.
 trap 'bash ci/slurm-local.sh stop "/tmp/meshtest-slurm-test-${MESHTEST_SLURM_PORT:-6817}" >/dev/null 2>&1 || true' EXIT
-ctest --preset cpu -j 2 "$@"
+status=0
+stage ctest ctest --preset cpu -j 2 --output-junit "$PWD/build/cpu/ctest-junit.xml" "$@" || status=1
 # The harness and meshtrain under ASan + UBSan: no sanitizer report allowed (ci/sanitize.sh).
-bash ci/sanitize.sh
+stage sanitizers bash ci/sanitize.sh || status=1
 # Every parser of outside data under libFuzzer for a minute each (ci/fuzz.sh).
-bash ci/fuzz.sh 60
+stage fuzzing bash ci/fuzz.sh 60 || status=1
+exit $status

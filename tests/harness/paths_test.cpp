@@ -33,7 +33,7 @@ cases:
     options: {checkpoint.enable: true}
     checks: [{loss_matches: {golden: "golden dir/one loss.txt", rtol: 0.5}}]
   - name: save-load
-    options: {checkpoint.enable: true}
+    options: {checkpoint.enable: true, checkpoint.exclude-from-loading: dataloader}
     phases:
       - {name: save, mesh: {dp_shard: 2}, options: {stop-at: 2}}
       - {name: load, mesh: {dp_shard: 1}}
@@ -88,6 +88,7 @@ class Paths : public ::testing::TestWithParam<Form> {
 }  // namespace
 
 TEST_P(Paths, EveryCaseMeetsItsExpectationAndRecordsAbsolutePaths) {
+  if (std::string(MESHTRAIN_TEST_BACKEND) != "gloo") GTEST_SKIP() << "two ranks of meshtrain need Gloo; the CUDA build has NCCL only";
   const Form& f = GetParam();
   const fs::path dir = root_ / fs::u8path(f.matrix_dir);
   fs::create_directories(dir / "golden dir");
