@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "shell.h"
+#include "test_paths.h"
 
 namespace bp = boost::process;
 namespace fs = std::filesystem;

@@ -9,6 +9,7 @@
 
 #include "checkpoint_view.h"
 #include "checks.h"
+#include "test_paths.h"
 
 namespace fs = std::filesystem;
 using namespace meshtest;
@@ -379,7 +380,7 @@ std::string titan_line(int step, double loss) {
                 step, loss);
   return line;
 }
-const std::string kDcpFixtures = MESHTEST_SOURCE_DIR "/../shared/fixtures/dcp-torch-2.11";
+const std::string kDcpFixtures = std::string(MESHTEST_SOURCE_DIR) + "/../shared/fixtures/dcp-torch-2.11";
 }  // namespace
 
 TEST_F(Checks, LossMatchesReadsATorchtitanLogOrAUserPattern) {

@@ -19,6 +19,7 @@
 #include "dcp.h"
 #include "hash.h"
 #include "pickle.h"
+#include "test_paths.h"
 
 namespace fs = std::filesystem;
 using meshtest::CheckpointError;
@@ -52,7 +53,7 @@ void write_file(const std::string& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
 }
 
-std::string shared_fixtures() { return MESHTEST_SOURCE_DIR "/../shared/fixtures/dcp-torch-2.11"; }
+std::string shared_fixtures() { return std::string(MESHTEST_SOURCE_DIR) + "/../shared/fixtures/dcp-torch-2.11"; }
 
 // ---- a tiny pickle writer -----------------------------------------------------------------------
 
@@ -359,7 +360,7 @@ INSTANTIATE_TEST_SUITE_P(Dcp, TorchFixture, ::testing::Values("canonical", "para
 class MadeFixture : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(MadeFixture, KeysShapesAndSumsMatchExpected) {
-  const std::string folder = MESHTEST_SOURCE_DIR "/tests/fixtures/dcp-made/" + GetParam();
+  const std::string folder = std::string(MESHTEST_SOURCE_DIR) + "/tests/fixtures/dcp-made/" + GetParam();
   if (!fs::exists(folder + "/expected.json"))
     GTEST_SKIP() << folder << " is absent: run tools/fixtures/make_dcp_fixtures.py tests/fixtures/dcp-made with PyTorch";
   check_against_expected(folder);

@@ -13,14 +13,15 @@
 #include <string>
 
 #include "shell.h"
+#include "test_paths.h"
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 namespace {
 
-const std::string kMainJob = MESHTEST_MAIN_JOB_DIR;
-const std::string kSchemas = MESHTEST_SOURCE_DIR "/../shared/reference/schemas";
+const std::string kMainJob = std::string(test_paths::kBinaryDir) + "/main-job";
+const std::string kSchemas = std::string(MESHTEST_SOURCE_DIR) + "/../shared/reference/schemas";
 
 class MainJob : public ::testing::Test {
  protected:
@@ -94,11 +95,11 @@ TEST_F(MainJob, ReportHtmlAsABrowserDrawsIt) {
   const std::string page = kMainJob + "/report.html";
   ASSERT_TRUE(fs::exists(page));
   EXPECT_LT(fs::file_size(page), 2u << 20);
-  const std::string kept = MESHTEST_BROWSER_OUT;
+  const std::string kept = std::string(test_paths::kBinaryDir) + "/report-browser";
   fs::remove_all(kept);
   fs::create_directories(kept);
   fs::copy_file(page, kept + "/report.html", fs::copy_options::overwrite_existing);
-  const Output browser = sh("bash " MESHTEST_SOURCE_DIR "/tests/report/browser_check.sh '" + page + "' '" + kMainJob +
+  const Output browser = sh("bash " + std::string(MESHTEST_SOURCE_DIR) + "/tests/report/browser_check.sh '" + page + "' '" + kMainJob +
                             "/summary.json' '" + kept + "'");
   if (browser.rc == 77) GTEST_SKIP() << browser.text;  // chromium is not installed
   EXPECT_EQ(browser.rc, 0) << browser.text;

@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "matrix.h"
+#include "test_paths.h"
 
 using namespace meshtest;
 

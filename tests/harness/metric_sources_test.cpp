@@ -15,6 +15,7 @@
 
 #include "log_metrics.h"
 #include "tensorboard.h"
+#include "test_paths.h"
 
 namespace meshtest {
 namespace {

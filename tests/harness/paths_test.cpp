@@ -15,6 +15,7 @@
 #include <string>
 
 #include "shell.h"
+#include "test_paths.h"
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;

@@ -20,6 +20,7 @@
 #include "requirements.h"
 #include "runner.h"
 #include "summary.h"
+#include "test_paths.h"
 
 namespace fs = std::filesystem;
 using namespace meshtest;

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "shell.h"
+#include "test_paths.h"
 
 namespace meshtest_test {
 

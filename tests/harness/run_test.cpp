@@ -18,6 +18,7 @@
 
 #include "run_fixture.h"
 #include "shell.h"
+#include "test_paths.h"
 
 namespace fs = std::filesystem;
 using meshtest_test::kFake;
@@ -409,8 +410,8 @@ TEST(Launch, ExitStatusFollowsTheFirstFailingRank) {
 // ---- reports: real consumers read them ------------------------------------------
 
 namespace {
-const std::string kSchemas = MESHTEST_SOURCE_DIR "/../shared/reference/schemas";
-const std::string kJunit2json = MESHTEST_SOURCE_DIR "/.deps/npm/node_modules/.bin/junit2json";
+const std::string kSchemas = std::string(MESHTEST_SOURCE_DIR) + "/../shared/reference/schemas";
+const std::string kJunit2json = std::string(MESHTEST_SOURCE_DIR) + "/.deps/npm/node_modules/.bin/junit2json";
 
 // Validates against an outside XSD; where ../shared is absent only this step is skipped.
 void expect_valid(const std::string& xml, const std::string& xsd) {

@@ -16,6 +16,7 @@
 
 #include "run_fixture.h"
 #include "shell.h"
+#include "test_paths.h"
 
 namespace fs = std::filesystem;
 using meshtest_test::kMeshtest;

@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "shell.h"
+#include "test_paths.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;

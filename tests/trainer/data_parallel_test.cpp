@@ -12,6 +12,7 @@
 #include <tuple>
 
 #include "run_meshtrain.h"
+#include "test_paths.h"
 
 using namespace meshtrain_test;
 

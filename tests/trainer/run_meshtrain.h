@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ports.h"
+#include "test_paths.h"
 
 namespace meshtrain_test {
 
