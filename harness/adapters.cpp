@@ -105,7 +105,7 @@ class MeshtrainAdapter : public TrainerAdapter {
     return names;
   }
 
-  std::string mesh_problem(const std::string& model, const meshtrain::MeshShape& mesh,
+  std::string mesh_problem(const std::string& model, const contract::MeshShape& mesh,
                            const std::function<std::string(const std::string&)>& option) const override {
     const nlohmann::json& d = description();
     if (d.is_null() || !d.at("flavors").contains(model)) return "";

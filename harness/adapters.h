@@ -27,7 +27,7 @@ class TrainerAdapter {
   // The models it can train, or nullopt when it cannot be asked (then nothing is rejected).
   virtual std::optional<std::vector<std::string>> models() const = 0;
   // Why `model` cannot run under `mesh` ("" when it can). `option` reads the case's options.
-  virtual std::string mesh_problem(const std::string& model, const meshtrain::MeshShape& mesh,
+  virtual std::string mesh_problem(const std::string& model, const contract::MeshShape& mesh,
                                    const std::function<std::string(const std::string&)>& option) const = 0;
 };
 

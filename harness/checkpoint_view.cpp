@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "dcp.h"
-#include "hash.h"
+#include "contract/hash.h"
 
 namespace meshtest {
 
@@ -233,7 +233,7 @@ class MeshtrainCheckpoint : public CheckpointView::Impl {
       const uint64_t at = i * c.leaf_bytes, n = std::min<uint64_t>(c.leaf_bytes, data.size() - at);
       uint64_t want = 0;
       for (int b = 7; b >= 0; --b) want = (want << 8) | hashes[i * 8 + b];
-      if (meshtrain::mix64(data.data() + at, n) != want)
+      if (contract::mix64(data.data() + at, n) != want)
         fail(label + ": leaf " + std::to_string(i) + " (bytes " + std::to_string(at) + ".." + std::to_string(at + n) +
              ") fails its checksum (damaged data)");
     }

@@ -66,7 +66,7 @@ struct Fields {
   YAML::Node command_node;
   std::optional<std::string> model;
   YAML::Node model_node;
-  std::optional<meshtrain::MeshShape> mesh;
+  std::optional<contract::MeshShape> mesh;
   YAML::Node mesh_node;
   std::optional<int> ngpu;
   YAML::Node ngpu_node;
@@ -83,7 +83,7 @@ struct Fields {
   std::vector<Requirement> requirements;       // requires: a case's entries add to the defaults'
 };
 
-std::optional<meshtrain::MeshShape> read_mesh(const ReadContext& ctx, const YAML::Node& node) {
+std::optional<contract::MeshShape> read_mesh(const ReadContext& ctx, const YAML::Node& node) {
   std::string spec;
   if (node.IsMap()) {
     MapReader m(ctx, node, "mesh", {"pp", "dp_replicate", "dp_shard", "cp", "tp"});
@@ -100,7 +100,7 @@ std::optional<meshtrain::MeshShape> read_mesh(const ReadContext& ctx, const YAML
     spec = *text;
   }
   try {
-    return meshtrain::parse_mesh_sizes(spec);
+    return contract::parse_mesh_sizes(spec);
   } catch (const std::invalid_argument& e) {
     ctx.error(node, e.what());
     return std::nullopt;

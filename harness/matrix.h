@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "mesh.h"
+#include "contract/mesh.h"
 #include "yaml_reader.h"
 
 namespace meshtest {
@@ -86,7 +86,7 @@ struct Requirement {
 struct Phase {
   std::string name;
   int nproc = 1;
-  std::optional<meshtrain::MeshShape> mesh;
+  std::optional<contract::MeshShape> mesh;
   std::vector<std::string> argv;
   std::vector<std::pair<std::string, std::string>> env;
   double timeout_s = 0;

@@ -15,11 +15,12 @@
 #include <thread>
 #include <atomic>
 
-#include "hash.h"
+#include "contract/hash.h"
 #include "outputs.h"
-#include "placement.h"
+#include "contract/placement.h"
 
 namespace meshtrain {
+using namespace contract;  // the mesh, placement and hash names meshtrain shares with meshtest
 
 namespace fs = std::filesystem;
 using nlohmann::json;

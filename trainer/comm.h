@@ -12,9 +12,10 @@
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
-#include "mesh.h"
+#include "contract/mesh.h"
 
 namespace meshtrain {
+using namespace contract;  // the mesh, placement and hash names meshtrain shares with meshtest
 
 // What torchrun tells a rank. With no RANK / WORLD_SIZE set, a single rank.
 struct LaunchEnv {

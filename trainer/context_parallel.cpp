@@ -1,7 +1,7 @@
 #include "context_parallel.h"
 
 #include "mappings.h"
-#include "placement.h"
+#include "contract/placement.h"
 
 #include <cmath>
 #include <stdexcept>

@@ -4,9 +4,10 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "hash.h"
+#include "contract/hash.h"
 
 namespace meshtrain {
+using namespace contract;  // the mesh, placement and hash names meshtrain shares with meshtest
 
 std::vector<int32_t> ByteTokenizer::encode(std::string_view text, bool bos, bool eos) {
   std::vector<int32_t> ids;

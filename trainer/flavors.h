@@ -7,9 +7,10 @@
 #include <string>
 #include <vector>
 
-#include "mesh.h"
+#include "contract/mesh.h"
 
 namespace meshtrain {
+using namespace contract;  // the mesh, placement and hash names meshtrain shares with meshtest
 
 struct ModelArgs {
   std::string flavor;

@@ -1,13 +1,14 @@
 #include "model.h"
 
 #include "compat.h"
-#include "hash.h"
+#include "contract/hash.h"
 
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
 namespace meshtrain {
+using namespace contract;  // the mesh, placement and hash names meshtrain shares with meshtest
 
 // ---- building blocks --------------------------------------------------------
 

@@ -8,9 +8,10 @@
 #include <filesystem>
 #include <stdexcept>
 
-#include "hash.h"
+#include "contract/hash.h"
 
 namespace meshtrain {
+using namespace contract;  // the mesh, placement and hash names meshtrain shares with meshtest
 
 namespace fs = std::filesystem;
 

@@ -15,9 +15,10 @@
 #include "comm.h"
 #include "context_parallel.h"
 #include "model.h"
-#include "placement.h"
+#include "contract/placement.h"
 
 namespace meshtrain {
+using namespace contract;  // the mesh, placement and hash names meshtrain shares with meshtest
 
 class BlockBucket;
 

@@ -12,7 +12,7 @@ A seed is the input checkpoint_fuzz.cpp splits: `.metadata`, one 0xFF byte, `__0
 The whole checkpoint is 1.7 MB, so each seed keeps a few real tensors (or their first rows),
 moved into a small data file with the metadata's offsets rewritten to match. Every seed reads
 cleanly: the checksums are the real ones where a chunk's bytes are kept as they were, and are
-recomputed (mix64, trainer/hash.h) where a seed cuts a tensor into new chunks.
+recomputed (mix64, contract/hash.h) where a seed cuts a tensor into new chunks.
 """
 import json
 import os
@@ -93,7 +93,7 @@ def main():
         leaves = (n * row) // c["leaf_bytes"]
         hashes = blob[c["hash_offset"]:c["hash_offset"] + 8 * leaves]
         assert hashes == b"".join(struct.pack("<Q", mix64(values[i * c["leaf_bytes"]:(i + 1) * c["leaf_bytes"]]))
-                                  for i in range(leaves)), "mix64 here differs from trainer/hash.h"
+                                  for i in range(leaves)), "mix64 here differs from contract/hash.h"
         return values, row, hashes, c["leaf_bytes"]
 
     def tensor(seed, key, shape):

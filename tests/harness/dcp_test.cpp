@@ -17,7 +17,7 @@
 
 #include "checkpoint_view.h"
 #include "dcp.h"
-#include "hash.h"
+#include "contract/hash.h"
 #include "pickle.h"
 #include "test_paths.h"
 
@@ -618,7 +618,7 @@ void write_meshtrain(const std::string& dir) {
   auto hashes = [](const std::string& data, size_t leaf) {
     std::string out;
     for (size_t at = 0; at < data.size(); at += leaf)
-      out += le_bytes(meshtrain::mix64(data.data() + at, std::min(leaf, data.size() - at)), 8);
+      out += le_bytes(contract::mix64(data.data() + at, std::min(leaf, data.size() - at)), 8);
     return out;
   };
   const std::string file = a + b + hashes(a, 8) + hashes(b, 8);

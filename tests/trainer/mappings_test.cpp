@@ -9,9 +9,10 @@
 #include "gloo_ranks.h"
 #include "compat.h"
 #include "mappings.h"
-#include "placement.h"
+#include "contract/placement.h"
 
 using namespace meshtrain;
+using namespace contract;
 using meshtrain_test::run_ranks;
 
 namespace {

@@ -1,9 +1,9 @@
 // Mesh parsing, rank <-> coordinates in torchtitan's order, and group membership.
 #include <gtest/gtest.h>
 
-#include "mesh.h"
+#include "contract/mesh.h"
 
-using namespace meshtrain;
+using namespace contract;
 
 TEST(Mesh, ParsesAndInfersDpShard) {
   auto m = parse_mesh("dp_replicate=2,dp_shard=-1", 8);

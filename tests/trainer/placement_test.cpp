@@ -3,9 +3,9 @@
 
 #include <torch/torch.h>
 
-#include "placement.h"
+#include "contract/placement.h"
 
-using namespace meshtrain;
+using namespace contract;
 
 TEST(Placement, TorchChunkTable) {
   EXPECT_EQ(shard_sizes(5, 4), (std::vector<int64_t>{2, 2, 1, 0}));

@@ -7,7 +7,7 @@
 #include <cstring>
 #include <string_view>
 
-namespace meshtrain {
+namespace contract {
 
 // SplitMix64's finaliser: a well-mixed 64-bit value from any 64-bit input.
 inline uint64_t splitmix64(uint64_t x) {
@@ -47,4 +47,4 @@ inline uint64_t mix64(const void* data, size_t size) {
   return splitmix64(h);
 }
 
-}  // namespace meshtrain
+}  // namespace contract

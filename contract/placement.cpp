@@ -1,8 +1,8 @@
-#include "placement.h"
+#include "contract/placement.h"
 
 #include <stdexcept>
 
-namespace meshtrain {
+namespace contract {
 
 int64_t Chunk::numel() const {
   int64_t n = 1;
@@ -49,4 +49,4 @@ std::string to_string(const Chunk& c) {
   return "offsets " + list(c.offsets) + " sizes " + list(c.sizes);
 }
 
-}  // namespace meshtrain
+}  // namespace contract

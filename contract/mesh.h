@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-namespace meshtrain {
+namespace contract {
 
 enum class MeshDim { kPp = 0, kDpReplicate = 1, kDpShard = 2, kCp = 3, kTp = 4 };
 
@@ -54,4 +54,4 @@ std::vector<int64_t> group_ranks(int64_t rank, const MeshShape& shape, const std
 // This rank's data-parallel index among shape.dp() (dp_replicate outer, dp_shard inner).
 int64_t dp_rank_of(const MeshCoord& coord, const MeshShape& shape);
 
-}  // namespace meshtrain
+}  // namespace contract

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-namespace meshtrain {
+namespace contract {
 
 // A hyper-rectangle of a global tensor.
 struct Chunk {
@@ -45,4 +45,4 @@ Chunk local_chunk(const std::vector<int64_t>& global_shape, const std::vector<Sp
 
 std::string to_string(const Chunk& c);
 
-}  // namespace meshtrain
+}  // namespace contract

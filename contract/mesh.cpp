@@ -1,9 +1,9 @@
-#include "mesh.h"
+#include "contract/mesh.h"
 
 #include <sstream>
 #include <stdexcept>
 
-namespace meshtrain {
+namespace contract {
 
 int64_t MeshShape::size(MeshDim d) const {
   switch (d) {
@@ -150,4 +150,4 @@ std::vector<int64_t> group_ranks(int64_t rank, const MeshShape& shape, const std
 
 int64_t dp_rank_of(const MeshCoord& c, const MeshShape& s) { return c.dp_replicate * s.dp_shard + c.dp_shard; }
 
-}  // namespace meshtrain
+}  // namespace contract
