@@ -14,7 +14,7 @@
 #include <fstream>
 #include <map>
 
-#include "core/adapters.h"
+#include "meshtrain/adapter.h"
 #include "bisect.h"
 #include "judge/checks.h"
 #include "ckpt_cli.h"
@@ -209,15 +209,12 @@ int run_matrix(Selection sel, RunOptions opt, bool dry_run, int ngpu, const char
   // files back from wherever meshtest was started. A bare program name is looked up in PATH.
   opt.out_dir = absolute_path(opt.out_dir);
   if (!opt.history.empty()) opt.history = absolute_path(opt.history);
-  if (opt.meshtrain.find('/') != std::string::npos) opt.meshtrain = absolute_path(opt.meshtrain);
-  if (!opt.meshtrain.empty()) ::setenv("MESHTEST_MESHTRAIN", opt.meshtrain.c_str(), 1);  // the adapter asks it
   auto suites = load_all(sel.matrices);
   apply_skip_tags(suites, skip_tags);
   // On a cluster the pool is what meshtest keeps in flight; Slurm packs it (and --max-pending bounds the queue).
   if (ngpu < 0) ngpu = opt.launcher == "slurm" ? 1024 : default_devices(opt.backend);
   opt.devices = ngpu;
   opt.slurm.gpus = opt.backend == "nccl";
-  if (opt.meshtrain.empty()) opt.meshtrain = meshtrain_binary();
   if (opt.history.empty()) opt.history = (fs::path(opt.out_dir) / "summary.json").string();
   const auto history = load_durations(opt.history);
   std::string files;
@@ -383,8 +380,10 @@ int main(int argc, char** argv) {
   CLI::App app{"meshtest: a matrix runner for distributed-training CI (docs/matrix.md)", "meshtest"};
   app.require_subcommand(1);
 
+  register_meshtrain_adapter(trainer_adapters());
   Selection sel;
   RunOptions opt;
+  std::string meshtrain_path;  // --meshtrain
   bool dry_run = false;
   int ngpu = -1;
   std::vector<std::string> skip_tags;
@@ -397,7 +396,7 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--backend", opt.backend, "gloo (CPU) | nccl (GPU)")->check(CLI::IsMember({"gloo", "nccl"}))->capture_default_str();
   run_cmd->add_option("--jobs", opt.jobs, "Cases at once (0: as many as the pool fits)")->capture_default_str();
   run_cmd->add_option("--grace", opt.grace_s, "Seconds between SIGTERM and SIGKILL when a case is stopped")->capture_default_str();
-  run_cmd->add_option("--meshtrain", opt.meshtrain, "The meshtrain binary (default: next to meshtest)");
+  run_cmd->add_option("--meshtrain", meshtrain_path, "The meshtrain binary (default: next to meshtest)");
   run_cmd->add_option("--history", opt.history, "summary.json whose durations order the cases (default: <out>/summary.json)");
   run_cmd->add_flag("--dry-run", dry_run, "Print the plan and the commands; run nothing");
   run_cmd->add_option("--skip-tag", skip_tags,
@@ -472,7 +471,7 @@ int main(int argc, char** argv) {
   rerun_cmd->add_option("--out", rerun_out, "Output folder (default: <from>/rerun)");
   rerun_cmd->add_option("--grace", opt.grace_s, "Seconds between SIGTERM and SIGKILL")->capture_default_str();
   rerun_cmd->add_option("--retries", opt.retries, "Reruns of a case that misses its expectation")->capture_default_str();
-  rerun_cmd->add_option("--meshtrain", opt.meshtrain, "The meshtrain binary (default: next to meshtest)");
+  rerun_cmd->add_option("--meshtrain", meshtrain_path, "The meshtrain binary (default: next to meshtest)");
 
   std::string diff_dir = "meshtest-out", diff_a, diff_b;
   auto* diff_cmd = app.add_subcommand("diff", "Loss curves of two cases side by side, and their key differences");
@@ -538,6 +537,7 @@ int main(int argc, char** argv) {
   }
 
   try {
+    use_meshtrain_binary(meshtrain_path);
     if (*launch_cmd) return run_launch(nproc, log_dir, timeout_s, grace_s, command);
     if (*task_cmd) return run_slurm_task(task_dir, task_command);
     if (*bisect_cmd) return bisect(bisect_opt);
@@ -551,8 +551,8 @@ int main(int argc, char** argv) {
           const std::string case_dir = case_folder("meshtest-out", c);
           for (size_t i = 0; i < c.phases.size(); ++i)
             j["phases"][i]["command"] = join_argv(resolve_argv(
-                c.phases[i].argv, {meshtrain_binary(), "gloo", case_dir,
-                                   case_dir + "/" + c.phases[i].name}));
+                c.phases[i].argv, {"gloo", case_dir, case_dir + "/" + c.phases[i].name,
+                                   trainer_adapters().placeholders()}));
           std::cout << j.dump(2) << "\n";
           return 0;
         }
