@@ -28,6 +28,11 @@ std::vector<std::string> run_time_placeholders() {
   return names;
 }
 
+bool is_run_time_placeholder(const std::string& name) {
+  const auto names = run_time_placeholders();
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
 constexpr double kDefaultTimeoutS = 600;
 
 // outputs.metrics.from, indexed by MetricsSource::Kind.
@@ -615,8 +620,7 @@ std::vector<std::string> fill_command(const ReadContext& ctx, const YAML::Node& 
       last = it->position() + it->length();
       if (auto v = values.find(name); v != values.end()) {
         filled += v->second;
-      } else if (const auto run_time = run_time_placeholders();
-                 std::find(run_time.begin(), run_time.end(), name) != run_time.end()) {
+      } else if (is_run_time_placeholder(name)) {
         filled += it->str();
       } else {
         std::vector<std::string> known = run_time_placeholders();
