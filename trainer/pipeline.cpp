@@ -1,6 +1,7 @@
 #include "pipeline.h"
 
 #include "faults.h"
+#include "parallelize.h"
 
 #include <map>
 #include <numeric>

@@ -11,7 +11,10 @@
 #include <vector>
 
 #include "comm.h"
-#include "parallelize.h"
+
+namespace meshtrain {
+class ParallelModel;  // parallelize.h: the stages run a parallelized model
+}
 
 namespace meshtrain::pp {
 

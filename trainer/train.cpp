@@ -121,7 +121,7 @@ int64_t load_initial_weights(const CheckpointConfig& config, const ModelArgs& ar
                                 "--checkpoint.initial-load-in-hf)");
   CheckpointConfig from;
   from.folder = dir.parent_path().string();
-  Checkpointer reader(from, groups, rank);
+  CheckpointReader reader(from, groups.shape);
   reader.load(step, model_state);
   return reader.io().bytes_read;
 }
