@@ -60,14 +60,14 @@ void add_train_options(CLI::App& cmd, meshtrain::TrainConfig& c) {
                "TP: compute the loss on vocabulary-sharded logits without gathering them");
   cmd.add_flag("--sequence-parallel", c.sequence_parallel,
                "TP: shard norms and residual activations along the sequence (seq_len divisible by tp)");
-  cmd.add_option("--pp.schedule", c.pp_schedule, "PP: gpipe | 1f1b | interleaved_1f1b")->capture_default_str();
-  cmd.add_option("--pp.microbatches", c.pp_microbatches,
+  cmd.add_option("--pp.schedule", c.pp.schedule, "PP: gpipe | 1f1b | interleaved_1f1b")->capture_default_str();
+  cmd.add_option("--pp.microbatches", c.pp.microbatches,
                  "PP: microbatches per (micro-)batch; they must divide the local batch (-1: pp)")
       ->capture_default_str();
-  cmd.add_option("--pp.virtual-stages", c.pp_virtual_stages,
+  cmd.add_option("--pp.virtual-stages", c.pp.virtual_stages,
                  "PP: stages per pp rank (-1: 2 for interleaved_1f1b, else 1)")
       ->capture_default_str();
-  cmd.add_option("--pp.split", c.pp_split,
+  cmd.add_option("--pp.split", c.pp.split,
                  "PP: layers per stage, e.g. 3,2 (one entry per stage; default: as even as possible)");
   cmd.add_option("--cp-rotate", c.cp_rotate,
                  "CP: how attention reaches other ranks' keys and values: allgather (all at once) | alltoall "
