@@ -9,6 +9,7 @@
 
 #include "readers/checkpoint_view.h"
 #include "judge/checks.h"
+#include "judge/judge.h"
 #include "test_paths.h"
 
 namespace fs = std::filesystem;
