@@ -1,8 +1,8 @@
 #include "judge/checks.h"
 
-#include <map>
 #include <stdexcept>
 
+#include "core/check_kinds.h"
 #include "judge/check_context.h"
 #include "judge/checkpoint_checks.h"
 #include "judge/curve_checks.h"
@@ -13,23 +13,33 @@ namespace meshtest {
 
 namespace {
 
-const std::map<std::string, CheckFn>& implementations() {
-  static const std::map<std::string, CheckFn> fns = {
-      {"loss_finite", check_loss_finite},   {"loss_decreases", check_loss_decreases},
-      {"loss_matches", check_loss_matches}, {"resume_matches", check_resume_matches},
-      {"keys_match", check_keys_match},     {"tokens_match", check_tokens_match},
-      {"replicas_equal", check_replicas_equal}, {"params_match", check_params_match},
-      {"tensors_match", check_tensors_match},     {"saved_once", check_saved_once},
-      {"log_contains", check_log_contains}, {"error_matches", check_error_matches},
-  };
-  return fns;
+// The function that runs a declared check of `kind`. A switch with no default, built with
+// -Werror=switch (CMakeLists.txt): a kind added to core/check_kinds.h without a function
+// here does not compile.
+CheckFn implementation_of(CheckKind kind) {
+  switch (kind) {
+    case CheckKind::kExit: return nullptr;  // judged first for every case, declared or not
+    case CheckKind::kLossFinite: return check_loss_finite;
+    case CheckKind::kLossDecreases: return check_loss_decreases;
+    case CheckKind::kLossMatches: return check_loss_matches;
+    case CheckKind::kResumeMatches: return check_resume_matches;
+    case CheckKind::kKeysMatch: return check_keys_match;
+    case CheckKind::kTensorsMatch: return check_tensors_match;
+    case CheckKind::kTokensMatch: return check_tokens_match;
+    case CheckKind::kReplicasEqual: return check_replicas_equal;
+    case CheckKind::kParamsMatch: return check_params_match;
+    case CheckKind::kSavedOnce: return check_saved_once;
+    case CheckKind::kLogContains: return check_log_contains;
+    case CheckKind::kErrorMatches: return check_error_matches;
+  }
+  return nullptr;  // not reached: every kind has a case above
 }
 
 // Runs one declared check into `r`: a Failure becomes its message and verdict numbers,
 // any other exception (a file of the wrong shape) "malformed output".
-void run_declared(const CaseOutcome& o, const CheckSpec& spec, const FindCase& find, CheckResult& r) {
+void run_declared(const CaseOutcome& o, const CheckSpec& spec, CheckFn check, const FindCase& find, CheckResult& r) {
   try {
-    implementations().at(spec.kind)(o, spec, find, r);
+    check(o, spec, find, r);
   } catch (const Failure& f) {
     r.passed = false;
     r.judged = f.judged;
@@ -53,9 +63,16 @@ std::vector<CheckResult> run_checks(const CaseOutcome& o, const FindCase& find) 
   std::vector<CheckResult> out;
   out.push_back(check_exit(o));
   for (const auto& spec : o.spec->checks) {
-    if (spec.kind == "exit") continue;
+    const std::optional<CheckKind> kind = check_kind_named(spec.kind);
+    if (kind == CheckKind::kExit) continue;
     CheckResult r{spec.kind, true, "", ""};
-    run_declared(o, spec, find, r);
+    if (kind) {
+      run_declared(o, spec, implementation_of(*kind), find, r);
+    } else {  // the matrix loader refuses unknown kinds; a CheckSpec built by hand may not
+      r.passed = false;
+      r.judged = false;
+      r.message = "malformed output: no check kind '" + spec.kind + "'";
+    }
     if (!r.passed) {
       r.finding.kind = r.judged ? VerdictKind::kCheckFailed : VerdictKind::kNotJudged;
       r.finding.check = spec.kind;

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "core/check_kinds.h"
+
 namespace meshtest {
 
 namespace {
@@ -19,9 +21,6 @@ std::string margin_text(const std::optional<double>& margin) {
                 *margin);
   return buf;
 }
-
-// Message checks confirm *why* an expected failure happened.
-bool is_message_check(const std::string& kind) { return kind == "log_contains" || kind == "error_matches"; }
 
 }  // namespace
 
