@@ -247,7 +247,7 @@ std::optional<CheckSpec> read_check(const ReadContext& ctx, const YAML::Node& it
     ctx.error(item, "a check is a name or {name: {parameters}}");
     return std::nullopt;
   }
-  const CheckKind* kind = find_check_kind(spec.kind);
+  const CheckSignature* kind = find_check_kind(spec.kind);
   if (!kind) {
     const std::string hint = did_you_mean(spec.kind, check_kind_names());
     ctx.error(item, "unknown check '" + spec.kind + "'" + (hint.empty() ? "" : "; did you mean '" + hint + "'?"));
