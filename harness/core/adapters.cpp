@@ -71,6 +71,7 @@ class CommandAdapter : public TrainerAdapter {
     return "";
   }
   std::optional<double> steps(const std::vector<std::string>&) const override { return std::nullopt; }
+  std::string how_to_report(const std::string&) const override { return ""; }
   std::vector<std::pair<std::string, std::string>> placeholders() const override { return {}; }
 };
 

@@ -55,6 +55,9 @@ class TrainerAdapter {
                                      const std::function<std::string(const std::string&)>& option) const = 0;
   // How many steps a phase with this argv trains, if the adapter can tell (for duration estimates).
   virtual std::optional<double> steps(const std::vector<std::string>& argv) const = 0;
+  // The flag or setting that makes the trainer report `metric` ("" when it always does or cannot
+  // tell), for the message that says a phase reported none.
+  virtual std::string how_to_report(const std::string& metric) const = 0;
   // Run-time placeholders it defines for every command, e.g. {"mytrainer", "/path/to/binary"}.
   virtual std::vector<std::pair<std::string, std::string>> placeholders() const = 0;
 };

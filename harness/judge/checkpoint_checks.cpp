@@ -16,16 +16,16 @@ namespace {
 
 using KeyShapes = std::map<std::string, std::string>;  // tensor key -> "[258, 64]"
 
-// ---- meshtrain's files (facts the trainer adapter is to own) ---------------------
+// ---- the contract's files a trainer writes in its phase folder (docs/contracts.md) ----
 
-// The checkpoints meshtrain's rank0.json says a phase saved: the folder and the steps.
+// The checkpoints a phase's rank0.json says it saved: the folder and the steps.
 struct SavedCheckpoints {
   std::vector<long long> steps;
   std::string folder;
 };
 
 // rank0.json's `checkpoint_steps_saved` and `checkpoint_folder`; none when the phase left
-// no rank0.json that names a folder (a trainer other than meshtrain).
+// no rank0.json that names a folder (a trainer that does not write it).
 std::optional<SavedCheckpoints> checkpoints_in_rank0(const std::string& phase_dir) {
   std::ifstream in(phase_dir + "/rank0.json");
   const json rank0 = json::parse(in, nullptr, false);
@@ -36,7 +36,7 @@ std::optional<SavedCheckpoints> checkpoints_in_rank0(const std::string& phase_di
   return saved;
 }
 
-// The tensor keys and shapes meshtrain's state_dict_keys.json lists.
+// The tensor keys and shapes a phase's state_dict_keys.json lists.
 KeyShapes keys_in_state_dict_keys_json(const std::string& phase_dir) {
   const json j = read_json(phase_dir + "/state_dict_keys.json");
   KeyShapes out;
@@ -65,7 +65,7 @@ struct MappedCheckpoint {
   CheckpointView view;
   std::map<std::string, const CheckpointEntry*> tensors;
 };
-// Where a phase's checkpoint is: outputs.checkpoint, or else the last step meshtrain's
+// Where a phase's checkpoint is: outputs.checkpoint, or else the last step the contract's
 // rank0.json says the phase saved.
 CheckpointSource checkpoint_source(const Target& t, const char* check) {
   if (t.spec && t.spec->outputs.checkpoint) return *t.spec->outputs.checkpoint;
@@ -101,7 +101,7 @@ MappedCheckpoint open_checkpoint(const Target& t, const char* check) {
 }
 
 // A phase's tensor keys and shapes: from its checkpoint where outputs.checkpoint says, else
-// from meshtrain's state_dict_keys.json.
+// from the phase's state_dict_keys.json.
 KeyShapes read_keys(const Target& t) {
   if (t.spec && t.spec->outputs.checkpoint) {
     KeyShapes out;
@@ -111,7 +111,7 @@ KeyShapes read_keys(const Target& t) {
   try {
     return keys_in_state_dict_keys_json(t.dir);
   } catch (const Failure& f) {
-    throw Failure{f.message + " (a trainer other than meshtrain: say where its checkpoint is with outputs.checkpoint)",
+    throw Failure{f.message + " (a trainer that writes no rank0.json: say where its checkpoint is with outputs.checkpoint)",
                   f.details};
   }
 }

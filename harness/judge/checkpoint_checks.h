@@ -1,5 +1,5 @@
 // The checks that read what a phase saved: its checkpoint's tensor keys and shapes (from
-// the checkpoint where `outputs.checkpoint` says, else meshtrain's state_dict_keys.json)
+// the checkpoint where `outputs.checkpoint` says, else the phase's state_dict_keys.json)
 // and its tensors element by element, each side's keys mapped as its `outputs` says.
 #pragma once
 

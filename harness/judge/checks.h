@@ -22,7 +22,7 @@ std::vector<CheckResult> run_checks(const CaseOutcome& outcome, const FindCase& 
 void record_curves(CaseOutcome& outcome);
 
 // What `meshtest diff` and `golden export` read, from where `outputs` says (the default:
-// meshtrain's contract files); throw std::runtime_error.
+// the contract files, docs/contracts.md); throw std::runtime_error.
 // `metric`: loss, grad_norm or validation_loss (only the steps that have one).
 std::map<long long, double> read_loss_curve(const std::string& phase_dir, const Outputs& outputs = {},
                                             const std::string& metric = "loss");

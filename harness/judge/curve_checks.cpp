@@ -1,5 +1,7 @@
 #include "judge/curve_checks.h"
 
+#include "core/adapters.h"
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -155,10 +157,12 @@ Curve read_metrics(const Target& t) {
 
 // ---- comparing curves ------------------------------------------------------------
 
-// meshtrain reports a validation loss only when asked: the flag that asks, for the message
-// that says none was reported. (A meshtrain fact: the trainer adapter should say it.)
-std::string meshtrain_flag_for(const std::string& metric) {
-  return metric == "validation_loss" ? " (meshtrain: --validation.freq)" : "";
+// How the case's trainer is asked to report `metric`, for the message that says it reported none:
+// " (meshtrain: --validation.freq)", or "" when its adapter cannot tell.
+std::string report_hint(const CaseOutcome& o, const std::string& metric) {
+  const TrainerAdapter* adapter = o.spec ? trainer_adapters().find(o.spec->adapter) : nullptr;
+  const std::string how = adapter ? adapter->how_to_report(metric) : "";
+  return how.empty() ? "" : " (" + adapter->name() + ": " + how + ")";
 }
 
 std::vector<std::pair<long long, double>> points(const Curve& c, const std::string& metric) {
@@ -170,8 +174,10 @@ std::vector<std::pair<long long, double>> points(const Curve& c, const std::stri
 
 // Compares two curves step by step over the subject's steps. Both curves and the band
 // go into `result`, so a report can draw what was judged.
+// `hint` ends the message when the subject reports no `metric` at all.
 void compare_curves(const Curve& got, const Curve& want, const std::string& metric, const std::string& got_label,
-                    const std::string& want_label, double rtol, double atol, bool exact, CheckResult& result) {
+                    const std::string& want_label, double rtol, double atol, bool exact, const std::string& hint,
+                    CheckResult& result) {
   result.series = {{"subject", got_label, metric, points(got, metric)},
                    {"reference", want_label, metric, points(want, metric)}};
   result.band = std::make_pair(exact ? 0.0 : rtol, exact ? 0.0 : atol);
@@ -215,7 +221,7 @@ void compare_curves(const Curve& got, const Curve& want, const std::string& metr
   }
   if (compared == 0) {
     result.margin.reset();
-    throw Failure{got_label + " reports no " + metric + meshtrain_flag_for(metric), ""};
+    throw Failure{got_label + " reports no " + metric + hint, ""};
   }
   if (first) {
     first->message += " (" + std::to_string(mismatches) + " of " + std::to_string(compared) + " steps differ)";
@@ -277,7 +283,7 @@ void check_loss_matches(const CaseOutcome& o, const CheckSpec& spec, const FindC
     want_label = ref->label;
   }
   compare_curves(got, want, metric, t.label, want_label, param_or(spec, "rtol", 1e-5),
-                 param_or(spec, "atol", 0), spec.params.value("exact", false), result);
+                 param_or(spec, "atol", 0), spec.params.value("exact", false), report_hint(o, metric), result);
 }
 
 void check_resume_matches(const CaseOutcome& o, const CheckSpec& spec, const FindCase& find, CheckResult& result) {
@@ -290,7 +296,8 @@ void check_resume_matches(const CaseOutcome& o, const CheckSpec& spec, const Fin
                       ": it did not resume from a checkpoint",
                   ""};
   compare_curves(got, read_metrics(*ref), "loss", t.label + " (resumed)", ref->label + " (uninterrupted)",
-                 param_or(spec, "rtol", 1e-5), param_or(spec, "atol", 0), spec.params.value("exact", false), result);
+                 param_or(spec, "rtol", 1e-5), param_or(spec, "atol", 0), spec.params.value("exact", false),
+                 report_hint(o, "loss"), result);
 }
 
 // ---- what `meshtest diff`, `golden export` and the reports read ------------------

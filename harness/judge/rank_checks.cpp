@@ -16,7 +16,7 @@ namespace meshtest {
 
 namespace {
 
-// ---- meshtrain's files (facts the trainer adapter is to own) ---------------------
+// ---- the contract's rank files (docs/contracts.md) ---------------------------------
 
 // Where rank R of a phase leaves its rank<R>.json.
 std::string rank_file_path(const std::string& phase_dir, int rank) {
@@ -39,7 +39,7 @@ std::vector<std::pair<std::string, std::string>> pieces_in_rank_file(const json&
 uint64_t tensor_bytes_written(const json& rank_file, const std::string& path) {
   for (const char* key : {"checkpoint_tensor_bytes_written", "checkpoint_steps_saved", "checkpoint_folder"})
     if (!rank_file.contains(key))
-      throw Failure{path + " has no " + key + " (saved_once reads meshtrain's rank files)", ""};
+      throw Failure{path + " has no " + key + " (saved_once reads the rank files of docs/contracts.md)", ""};
   return rank_file["checkpoint_tensor_bytes_written"].get<uint64_t>();
 }
 
@@ -149,7 +149,7 @@ void check_params_match(const CaseOutcome& o, const CheckSpec& spec, const FindC
 
 // Every tensor element of the checkpoint steps this phase saved was written once: the
 // ranks' payload bytes equal the tensors' global sizes (the steps' metadata), both from
-// meshtrain's rank<R>.json (checkpoint_tensor_bytes_written, checkpoint_steps_saved,
+// The rank<R>.json files (docs/contracts.md) (checkpoint_tensor_bytes_written, checkpoint_steps_saved,
 // checkpoint_folder). A replicated chunk written by more than one replica, or a chunk
 // nobody wrote, shows here; loading cannot see the first and reports the second far later.
 void check_saved_once(const CaseOutcome& o, const CheckSpec& spec, const FindCase&, CheckResult&) {

@@ -1,5 +1,5 @@
 // The checks that read the small JSON files a trainer's ranks leave beside their logs
-// (meshtrain's contract, docs/contracts.md): rank<R>.json (the pieces each rank holds,
+// (the contract files, docs/contracts.md): rank<R>.json (the pieces each rank holds,
 // the checkpoint bytes it wrote), param_digest.json and the generated tokens.
 #pragma once
 

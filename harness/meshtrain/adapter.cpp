@@ -157,6 +157,11 @@ class MeshtrainAdapter : public TrainerAdapter {
     return steps;
   }
 
+  // meshtrain reports a validation loss only when asked.
+  std::string how_to_report(const std::string& metric) const override {
+    return metric == "validation_loss" ? "--validation.freq" : "";
+  }
+
   std::vector<std::pair<std::string, std::string>> placeholders() const override {
     return {{"meshtrain", meshtrain_binary()}};
   }

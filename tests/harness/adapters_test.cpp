@@ -44,6 +44,7 @@ class GridAdapter : public TrainerAdapter {
     return "";
   }
   std::optional<double> steps(const std::vector<std::string>&) const override { return 100; }
+  std::string how_to_report(const std::string&) const override { return ""; }
   std::vector<std::pair<std::string, std::string>> placeholders() const override { return {{"grid", "/opt/grid"}}; }
 };
 
@@ -114,6 +115,14 @@ TEST(AdapterRegistry, TheAdaptersAxesAndReservedFlagsAreEnforcedWhereWritten) {
   EXPECT_NE(reserved.find("option 'layout' is set by meshtest"), std::string::npos) << reserved;
   // The same flag is the user's own under another adapter.
   EXPECT_EQ(errors_of("suite: s\ncases:\n  - {name: c, command: [t], options: {layout: x}}\n"), "");
+}
+
+TEST(AdapterRegistry, MeshtrainSaysHowToAskForAValidationLoss) {
+  const TrainerAdapter* meshtrain = trainer_adapters().find("meshtrain");
+  ASSERT_NE(meshtrain, nullptr);
+  EXPECT_EQ(meshtrain->how_to_report("validation_loss"), "--validation.freq");
+  EXPECT_EQ(meshtrain->how_to_report("loss"), "");
+  EXPECT_EQ(trainer_adapters().find("command")->how_to_report("validation_loss"), "");
 }
 
 TEST(AdapterRegistry, AnUnknownAdapterIsAnErrorWithASuggestion) {
