@@ -270,16 +270,16 @@ json read_summary(const std::string& dir) {
 
 // junit.xml, surefire/TEST-<suite>.xml, report.html and the terminal table, all from summary.json.
 int render_reports(const std::string& dir, bool exit_by_expectations) {
-  const json summary = read_summary(dir);
-  write_junit(summary, (fs::path(dir) / "junit.xml").string());
-  write_surefire(summary, (fs::path(dir) / "surefire").string());
-  write_html_report(summary, (fs::path(dir) / "report.html").string());
-  print_report(summary, stdout);
+  const RunView run = summary_view(read_summary(dir));
+  write_junit(run, (fs::path(dir) / "junit.xml").string());
+  write_surefire(run, (fs::path(dir) / "surefire").string());
+  write_html_report(run, (fs::path(dir) / "report.html").string());
+  print_report(run, stdout);
   std::printf("reports: %s/report.html, %s/junit.xml, %s/surefire/, %s/summary.json\n", dir.c_str(), dir.c_str(),
               dir.c_str(), dir.c_str());
   std::fflush(stdout);
   if (!exit_by_expectations) return 0;
-  return summary.value("all_met", false) ? 0 : 1;
+  return run.all_met ? 0 : 1;
 }
 
 const json* find_case(const json& summary, const std::string& id) {
@@ -577,14 +577,14 @@ int main(int argc, char** argv) {
     if (*ckpt_inspect_cmd) return ckpt_inspect(ckpt_a, ckpt, stdout);
     if (*ckpt_diff_cmd) return ckpt_diff(ckpt_a, ckpt_b, ckpt, stdout);
     if (*report_cmd && report_markdown) {
-      std::fputs(markdown_summary(read_summary(report_dir)).c_str(), stdout);
+      std::fputs(markdown_summary(summary_view(read_summary(report_dir))).c_str(), stdout);
       return 0;
     }
     if (*report_cmd && !report_html.empty()) {
-      const json summary = read_summary(report_dir);
-      write_html_report(summary, report_html);
+      const RunView run = summary_view(read_summary(report_dir));
+      write_html_report(run, report_html);
       std::printf("report: %s\n", report_html.c_str());
-      return summary.value("all_met", false) ? 0 : 1;
+      return run.all_met ? 0 : 1;
     }
     if (*report_cmd) return render_reports(report_dir, true);
     if (*merge_cmd) return merge_runs(merge_out, merge_in);

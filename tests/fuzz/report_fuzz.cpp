@@ -56,9 +56,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       {"phases", nlohmann::json::array()}, {"checks", nlohmann::json::array()}, {"tags", {field[5]}}};
   const nlohmann::json summary = {{"format_version", 2}, {"cases", {c}}, {"wall_s", 2.0}, {"hostname", field[5]},
                                   {"backend", "gloo"}, {"all_met", false}};
-  meshtest::write_junit(summary, (scratch() / "junit.xml").string());
+  meshtest::write_junit(meshtest::summary_view(summary), (scratch() / "junit.xml").string());
   fs::remove_all(scratch() / "surefire");
-  meshtest::write_surefire(summary, (scratch() / "surefire").string());
+  meshtest::write_surefire(meshtest::summary_view(summary), (scratch() / "surefire").string());
   expect_well_formed(scratch() / "junit.xml");
   // One file per suite, whatever its name holds: nothing beside it, nothing outside surefire/.
   size_t files = 0;

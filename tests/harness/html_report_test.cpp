@@ -182,7 +182,7 @@ class HtmlReport : public ::testing::Test {
 };
 
 TEST_F(HtmlReport, ListsEveryCaseAndVerdict) {
-  const std::string page = html_report(summary_);
+  const std::string page = html_report(summary_view(summary_));
   for (const auto& c : summary_["cases"]) {
     if (c["id"] == kHostileId) continue;
     EXPECT_NE(page.find(c["id"].get<std::string>()), std::string::npos) << c["id"];
@@ -195,7 +195,7 @@ TEST_F(HtmlReport, ListsEveryCaseAndVerdict) {
 }
 
 TEST_F(HtmlReport, HostileTextStaysText) {
-  const std::string page = html_report(summary_);
+  const std::string page = html_report(summary_view(summary_));
   EXPECT_EQ(page.find("<script>alert"), std::string::npos);
   EXPECT_EQ(page.find("<img"), std::string::npos);
   EXPECT_EQ(page.find("</pre><script"), std::string::npos);
@@ -216,26 +216,26 @@ TEST_F(HtmlReport, HostileTextStaysText) {
 
 TEST_F(HtmlReport, AnchorsAreSafeAndDistinct) {
   json a = base_case("s", "a/b", "tp=2"), b = base_case("s", "a_b", "tp=2");
-  const std::string page = html_report({{"format_version", 2}, {"cases", {a, b}}});
+  const std::string page = html_report(summary_view({{"format_version", 2}, {"cases", {a, b}}}));
   EXPECT_NE(page.find("id=\"case-s_2fa_2fb\""), std::string::npos);
   EXPECT_NE(page.find("id=\"case-s_2fa_5fb\""), std::string::npos);
-  const std::string evil = html_report(summary_);
+  const std::string evil = html_report(summary_view(summary_));
   EXPECT_NE(evil.find("id=\"case-cpu_2fevil_22_3e_3cimg_20src_3dx_20onerror_3dalert_281_29_3e\""), std::string::npos);
 }
 
 TEST_F(HtmlReport, HugeBinaryLogIsBounded) {
-  const std::string page = html_report(summary_);
+  const std::string page = html_report(summary_view(summary_));
   EXPECT_LT(page.size(), 1u << 20);
   EXPECT_NE(section(page, "case-cpu_2fcrash").find("<pre class=\"log\">"), std::string::npos);
 }
 
 TEST_F(HtmlReport, GoneLogIsSaidToBeGone) {
-  const std::string page = html_report(summary_);
+  const std::string page = html_report(summary_view(summary_));
   EXPECT_NE(section(page, "case-cpu_2flog_5fgone").find("The log is gone"), std::string::npos);
 }
 
 TEST_F(HtmlReport, CheckChartHasSeriesBandAndMarker) {
-  const std::string page = html_report(summary_);
+  const std::string page = html_report(summary_view(summary_));
   const std::string canary = section(page, "case-cpu_2fcanary_2fgrad_5fsum_5fnot_5fmean");
   ASSERT_FALSE(canary.empty());
   EXPECT_NE(canary.find("data-series=\"subject\""), std::string::npos);
@@ -247,7 +247,7 @@ TEST_F(HtmlReport, CheckChartHasSeriesBandAndMarker) {
 }
 
 TEST_F(HtmlReport, ResumedPhasesShareOneStepAxis) {
-  const std::string page = html_report(summary_);
+  const std::string page = html_report(summary_view(summary_));
   const std::string r = section(page, "case-resharding_2fsave_5bdp_5fshard_3d4_5d-load_5btp_3d4_5d");
   ASSERT_FALSE(r.empty());
   EXPECT_NE(r.find("data-series=\"phase-0\""), std::string::npos);
@@ -257,7 +257,7 @@ TEST_F(HtmlReport, ResumedPhasesShareOneStepAxis) {
 }
 
 TEST_F(HtmlReport, ReshardTableAndLegend) {
-  const std::string page = html_report(summary_);
+  const std::string page = html_report(summary_view(summary_));
   EXPECT_NE(page.find("saved layout × loaded layout"), std::string::npos);
   EXPECT_NE(page.find("<th>dp_replicate=2,dp_shard=2</th>"), std::string::npos);
   EXPECT_NE(page.find("<th>tp=4</th>"), std::string::npos);
@@ -270,7 +270,7 @@ TEST_F(HtmlReport, WritesAtomicallyWithRelativeLogLinks) {
   summary["cases"][0]["phases"][0]["dir"] = dir_ + "/report/cpu/ddp_tp/train";
   summary["cases"][1]["phases"][0]["dir"] = "/elsewhere/train";
   const std::string path = dir_ + "/report/report.html";
-  write_html_report(summary, path);
+  write_html_report(summary_view(summary), path);
   EXPECT_FALSE(fs::exists(path + ".tmp"));
   std::ifstream in(path, std::ios::binary);
   const std::string page((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -283,23 +283,23 @@ TEST_F(HtmlReport, MalformedSummaryStillRenders) {
                     {"cases", {{{"id", 5}, {"status", {1, 2}}, {"phases", "none"}, {"checks", {{{"series", 7}}}}},
                                "not a case", {{"id", "ok"}, {"verdict", "passed"}, {"tags", {1, "t"}}}}}};
   std::string page;
-  ASSERT_NO_THROW(page = html_report(odd));
+  ASSERT_NO_THROW(page = html_report(summary_view(odd)));
   EXPECT_NE(page.find("format_version 3"), std::string::npos);
-  ASSERT_NO_THROW(markdown_summary(odd));
+  ASSERT_NO_THROW(markdown_summary(summary_view(odd)));
 }
 
 TEST_F(HtmlReport, ThirtyTwoCasesStaySmall) {
   json cases = json::array();
   for (int i = 0; i < 32; ++i) cases.push_back(i % 2 ? canary() : base_case("cpu", "c" + std::to_string(i), "tp=2"));
   for (int i = 0; i < 32; ++i) cases[i]["id"] = "cpu/c" + std::to_string(i);
-  const std::string page = html_report({{"format_version", 2}, {"cases", cases}});
+  const std::string page = html_report(summary_view({{"format_version", 2}, {"cases", cases}}));
   EXPECT_LT(page.size(), 2u << 20);
 }
 
 TEST_F(HtmlReport, MarkdownListsMissedCasesEscaped) {
   json summary = summary_;
   summary["cases"][2]["reason"] = "a | b `c` <img src=x>";
-  const std::string md = markdown_summary(summary);
+  const std::string md = markdown_summary(summary_view(summary));
   EXPECT_EQ(md.rfind("### meshtest: 4 passed, 3 failed\n", 0), 0u) << md;
   EXPECT_NE(md.find("| passed | 4 |"), std::string::npos);
   EXPECT_NE(md.find("cpu/crash"), std::string::npos);
@@ -319,10 +319,10 @@ TEST_F(HtmlReport, MarkdownCapsTheList) {
     c["met_expectation"] = false;
     cases.push_back(c);
   }
-  const std::string md = markdown_summary({{"cases", cases}}, 50);
+  const std::string md = markdown_summary(summary_view({{"cases", cases}}), 50);
   EXPECT_EQ(count(md, "\n- **"), 50u);
   EXPECT_NE(md.find("and 10 more"), std::string::npos);
-  EXPECT_NE(markdown_summary({{"cases", {base_case("s", "ok", "tp=2")}}}).find("Every case met"), std::string::npos);
+  EXPECT_NE(markdown_summary(summary_view({{"cases", {base_case("s", "ok", "tp=2")}}})).find("Every case met"), std::string::npos);
 }
 
 }  // namespace
