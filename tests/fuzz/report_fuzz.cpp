@@ -1,6 +1,8 @@
 // libFuzzer: arbitrary bytes in every string a report takes from a run (suite, case id,
 // reason, details, the failing log's content, an earlier attempt's reason) through the
 // JUnit and Surefire writers. The files must stay well-formed XML that holds the case.
+// And the input as JSON (where it parses) through the typed reader and the Markdown
+// report: a summary of any shape renders, nothing throws.
 #include <pugixml.hpp>
 #include <unistd.h>
 
@@ -11,7 +13,9 @@
 #include <fstream>
 #include <string>
 
+#include "report/markdown_report.h"
 #include "report/report.h"
+#include "report/summary_view.h"
 
 namespace fs = std::filesystem;
 
@@ -34,6 +38,11 @@ void expect_well_formed(const fs::path& file) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const nlohmann::json any = nlohmann::json::parse(data, data + size, nullptr, /*allow_exceptions=*/false);
+  if (!any.is_discarded()) {
+    const meshtest::RunView run = meshtest::summary_view(any);
+    if (meshtest::markdown_summary(run).empty()) std::abort();
+  }
   // Six fields from the input, split at 0xFF bytes (which valid UTF-8 never holds).
   std::string field[6];
   size_t f = 0;
