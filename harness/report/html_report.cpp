@@ -34,13 +34,14 @@ constexpr int kLogLines = 50;
 constexpr int kMaxRankLinks = 256;            // per phase
 constexpr size_t kMaxAttentionLinks = 200;
 
-// Numbers as summary.json's readers have always seen them: integers whole, others in %.6g.
+// A measured number (value, reference, tolerance) as the page shows it: 6 significant digits.
 std::string float_text(double v) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%.6g", v);
   return buf;
 }
 
+// A list as "a, b": tags, matrices, device numbers.
 template <typename T>
 std::string joined(const std::vector<T>& items) {
   std::string out;
