@@ -57,11 +57,6 @@ std::string one_line(const std::string& s) {
   return xml_safe(out, kMessageCap);
 }
 
-std::string read_tail(const std::string& path) {
-  if (path.empty() || !fs::exists(path)) return "";
-  return tail_of_file(path, kLogLines, 4 * kOutputCap);
-}
-
 struct Counts {
   int tests = 0, failures = 0, errors = 0, skipped = 0;
   double time = 0;
@@ -96,7 +91,8 @@ std::string case_output(const CaseView& c) {
     out += "earlier attempt failed: " + a.reason + " (log " + a.failing_log + ")\n";
   const std::string& log = c.failing_log;
   if (element_of(c) == JunitElement::kFailure || element_of(c) == JunitElement::kError) {
-    out += "\n---- last " + std::to_string(kLogLines) + " lines of " + log + " ----\n" + read_tail(log);
+    out += "\n---- last " + std::to_string(kLogLines) + " lines of " + log + " ----\n" +
+           tail_of_file(log, kLogLines, 4 * kOutputCap);
     if (!out.empty() && out.back() != '\n') out += "\n";
     out += "[[ATTACHMENT|" + (log.empty() ? std::string() : fs::absolute(log).string()) + "]]\n";
   }
