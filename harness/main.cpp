@@ -269,16 +269,16 @@ json read_summary(const std::string& dir) {
 
 // junit.xml, surefire/TEST-<suite>.xml, report.html and the terminal table, all from summary.json.
 int render_reports(const std::string& dir, bool exit_by_expectations) {
-  const json summary = read_summary(dir);
-  write_junit(summary, (fs::path(dir) / "junit.xml").string());
-  write_surefire(summary, (fs::path(dir) / "surefire").string());
-  write_html_report(summary, (fs::path(dir) / "report.html").string());
-  print_report(summary, stdout);
+  const RunView run = summary_view(read_summary(dir));
+  write_junit(run, (fs::path(dir) / "junit.xml").string());
+  write_surefire(run, (fs::path(dir) / "surefire").string());
+  write_html_report(run, (fs::path(dir) / "report.html").string());
+  print_report(run, stdout);
   std::printf("reports: %s/report.html, %s/junit.xml, %s/surefire/, %s/summary.json\n", dir.c_str(), dir.c_str(),
               dir.c_str(), dir.c_str());
   std::fflush(stdout);
   if (!exit_by_expectations) return 0;
-  return summary.value("all_met", false) ? 0 : 1;
+  return run.all_met ? 0 : 1;
 }
 
 const json* find_case(const json& summary, const std::string& id) {
@@ -564,14 +564,14 @@ Subcommand add_report(CLI::App& app) {
   cmd->add_flag("--markdown", a->markdown, "Only print a Markdown summary (for $GITHUB_STEP_SUMMARY); exit 0 once printed");
   return {cmd, [a] {
             if (a->markdown) {
-              std::fputs(markdown_summary(read_summary(a->dir)).c_str(), stdout);
+              std::fputs(markdown_summary(summary_view(read_summary(a->dir))).c_str(), stdout);
               return 0;
             }
             if (a->html.empty()) return render_reports(a->dir, true);
-            const json summary = read_summary(a->dir);
-            write_html_report(summary, a->html);
+            const RunView run = summary_view(read_summary(a->dir));
+            write_html_report(run, a->html);
             std::printf("report: %s\n", a->html.c_str());
-            return summary.value("all_met", false) ? 0 : 1;
+            return run.all_met ? 0 : 1;
           }};
 }
 

@@ -25,17 +25,24 @@ std::string rank_collective_file(const std::string& dir, int rank) {
 }
 
 std::string tail_of_file(const std::string& path, int lines, size_t max_bytes) {
+  // Only a regular file: opening a FIFO would block the caller (a report) forever.
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) return "";
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) return "";
   const std::streamoff size = in.tellg();
+  if (size < 0) return "";
   const std::streamoff start = std::max<std::streamoff>(0, size - static_cast<std::streamoff>(max_bytes));
   in.seekg(start);
   std::string text(static_cast<size_t>(size - start), '\0');
   in.read(text.data(), static_cast<std::streamsize>(text.size()));
-  size_t pos = text.size();
-  if (pos > 0 && text[pos - 1] == '\n') --pos;
-  for (int n = 0; n < lines && pos != std::string::npos && pos > 0; ++n) pos = text.rfind('\n', pos - 1);
-  return pos == std::string::npos || pos == 0 ? text : text.substr(pos + 1);
+  text.resize(static_cast<size_t>(in.gcount()));
+  size_t end = text.size();
+  if (end > 0 && text[end - 1] == '\n') --end;  // a final newline does not start a line
+  int seen = 0;
+  for (size_t i = end; i-- > 0;)
+    if (text[i] == '\n' && ++seen == lines) return text.substr(i + 1);
+  return text;
 }
 
 namespace {

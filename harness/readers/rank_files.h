@@ -15,7 +15,9 @@ std::string rank_log_path(const std::string& dir, int rank);
 std::string rank_error_file(const std::string& dir, int rank);
 std::string rank_collective_file(const std::string& dir, int rank);
 
-// The last `lines` lines of a file (for failure reports), at most `max_bytes` read.
+// The last `lines` lines of a regular file (for failure reports), reading at most
+// `max_bytes` from its end, so a 20 MB log costs what it shows. "" when the file is gone or
+// is not a regular file (opening a FIFO would block the caller forever).
 std::string tail_of_file(const std::string& path, int lines, size_t max_bytes = 1 << 20);
 
 // What a failed rank said: the message of its torchelastic error file, else the last

@@ -7,25 +7,12 @@
 #include "core/outcome.h"  // human_seconds
 #include "report/report.h"
 
-using nlohmann::json;
-
 namespace meshtest {
 
 namespace {
 
 constexpr size_t kReasonCap = 300;
 constexpr size_t kReproCap = 1000;
-
-std::string str(const json& j, const char* key) {
-  if (!j.is_object()) return "";
-  const auto it = j.find(key);
-  return it != j.end() && it->is_string() ? it->get<std::string>() : "";
-}
-
-bool met(const json& c) {
-  const auto it = c.find("met_expectation");
-  return it != c.end() && it->is_boolean() && it->get<bool>();
-}
 
 // Valid UTF-8 without control characters, on one line: a newline would end a list item.
 std::string one_line(const std::string& raw, size_t cap) {
@@ -61,9 +48,9 @@ std::string md_code(const std::string& raw, size_t cap) {
 }
 
 // Statuses in the order people read them; any others after, alphabetically.
-std::vector<std::pair<std::string, int>> ordered_counts(const json& cases) {
+std::vector<std::pair<std::string, int>> ordered_counts(const std::vector<CaseView>& cases) {
   std::map<std::string, int> counts;
-  for (const auto& c : cases) ++counts[str(c, "status").empty() ? "unknown" : str(c, "status")];
+  for (const auto& c : cases) ++counts[c.status.empty() ? "unknown" : c.status];
   std::vector<std::pair<std::string, int>> out;
   for (const char* s : {"passed", "failed", "xfailed", "skipped", "cancelled"}) {
     const auto it = counts.find(s);
@@ -79,34 +66,29 @@ std::string counts_table(const std::vector<std::pair<std::string, int>>& counts)
   return out;
 }
 
-std::string case_item(const json& c) {
-  std::string out = "- **" + md_text(str(c, "id"), kReasonCap) + "** (" + md_text(str(c, "status"), 64) + "): " +
-                    md_text(str(c, "reason"), kReasonCap) + "\n";
-  if (!str(c, "repro").empty()) out += "  " + md_code(str(c, "repro"), kReproCap) + "\n";
+std::string case_item(const CaseView& c) {
+  std::string out = "- **" + md_text(c.id, kReasonCap) + "** (" + md_text(c.status, 64) + "): " +
+                    md_text(c.reason, kReasonCap) + "\n";
+  if (!c.repro.empty()) out += "  " + md_code(c.repro, kReproCap) + "\n";
   return out;
 }
 
 }  // namespace
 
-std::string markdown_summary(const json& summary, size_t max_cases) {
-  static const json empty = json::array();
-  const auto it = summary.is_object() ? summary.find("cases") : summary.end();
-  const json& cases = it != summary.end() && it->is_array() ? *it : empty;
-
-  const auto counts = ordered_counts(cases);
+std::string markdown_summary(const RunView& run, size_t max_cases) {
+  const auto counts = ordered_counts(run.cases);
   std::string headline;
   for (const auto& [status, n] : counts) headline += (headline.empty() ? "" : ", ") + std::to_string(n) + " " + md_text(status, 64);
   if (headline.empty()) headline = "no cases";
   std::string out = "### meshtest: " + headline + "\n\n" + counts_table(counts) + "\n";
 
-  const auto wall = summary.find("wall_s");
-  std::string facts = "wall time " + human_seconds(wall != summary.end() && wall->is_number() ? wall->get<double>() : 0);
-  if (!str(summary, "backend").empty()) facts += ", backend " + md_text(str(summary, "backend"), 64);
+  std::string facts = "wall time " + human_seconds(run.wall_s);
+  if (!run.backend.empty()) facts += ", backend " + md_text(run.backend, 64);
   out += facts + "\n\n";
 
-  std::vector<const json*> missed;
-  for (const auto& c : cases)
-    if (!met(c)) missed.push_back(&c);
+  std::vector<const CaseView*> missed;
+  for (const auto& c : run.cases)
+    if (!c.met_expectation) missed.push_back(&c);
   if (missed.empty()) return out + "Every case met its expectation.\n";
   out += "**" + std::to_string(missed.size()) + " missed their expectation:**\n\n";
   for (size_t i = 0; i < missed.size() && i < max_cases; ++i) out += case_item(*missed[i]);

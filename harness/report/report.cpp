@@ -14,7 +14,6 @@
 #include "core/verdict.h"
 
 namespace fs = std::filesystem;
-using nlohmann::json;
 
 namespace meshtest {
 
@@ -58,90 +57,88 @@ std::string one_line(const std::string& s) {
   return xml_safe(out, kMessageCap);
 }
 
-std::string read_tail(const std::string& path) {
-  if (path.empty() || !fs::exists(path)) return "";
-  return tail_of_file(path, kLogLines, 4 * kOutputCap);
-}
-
 struct Counts {
   int tests = 0, failures = 0, errors = 0, skipped = 0;
   double time = 0;
 };
 
-// A case's verdict as summary.json holds it (format 2 and later).
-Verdict verdict_of(const json& c) {
-  if (!c.contains("verdict"))
-    throw std::runtime_error("case " + c.value("id", std::string("?")) +
+// What JUnit and Surefire need of a verdict. summary.json format 1 had none; an unknown kind
+// throws (verdict_kind_from_name): the element and type of a case must never be guessed.
+Verdict verdict_of(const VerdictView& v, const std::string& case_id) {
+  if (!v.present)
+    throw std::runtime_error("case " + case_id +
                              " has no verdict: summary.json format 1 predates typed verdicts; rerun the cases");
-  return verdict_from_json(c.at("verdict"));
+  Verdict out{verdict_kind_from_name(v.kind), v.message};
+  out.check = v.check;
+  out.phase = v.phase;
+  return out;
 }
 
-JunitElement element_of(const json& c) { return junit_element(verdict_of(c).kind); }
+Verdict verdict_of(const CaseView& c) { return verdict_of(c.verdict, c.id.empty() ? "?" : c.id); }
+
+JunitElement element_of(const CaseView& c) { return junit_element(verdict_of(c).kind); }
 
 // system-out of a case: the facts, the repro, and the failing rank's last lines.
-std::string case_output(const json& c) {
-  std::string out = "meshtest: " + c.value("id", "") + "\n";
-  out += "expect: " + c.value("expect", "") + "\nstatus: " + c.value("status", "") + "\n";
-  if (!c.value("meshes", "").empty()) out += "mesh: " + c.value("meshes", "") + "\n";
-  out += "ngpu: " + std::to_string(c.value("ngpu", 0)) + "\n";
-  if (!c.value("seed", "").empty()) out += "seed: " + c.value("seed", "") + "\n";
-  out += "timestamp: " + c.value("timestamp", "") + "\n";
-  out += "repro: " + c.value("repro", "") + "\n";
-  for (const auto& a : c.value("earlier_attempts", json::array()))
-    out += "earlier attempt failed: " + a.value("reason", "") + " (log " + a.value("failing_log", "") + ")\n";
-  const std::string log = c.value("failing_log", "");
+std::string case_output(const CaseView& c) {
+  std::string out = "meshtest: " + c.id + "\n";
+  out += "expect: " + c.expect + "\nstatus: " + c.status + "\n";
+  if (!mesh_chain(c).empty()) out += "mesh: " + mesh_chain(c) + "\n";
+  out += "ngpu: " + std::to_string(c.ngpu) + "\n";
+  if (!c.seed.empty()) out += "seed: " + c.seed + "\n";
+  out += "timestamp: " + c.timestamp + "\n";
+  out += "repro: " + c.repro + "\n";
+  for (const auto& a : c.earlier_attempts)
+    out += "earlier attempt failed: " + a.reason + " (log " + a.failing_log + ")\n";
+  const std::string& log = c.failing_log;
   if (element_of(c) == JunitElement::kFailure || element_of(c) == JunitElement::kError) {
-    out += "\n---- last " + std::to_string(kLogLines) + " lines of " + log + " ----\n" + read_tail(log);
+    out += "\n---- last " + std::to_string(kLogLines) + " lines of " + log + " ----\n" +
+           tail_of_file(log, kLogLines, 4 * kOutputCap);
     if (!out.empty() && out.back() != '\n') out += "\n";
     out += "[[ATTACHMENT|" + (log.empty() ? std::string() : fs::absolute(log).string()) + "]]\n";
   }
   return xml_safe(out, kOutputCap);
 }
 
-std::string case_body(const json& c) {
-  std::string body = c.value("details", "");
-  for (const auto& phase : c.value("phases", json::array()))
-    if (phase.value("ran", false) && !phase.value("ok", true))
-      body += "phase " + phase.value("name", "") + ": " + phase.value("stopped_because", "") + "\n";
-  body += "repro: " + c.value("repro", "") + "\n";
+std::string case_body(const CaseView& c) {
+  std::string body = c.details;
+  for (const auto& phase : c.phases)
+    if (phase.ran && !phase.ok) body += "phase " + phase.name + ": " + phase.stopped_because + "\n";
+  body += "repro: " + c.repro + "\n";
   return xml_safe(body, kBodyCap);
 }
 
-void add_properties(pugi::xml_node suite, const json& summary, const std::vector<const json*>& cases) {
+void add_properties(pugi::xml_node suite, const RunView& run, const std::vector<const CaseView*>& cases) {
   auto props = suite.append_child("properties");
   auto add = [&](const std::string& name, const std::string& value) {
     auto p = props.append_child("property");
     p.append_attribute("name") = xml_safe(name, kMessageCap).c_str();
     p.append_attribute("value") = xml_safe(value, 4096).c_str();
   };
-  add("backend", summary.value("backend", ""));
-  add("devices", std::to_string(summary.value("devices", 0)));
+  add("backend", run.backend);
+  add("devices", std::to_string(run.devices));
   std::string matrices;
-  for (const auto& m : summary.value("matrices", json::array())) matrices += (matrices.empty() ? "" : " ") + m.get<std::string>();
+  for (const auto& m : run.matrices) matrices += (matrices.empty() ? "" : " ") + m;
   add("matrices", matrices);
   // Per-case facts live here because the junit-4 schema allows no properties on a testcase.
-  for (const json* c : cases) {
-    const std::string id = c->value("id", "");
-    add(id + ".mesh", c->value("meshes", ""));
-    add(id + ".ngpu", std::to_string(c->value("ngpu", 0)));
-    add(id + ".backend", summary.value("backend", ""));
-    add(id + ".seed", c->value("seed", ""));
-    add(id + ".repro", c->value("repro", ""));
+  for (const CaseView* c : cases) {
+    add(c->id + ".mesh", mesh_chain(*c));
+    add(c->id + ".ngpu", std::to_string(c->ngpu));
+    add(c->id + ".backend", run.backend);
+    add(c->id + ".seed", c->seed);
+    add(c->id + ".repro", c->repro);
   }
 }
 
-std::map<std::string, std::vector<const json*>> by_suite(const json& summary) {
-  std::map<std::string, std::vector<const json*>> suites;
-  for (const auto& c : summary.at("cases")) suites[c.value("suite", "")].push_back(&c);
+std::map<std::string, std::vector<const CaseView*>> by_suite(const RunView& run) {
+  std::map<std::string, std::vector<const CaseView*>> suites;
+  for (const auto& c : run.cases) suites[c.suite].push_back(&c);
   return suites;
 }
 
-std::string suite_timestamp(const std::vector<const json*>& cases) {
+std::string suite_timestamp(const std::vector<const CaseView*>& cases) {
   std::string first;
-  for (const json* c : cases) {
-    const std::string t = c->value("timestamp", "");
-    if (!t.empty() && (first.empty() || t < first)) first = t;
-  }
+  for (const CaseView* c : cases)
+    if (!c->timestamp.empty() && (first.empty() || c->timestamp < first)) first = c->timestamp;
   return first.empty() ? "1970-01-01T00:00:00" : first;
 }
 
@@ -151,15 +148,37 @@ void add_declaration(pugi::xml_document& doc) {
   decl.append_attribute("encoding") = "UTF-8";
 }
 
+// <testsuite name=suite> with its properties; the caller adds the testcases, then the counts.
+pugi::xml_node append_suite(pugi::xml_node parent, const std::string& suite_name, const RunView& run,
+                            const std::vector<const CaseView*>& cases) {
+  auto suite = parent.append_child("testsuite");
+  suite.append_attribute("name") = suite_name.c_str();
+  add_properties(suite, run, cases);
+  return suite;
+}
+
+enum class XmlFormat { kJunit, kSurefire };
+
+// A suite's counts, in the attribute order each format has always been written in (so the
+// files stay byte-stable): JUnit tests, failures, errors, skipped; Surefire tests, errors,
+// skipped, failures; then time.
+void add_counts(pugi::xml_node suite, const Counts& n, XmlFormat format) {
+  suite.append_attribute("tests") = n.tests;
+  if (format == XmlFormat::kJunit) suite.append_attribute("failures") = n.failures;
+  suite.append_attribute("errors") = n.errors;
+  suite.append_attribute("skipped") = n.skipped;
+  if (format == XmlFormat::kSurefire) suite.append_attribute("failures") = n.failures;
+  suite.append_attribute("time") = seconds(n.time).c_str();
+}
+
 // <testcase name=id classname=suite time=...>, counted into `n`; the caller adds the verdict.
-pugi::xml_node append_testcase(pugi::xml_node suite, const json& c, const std::string& suite_name, Counts& n) {
+pugi::xml_node append_testcase(pugi::xml_node suite, const CaseView& c, const std::string& suite_name, Counts& n) {
   ++n.tests;
-  const double t = c.value("duration_s", 0.0);
-  n.time += t;
+  n.time += c.duration_s;
   auto tc = suite.append_child("testcase");
-  tc.append_attribute("name") = c.value("id", "").c_str();
+  tc.append_attribute("name") = c.id.c_str();
   tc.append_attribute("classname") = suite_name.c_str();
-  tc.append_attribute("time") = seconds(t).c_str();
+  tc.append_attribute("time") = seconds(c.duration_s).c_str();
   return tc;
 }
 
@@ -235,18 +254,16 @@ std::string xml_safe(const std::string& raw, size_t cap) {
   return out;
 }
 
-void write_junit(const json& summary, const std::string& path) {
+void write_junit(const RunView& run, const std::string& path) {
   pugi::xml_document doc;
   add_declaration(doc);
   auto root = doc.append_child("testsuites");
   root.append_attribute("name") = "meshtest";
   Counts total;
-  for (const auto& [suite_name, cases] : by_suite(summary)) {
+  for (const auto& [suite_name, cases] : by_suite(run)) {
     Counts n;
-    auto suite = root.append_child("testsuite");
-    suite.append_attribute("name") = suite_name.c_str();
-    add_properties(suite, summary, cases);
-    for (const json* c : cases) {
+    auto suite = append_suite(root, suite_name, run, cases);
+    for (const CaseView* c : cases) {
       auto tc = append_testcase(suite, *c, suite_name, n);
       const Verdict v = verdict_of(*c);
       switch (junit_element(v.kind)) {
@@ -270,31 +287,26 @@ void write_junit(const json& summary, const std::string& path) {
       }
       tc.append_child("system-out").text().set(case_output(*c).c_str());
     }
-    suite.append_attribute("tests") = n.tests;
-    suite.append_attribute("failures") = n.failures;
-    suite.append_attribute("errors") = n.errors;
-    suite.append_attribute("skipped") = n.skipped;
-    suite.append_attribute("time") = seconds(n.time).c_str();
+    add_counts(suite, n, XmlFormat::kJunit);
     suite.append_attribute("timestamp") = suite_timestamp(cases).c_str();
-    suite.append_attribute("hostname") = summary.value("hostname", "localhost").c_str();
+    // junit-4 requires a non-empty hostname.
+    suite.append_attribute("hostname") = (run.hostname.empty() ? "localhost" : run.hostname).c_str();
     total.tests += n.tests, total.failures += n.failures, total.errors += n.errors;
   }
   root.append_attribute("tests") = total.tests;
   root.append_attribute("failures") = total.failures;
   root.append_attribute("errors") = total.errors;
-  root.append_attribute("time") = seconds(summary.value("wall_s", 0.0)).c_str();
+  root.append_attribute("time") = seconds(run.wall_s).c_str();
   save(doc, path);
 }
 
-void write_surefire(const json& summary, const std::string& dir) {
-  for (const auto& [suite_name, cases] : by_suite(summary)) {
+void write_surefire(const RunView& run, const std::string& dir) {
+  for (const auto& [suite_name, cases] : by_suite(run)) {
     pugi::xml_document doc;
     add_declaration(doc);
-    auto suite = doc.append_child("testsuite");
-    suite.append_attribute("name") = suite_name.c_str();
-    add_properties(suite, summary, cases);
+    auto suite = append_suite(doc, suite_name, run, cases);
     Counts n;
-    for (const json* c : cases) {
+    for (const CaseView* c : cases) {
       auto tc = append_testcase(suite, *c, suite_name, n);
       const Verdict v = verdict_of(*c);
       const JunitElement element = junit_element(v.kind);
@@ -308,8 +320,7 @@ void write_surefire(const json& summary, const std::string& dir) {
         e.append_child("stackTrace").text().set(xml_safe(details, kBodyCap).c_str());
       };
       std::vector<std::pair<Verdict, std::string>> failed;  // verdict, details; oldest first
-      for (const auto& a : c->value("earlier_attempts", json::array()))
-        failed.emplace_back(verdict_of(a), a.value("details", ""));
+      for (const auto& a : c->earlier_attempts) failed.emplace_back(verdict_of(a.verdict, c->id), a.details);
       auto is_error = [](const Verdict& attempt) { return junit_element(attempt.kind) == JunitElement::kError; };
       if (element == JunitElement::kNone) {
         for (const auto& [attempt, details] : failed)
@@ -317,14 +328,14 @@ void write_surefire(const json& summary, const std::string& dir) {
         for (const auto& [attempt, details] : failed)
           if (is_error(attempt)) add_attempt("flakyError", attempt, details, junit_type(attempt));
       } else if (element == JunitElement::kFailure || element == JunitElement::kError) {
-        failed.emplace_back(v, c->value("details", ""));
+        failed.emplace_back(v, c->details);
         const bool error = element == JunitElement::kError;
         auto first = tc.append_child(error ? "error" : "failure");
         first.append_attribute("message") = one_line(failed.front().first.message).c_str();
         // The first attempt's type where it failed the same way (error or failure) as the last.
         const Verdict& typed = is_error(failed.front().first) == error ? failed.front().first : v;
         first.append_attribute("type") = junit_type(typed).c_str();
-        first.text().set(xml_safe(failed.front().second + "repro: " + c->value("repro", "") + "\n", kBodyCap).c_str());
+        first.text().set(xml_safe(failed.front().second + "repro: " + c->repro + "\n", kBodyCap).c_str());
         for (size_t k = 1; k < failed.size(); ++k)
           add_attempt(error ? "rerunError" : "rerunFailure", failed[k].first, failed[k].second,
                       error ? junit_type(failed[k].first) : "Failure");
@@ -335,53 +346,46 @@ void write_surefire(const json& summary, const std::string& dir) {
       }
       tc.append_child("system-out").text().set(case_output(*c).c_str());
     }
-    suite.append_attribute("tests") = n.tests;
-    suite.append_attribute("errors") = n.errors;
-    suite.append_attribute("skipped") = n.skipped;
-    suite.append_attribute("failures") = n.failures;
-    suite.append_attribute("time") = seconds(n.time).c_str();
+    add_counts(suite, n, XmlFormat::kSurefire);
     save(doc, (fs::path(dir) / surefire_file_name(suite_name)).string());
   }
 }
 
-void print_report(const json& summary, FILE* out) {
-  const json& cases = summary.at("cases");
+void print_report(const RunView& run, FILE* out) {
   size_t width = 20;
-  for (const auto& c : cases) width = std::max(width, c.value("id", "").size());
+  for (const auto& c : run.cases) width = std::max(width, c.id.size());
   std::fprintf(out, "\n%-*s  %-9s  %5s  %9s  %s\n", static_cast<int>(width), "case", "status", "ngpu", "time", "note");
   std::map<std::string, int> counts;
   int flaky = 0;
-  for (const auto& c : cases) {
-    ++counts[c.value("status", "")];
-    std::string note = c.value("reason", "");
-    const size_t retries = c.value("earlier_attempts", json::array()).size();
-    if (retries > 0 && c.value("status", "") == "passed") {
+  for (const auto& c : run.cases) {
+    ++counts[c.status];
+    std::string note = c.reason;
+    const size_t retries = c.earlier_attempts.size();
+    if (retries > 0 && c.status == "passed") {
       ++flaky;
       note = "FLAKY: passed after " + std::to_string(retries) + " failed attempt" + (retries > 1 ? "s" : "") +
              (note.empty() ? "" : "; " + note);
     }
     if (note.size() > 110) note = note.substr(0, 107) + "...";
-    std::fprintf(out, "%-*s  %-9s  %5d  %9s  %s\n", static_cast<int>(width), c.value("id", "").c_str(),
-                 c.value("status", "").c_str(), c.value("ngpu", 0), human_seconds(c.value("duration_s", 0.0)).c_str(),
-                 note.c_str());
+    std::fprintf(out, "%-*s  %-9s  %5d  %9s  %s\n", static_cast<int>(width), c.id.c_str(), c.status.c_str(), c.ngpu,
+                 human_seconds(c.duration_s).c_str(), note.c_str());
   }
   bool any_failed = false;
-  for (const auto& c : cases) any_failed |= !c.value("met_expectation", false);
+  for (const auto& c : run.cases) any_failed |= !c.met_expectation;
   if (any_failed) {
     std::fprintf(out, "\nFAILURE SUMMARY\n");
-    for (const auto& c : cases) {
-      if (c.value("met_expectation", false)) continue;
-      std::fprintf(out, "\n%s %s: %s\n", c.value("status", "").c_str(), c.value("id", "").c_str(),
-                   c.value("reason", "").c_str());
-      if (!c.value("failing_log", "").empty()) std::fprintf(out, "  log:   %s\n", c.value("failing_log", "").c_str());
-      std::fprintf(out, "  repro: %s\n", c.value("repro", "").c_str());
+    for (const auto& c : run.cases) {
+      if (c.met_expectation) continue;
+      std::fprintf(out, "\n%s %s: %s\n", c.status.c_str(), c.id.c_str(), c.reason.c_str());
+      if (!c.failing_log.empty()) std::fprintf(out, "  log:   %s\n", c.failing_log.c_str());
+      std::fprintf(out, "  repro: %s\n", c.repro.c_str());
     }
   }
   std::string totals;
   for (const auto& [k, v] : counts) totals += (totals.empty() ? "" : ", ") + std::to_string(v) + " " + k;
   if (flaky) totals += " (" + std::to_string(flaky) + " flaky)";
-  std::fprintf(out, "\n%s in %s%s\n", totals.c_str(), human_seconds(summary.value("wall_s", 0.0)).c_str(),
-               summary.value("interrupted_by_signal", 0) ? " (interrupted)" : "");
+  std::fprintf(out, "\n%s in %s%s\n", totals.c_str(), human_seconds(run.wall_s).c_str(),
+               run.interrupted_by_signal ? " (interrupted)" : "");
 }
 
 }  // namespace meshtest

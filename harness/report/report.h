@@ -1,21 +1,23 @@
-// Reports rendered from summary.json, so `meshtest report DIR` can redo them:
-// JUnit XML that Jenkins' junit-4 XSD accepts, one Surefire 3.0 file per suite
-// (with flakyFailure / rerunFailure for --retries), and the terminal summary.
+// Reports rendered from summary.json (read through summary_view.h), so `meshtest report
+// DIR` can redo them: JUnit XML that Jenkins' junit-4 XSD accepts, one Surefire 3.0 file
+// per suite (with flakyFailure / rerunFailure for --retries), and the terminal summary.
 #pragma once
-
-#include <nlohmann/json.hpp>
 
 #include <cstdio>
 #include <string>
 
+#include "report/summary_view.h"
+
 namespace meshtest {
 
-// junit.xml: testsuites > one testsuite per matrix suite > one testcase per case.
-void write_junit(const nlohmann::json& summary, const std::string& path);
+// junit.xml: testsuites > one testsuite per matrix suite > one testcase per case. Both XML
+// writers throw std::runtime_error for a case without a verdict (summary format 1) and
+// std::invalid_argument for an unknown verdict kind: a case's element is never guessed.
+void write_junit(const RunView& run, const std::string& path);
 // <dir>/TEST-<suite>.xml in Maven Surefire 3.0's format.
-void write_surefire(const nlohmann::json& summary, const std::string& dir);
+void write_surefire(const RunView& run, const std::string& dir);
 // The table, then per failed case its reason, log and a command that reruns it.
-void print_report(const nlohmann::json& summary, FILE* out);
+void print_report(const RunView& run, FILE* out);
 
 // Text safe for any XML 1.0 consumer: ANSI escape sequences removed, invalid UTF-8
 // replaced by U+FFFD, other characters XML forbids (NUL, ESC, ...) written as \xNN,

@@ -44,6 +44,79 @@ nlohmann::json check_json(const CheckResult& k) {
   return j;
 }
 
+nlohmann::json phase_json(const PhaseOutcome& p, const Case& spec) {
+  nlohmann::json jp = {{"name", p.name}, {"argv", p.argv}, {"nproc", p.nproc}, {"dir", p.dir},
+                       {"ran", p.ran}, {"attempts", p.attempts}, {"ok", p.ok()}};
+  if (!p.launch_error.empty()) jp["launch_error"] = p.launch_error;
+  if (!p.curve.empty()) jp["curve"] = curve_json(p.curve);
+  for (const auto& phase_spec : spec.phases)
+    if (phase_spec.name == p.name) jp["outputs"] = outputs_to_json(phase_spec.outputs);
+  if (p.ran) {
+    const auto& r = p.result;
+    jp["duration_s"] = r.duration_s;
+    jp["timed_out"] = r.timed_out;
+    jp["killed"] = r.killed;
+    jp["stopped_because"] = r.stopped_because;
+    jp["exits"] = nlohmann::json::array();
+    for (const auto& e : r.exits) jp["exits"].push_back({{"rank", e.rank}, {"exit_code", e.exit_code}, {"signal", e.signal}});
+    if (r.first_failure.rank >= 0)
+      jp["first_failure"] = {{"rank", r.first_failure.rank}, {"exit_code", r.first_failure.exit_code},
+                             {"signal", r.first_failure.signal}, {"what", r.first_failure.describe()}};
+  }
+  return jp;
+}
+
+// `mesh` (the first phase's), `phase_meshes` (one per phase) and `meshes`, the same joined
+// by " -> " as summaries before `phase_meshes` had it (dashboards read it).
+void add_meshes(nlohmann::json& c, const Case& spec) {
+  const auto& first = spec.phases.front();
+  c["mesh"] = first.mesh ? first.mesh->to_compact_string() : "";
+  std::vector<std::string> meshes;
+  for (const auto& sp : spec.phases)
+    meshes.push_back(sp.mesh ? sp.mesh->to_compact_string() : std::to_string(sp.nproc) + " ranks");
+  std::string chain;
+  for (const auto& m : meshes) chain += (chain.empty() ? "" : " -> ") + m;
+  c["meshes"] = chain;
+  c["phase_meshes"] = meshes;
+}
+
+nlohmann::json case_json(const CaseOutcome& o) {
+  nlohmann::json c;
+  c["id"] = o.spec->id;
+  c["suite"] = o.spec->suite;
+  c["name"] = o.spec->name;
+  c["file"] = o.spec->where.str();
+  c["status"] = status_name(o.status());
+  c["met_expectation"] = o.met_expectation();
+  c["expect"] = o.spec->expect.str();
+  c["reason"] = o.reason();
+  c["verdict"] = verdict_to_json(o.verdict);
+  c["details"] = o.details;
+  c["ngpu"] = o.spec->ngpu;
+  c["devices"] = o.devices;
+  c["model"] = o.spec->model;
+  c["seed"] = o.spec->seed;
+  c["tags"] = o.spec->tags;
+  c["expected_s"] = o.expected_s;
+  c["start_s"] = o.start_s;
+  c["duration_s"] = o.duration_s;
+  c["timestamp"] = o.timestamp;
+  c["dir"] = o.dir;
+  c["repro"] = o.repro;
+  c["failing_log"] = o.failing_log();
+  c["phases"] = nlohmann::json::array();
+  for (const auto& p : o.phases) c["phases"].push_back(phase_json(p, *o.spec));
+  c["checks"] = nlohmann::json::array();
+  for (const auto& k : o.checks) c["checks"].push_back(check_json(k));
+  c["earlier_attempts"] = nlohmann::json::array();
+  for (const auto& a : o.earlier_attempts)
+    c["earlier_attempts"].push_back(
+        {{"reason", a.verdict.message}, {"verdict", verdict_to_json(a.verdict)}, {"details", a.details},
+         {"failing_log", a.failing_log}, {"duration_s", a.duration_s}});
+  if (o.spec->phases.size() && o.phases.size()) add_meshes(c, *o.spec);
+  return c;
+}
+
 }  // namespace
 
 nlohmann::json summary_json(const RunResult& run, const RunOptions& opt) {
@@ -68,67 +141,7 @@ nlohmann::json summary_json(const RunResult& run, const RunOptions& opt) {
   j["cases"] = nlohmann::json::array();
   for (const auto& o : run.cases) {
     ++counts[status_name(o.status())];
-    nlohmann::json c;
-    c["id"] = o.spec->id;
-    c["suite"] = o.spec->suite;
-    c["name"] = o.spec->name;
-    c["file"] = o.spec->where.str();
-    c["status"] = status_name(o.status());
-    c["met_expectation"] = o.met_expectation();
-    c["expect"] = o.spec->expect.str();
-    c["reason"] = o.reason();
-    c["verdict"] = verdict_to_json(o.verdict);
-    c["details"] = o.details;
-    c["ngpu"] = o.spec->ngpu;
-    c["devices"] = o.devices;
-    c["model"] = o.spec->model;
-    c["seed"] = o.spec->seed;
-    c["tags"] = o.spec->tags;
-    c["expected_s"] = o.expected_s;
-    c["start_s"] = o.start_s;
-    c["duration_s"] = o.duration_s;
-    c["timestamp"] = o.timestamp;
-    c["dir"] = o.dir;
-    c["repro"] = o.repro;
-    c["failing_log"] = o.failing_log();
-    c["phases"] = nlohmann::json::array();
-    for (const auto& p : o.phases) {
-      nlohmann::json jp = {{"name", p.name}, {"argv", p.argv}, {"nproc", p.nproc}, {"dir", p.dir},
-                           {"ran", p.ran}, {"attempts", p.attempts}, {"ok", p.ok()}};
-      if (!p.launch_error.empty()) jp["launch_error"] = p.launch_error;
-      if (!p.curve.empty()) jp["curve"] = curve_json(p.curve);
-      for (const auto& spec : o.spec->phases)
-        if (spec.name == p.name) jp["outputs"] = outputs_to_json(spec.outputs);
-      if (p.ran) {
-        const auto& r = p.result;
-        jp["duration_s"] = r.duration_s;
-        jp["timed_out"] = r.timed_out;
-        jp["killed"] = r.killed;
-        jp["stopped_because"] = r.stopped_because;
-        jp["exits"] = nlohmann::json::array();
-        for (const auto& e : r.exits) jp["exits"].push_back({{"rank", e.rank}, {"exit_code", e.exit_code}, {"signal", e.signal}});
-        if (r.first_failure.rank >= 0)
-          jp["first_failure"] = {{"rank", r.first_failure.rank}, {"exit_code", r.first_failure.exit_code},
-                                 {"signal", r.first_failure.signal}, {"what", r.first_failure.describe()}};
-      }
-      c["phases"].push_back(jp);
-    }
-    c["checks"] = nlohmann::json::array();
-    for (const auto& k : o.checks) c["checks"].push_back(check_json(k));
-    c["earlier_attempts"] = nlohmann::json::array();
-    for (const auto& a : o.earlier_attempts)
-      c["earlier_attempts"].push_back(
-          {{"reason", a.verdict.message}, {"verdict", verdict_to_json(a.verdict)}, {"details", a.details},
-           {"failing_log", a.failing_log}, {"duration_s", a.duration_s}});
-    if (o.spec->phases.size() && o.phases.size()) {
-      const auto& p = o.spec->phases.front();
-      c["mesh"] = p.mesh ? p.mesh->to_compact_string() : "";
-      std::string meshes;
-      for (const auto& sp : o.spec->phases)
-        meshes += (meshes.empty() ? "" : " -> ") + (sp.mesh ? sp.mesh->to_compact_string() : std::to_string(sp.nproc) + " ranks");
-      c["meshes"] = meshes;
-    }
-    j["cases"].push_back(c);
+    j["cases"].push_back(case_json(o));
   }
   j["counts"] = counts;
   return j;

@@ -1,7 +1,7 @@
 // summary.json: every case with its verdict, durations, phases (with their loss
 // curves), checks (with the curves they compared) and paths. Every report (report.h,
 // html_report.h) is rendered from it, so `meshtest report` can redo them later.
-// Its fields are documented in docs/summary-json.md.
+// Its fields are documented in docs/matrix.md (section `summary.json`).
 #pragma once
 
 #include <nlohmann/json.hpp>

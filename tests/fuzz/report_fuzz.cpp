@@ -1,6 +1,8 @@
 // libFuzzer: arbitrary bytes in every string a report takes from a run (suite, case id,
 // reason, details, the failing log's content, an earlier attempt's reason) through the
 // JUnit and Surefire writers. The files must stay well-formed XML that holds the case.
+// And the input as JSON (where it parses) through the typed reader and the Markdown
+// report: a summary of any shape renders, nothing throws.
 #include <pugixml.hpp>
 #include <unistd.h>
 
@@ -11,7 +13,9 @@
 #include <fstream>
 #include <string>
 
+#include "report/markdown_report.h"
 #include "report/report.h"
+#include "report/summary_view.h"
 
 namespace fs = std::filesystem;
 
@@ -34,6 +38,11 @@ void expect_well_formed(const fs::path& file) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const nlohmann::json any = nlohmann::json::parse(data, data + size, nullptr, /*allow_exceptions=*/false);
+  if (!any.is_discarded()) {
+    const meshtest::RunView run = meshtest::summary_view(any);
+    if (meshtest::markdown_summary(run).empty()) std::abort();
+  }
   // Six fields from the input, split at 0xFF bytes (which valid UTF-8 never holds).
   std::string field[6];
   size_t f = 0;
@@ -56,9 +65,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       {"phases", nlohmann::json::array()}, {"checks", nlohmann::json::array()}, {"tags", {field[5]}}};
   const nlohmann::json summary = {{"format_version", 2}, {"cases", {c}}, {"wall_s", 2.0}, {"hostname", field[5]},
                                   {"backend", "gloo"}, {"all_met", false}};
-  meshtest::write_junit(summary, (scratch() / "junit.xml").string());
+  meshtest::write_junit(meshtest::summary_view(summary), (scratch() / "junit.xml").string());
   fs::remove_all(scratch() / "surefire");
-  meshtest::write_surefire(summary, (scratch() / "surefire").string());
+  meshtest::write_surefire(meshtest::summary_view(summary), (scratch() / "surefire").string());
   expect_well_formed(scratch() / "junit.xml");
   // One file per suite, whatever its name holds: nothing beside it, nothing outside surefire/.
   size_t files = 0;

@@ -89,7 +89,7 @@ def make_case(i, out, rng):
             "model": "tiny", "seed": "1", "tags": [suite, kind], "expected_s": 4.0, "start_s": float(i),
             "duration_s": 3.9, "timestamp": "2024-01-01T00:00:00", "dir": os.path.join(out, case_dir),
             "repro": f"meshtest run test_matrix/cpu.yaml -k '{suite}/{name}'", "failing_log": failing_log,
-            "mesh": mesh, "meshes": meshes, "earlier_attempts": [], "verdict": verdict, "phases": phases,
+            "mesh": mesh, "meshes": meshes, "phase_meshes": meshes.split(" -> "), "earlier_attempts": [], "verdict": verdict, "phases": phases,
             "checks": checks}
 
 
@@ -104,7 +104,7 @@ def hostile_case(out):
             "status": "failed", "met_expectation": False, "expect": "pass", "reason": HOSTILE, "details": HOSTILE,
             "ngpu": 0, "devices": "cpu", "model": "tiny", "seed": "1", "tags": [HOSTILE], "expected_s": 1.0,
             "start_s": 0.0, "duration_s": 1.0, "timestamp": "2024-01-01T00:00:00", "dir": d,
-            "repro": "echo '" + HOSTILE + "'", "failing_log": log, "mesh": "tp=2", "meshes": "tp=2",
+            "repro": "echo '" + HOSTILE + "'", "failing_log": log, "mesh": "tp=2", "meshes": "tp=2", "phase_meshes": ["tp=2"],
             "earlier_attempts": [{"reason": HOSTILE, "details": HOSTILE, "failing_log": log, "duration_s": 1.0,
                                   "verdict": {"kind": "exit_code", "message": HOSTILE}}],
             "verdict": {"kind": "exit_code", "message": HOSTILE, "check": "exit", "rank": 0, "exit_code": 1},
