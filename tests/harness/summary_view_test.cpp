@@ -30,7 +30,7 @@ struct WrittenRun {
     spec.seed = "7";
     spec.ngpu = 4;
     spec.tags = {"cpu", "reshard"};
-    Phase save{"save", 4, contract::parse_mesh_sizes("dp_shard=4")};
+    Phase save{"save", 4, parse_layout("dp_shard=4")};
     Phase load{"load", 4, std::nullopt};
     spec.phases = {save, load};
 
