@@ -14,7 +14,7 @@
 #include <string>
 #include <thread>
 
-#include "shell.h"
+#include "harness/shell.h"
 #include "test_paths.h"
 
 namespace bp = boost::process;

@@ -12,7 +12,7 @@
 #include <map>
 #include <string>
 
-#include "shell.h"
+#include "harness/shell.h"
 #include "test_paths.h"
 
 namespace fs = std::filesystem;

@@ -14,7 +14,7 @@
 #include <fstream>
 #include <string>
 
-#include "shell.h"
+#include "harness/shell.h"
 #include "test_paths.h"
 
 namespace fs = std::filesystem;

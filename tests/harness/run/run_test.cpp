@@ -16,8 +16,8 @@
 #include <string>
 #include <thread>
 
-#include "run_fixture.h"
-#include "shell.h"
+#include "harness/run/run_fixture.h"
+#include "harness/shell.h"
 #include "test_paths.h"
 
 namespace fs = std::filesystem;

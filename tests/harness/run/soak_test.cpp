@@ -32,7 +32,7 @@
 #include <tuple>
 #include <vector>
 
-#include "shell.h"
+#include "harness/shell.h"
 #include "test_paths.h"
 
 namespace fs = std::filesystem;

@@ -1,6 +1,6 @@
 // The curve checks (judge/curve_checks.cpp), each failing on a known-bad curve with the
 // message a person needs (what, where, expected vs got, tolerance) and passing on a good one.
-#include "checks_fixture.h"
+#include "harness/judge/checks_fixture.h"
 
 namespace fs = std::filesystem;
 using namespace meshtest;

@@ -20,8 +20,8 @@
 #include <thread>
 #include <vector>
 
-#include "run_fixture.h"
-#include "shell.h"
+#include "harness/run/run_fixture.h"
+#include "harness/shell.h"
 #include "test_paths.h"
 
 namespace fs = std::filesystem;

@@ -1,6 +1,6 @@
 // The checkpoint checks (judge/checkpoint_checks.cpp): keys and tensors, from meshtrain's
 // files and from a PyTorch DCP checkpoint where outputs.checkpoint says.
-#include "checks_fixture.h"
+#include "harness/judge/checks_fixture.h"
 #include "readers/checkpoint_view.h"
 
 namespace fs = std::filesystem;

@@ -1,6 +1,6 @@
 // The checks of the files ranks leave (judge/rank_checks.cpp): generated tokens, the
 // pieces in rank<R>.json, param_digest.json, and the checkpoint bytes each rank wrote.
-#include "checks_fixture.h"
+#include "harness/judge/checks_fixture.h"
 
 namespace fs = std::filesystem;
 using namespace meshtest;

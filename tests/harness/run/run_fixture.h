@@ -13,7 +13,7 @@
 #include <fstream>
 #include <string>
 
-#include "shell.h"
+#include "harness/shell.h"
 #include "test_paths.h"
 
 namespace meshtest_test {

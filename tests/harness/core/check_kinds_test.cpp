@@ -3,7 +3,7 @@
 // compile (-Werror=switch); these tests say what each promises at run time.
 #include <set>
 
-#include "checks_fixture.h"
+#include "harness/judge/checks_fixture.h"
 #include "core/check_kinds.h"
 
 namespace fs = std::filesystem;

@@ -1,6 +1,6 @@
 // The message checks (judge/log_checks.cpp); `exit` is tested end to end with real
 // crashing, hanging and stubborn processes in run_test.cpp.
-#include "checks_fixture.h"
+#include "harness/judge/checks_fixture.h"
 
 namespace fs = std::filesystem;
 using namespace meshtest;

@@ -1,6 +1,6 @@
 // judge(): a case's check results weighed against its expectation, one test per row of
 // docs/checks.md's table; then checks and judge() together on loaded cases.
-#include "checks_fixture.h"
+#include "harness/judge/checks_fixture.h"
 
 namespace fs = std::filesystem;
 using namespace meshtest;
