@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <stdexcept>
 
+#include "contract/dump_files.h"
 #include "contract/hash.h"
 
 namespace meshtrain {
@@ -50,10 +51,11 @@ void write_json(const std::string& path, const nlohmann::json& value) {
 
 void write_state_dict_keys(const std::string& path, const std::vector<KeyInfo>& tensors,
                            const std::vector<std::string>& objects) {
+  namespace f = dump_files::state_dict_keys;
   nlohmann::json keys = nlohmann::json::object();
-  for (const auto& t : tensors) keys[t.key] = {{"kind", "tensor"}, {"shape", t.shape}, {"dtype", t.dtype}};
-  for (const auto& o : objects) keys[o] = {{"kind", "object"}};
-  write_json(path, {{"format_version", kOutputsFormatVersion}, {"keys", keys}});
+  for (const auto& t : tensors) keys[t.key] = {{f::kKind, f::kTensor}, {f::kShape, t.shape}, {f::kDtype, t.dtype}};
+  for (const auto& o : objects) keys[o] = {{f::kKind, f::kObject}};
+  write_json(path, {{dump_files::kFormatVersionField, kOutputsFormatVersion}, {f::kKeys, keys}});
 }
 
 Digest digest_of(const std::string& key, const torch::Tensor& global) {
@@ -68,14 +70,16 @@ nlohmann::json local_digest(const torch::Tensor& piece, const std::vector<int64_
   char hex[17];
   std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
   auto d = t.to(torch::kFloat64);
-  return {{"offsets", offsets}, {"sizes", sizes}, {"sum", d.sum().item<double>()},
-          {"l2", d.norm().item<double>()}, {"fnv1a64", hex}};
+  namespace f = dump_files::rank_file;
+  return {{f::kPieceOffsets, offsets}, {f::kPieceSizes, sizes}, {f::kPieceSum, d.sum().item<double>()},
+          {f::kPieceL2, d.norm().item<double>()}, {f::kPieceFnv1a64, hex}};
 }
 
 void write_param_digest(const std::string& path, int64_t step, const std::vector<Digest>& digests) {
+  namespace f = dump_files::param_digest;
   nlohmann::json params = nlohmann::json::object();
-  for (const auto& d : digests) params[d.key] = {{"sum", d.sum}, {"l2", d.l2}, {"numel", d.numel}};
-  write_json(path, {{"format_version", kOutputsFormatVersion}, {"step", step}, {"params", params}});
+  for (const auto& d : digests) params[d.key] = {{f::kSum, d.sum}, {f::kL2, d.l2}, {f::kNumel, d.numel}};
+  write_json(path, {{dump_files::kFormatVersionField, kOutputsFormatVersion}, {f::kStep, step}, {f::kParams, params}});
 }
 
 std::string dtype_name(torch::ScalarType t) {

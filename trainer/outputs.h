@@ -1,5 +1,6 @@
 // The files meshtrain leaves in its dump folder for the harness (docs/contracts.md):
-// metrics.jsonl, state_dict_keys.json, param_digest.json, rank<R>.json.
+// metrics.jsonl, state_dict_keys.json, param_digest.json, rank<R>.json. Their field names are
+// contract/dump_files.h, which meshtest's checks read too.
 #pragma once
 
 #include <torch/torch.h>
@@ -10,9 +11,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "contract/dump_files.h"
+
 namespace meshtrain {
 
-constexpr int kOutputsFormatVersion = 1;
+constexpr int kOutputsFormatVersion = contract::dump_files::kFormatVersion;
 
 // Creates `folder` (and parents) and proves it writable; throws std::runtime_error
 // with the folder and the reason.
