@@ -16,9 +16,9 @@
 #include <thread>
 #include <utility>
 
-#include "adapters.h"
-#include "launch.h"
-#include "runner.h"
+#include "core/adapters.h"
+#include "run/launch.h"
+#include "run/runner.h"
 
 namespace bp = boost::process;
 namespace fs = std::filesystem;

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <map>
 
-#include "checkpoint_view.h"
+#include "readers/checkpoint_view.h"
 
 namespace meshtest {
 

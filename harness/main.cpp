@@ -14,21 +14,21 @@
 #include <fstream>
 #include <map>
 
-#include "adapters.h"
+#include "core/adapters.h"
 #include "bisect.h"
-#include "checks.h"
+#include "judge/checks.h"
 #include "ckpt_cli.h"
-#include "default_matrix.h"
-#include "html_report.h"
-#include "launch.h"
-#include "markdown_report.h"
-#include "matrix.h"
-#include "plan.h"
-#include "report.h"
-#include "requirements.h"
-#include "runner.h"
-#include "schedule.h"
-#include "summary.h"
+#include "core/default_matrix.h"
+#include "report/html_report.h"
+#include "run/launch.h"
+#include "report/markdown_report.h"
+#include "core/matrix.h"
+#include "core/plan.h"
+#include "report/report.h"
+#include "run/requirements.h"
+#include "run/runner.h"
+#include "core/schedule.h"
+#include "report/summary.h"
 
 namespace fs = std::filesystem;
 using namespace meshtest;

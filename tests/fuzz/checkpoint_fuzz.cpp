@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint_view.h"
+#include "readers/checkpoint_view.h"
 
 namespace fs = std::filesystem;
 

@@ -5,7 +5,7 @@
 #include <sstream>
 #include <string>
 
-#include "log_metrics.h"
+#include "readers/log_metrics.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const meshtest::LogPattern pattern(

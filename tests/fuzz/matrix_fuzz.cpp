@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "matrix.h"
+#include "core/matrix.h"
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
   // Model and mesh checks need `meshtrain describe`; without a binary they are left out,

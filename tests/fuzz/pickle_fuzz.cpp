@@ -5,8 +5,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "dcp.h"
-#include "pickle.h"
+#include "readers/dcp.h"
+#include "readers/pickle.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {

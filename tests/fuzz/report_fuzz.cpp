@@ -11,7 +11,7 @@
 #include <fstream>
 #include <string>
 
-#include "report.h"
+#include "report/report.h"
 
 namespace fs = std::filesystem;
 

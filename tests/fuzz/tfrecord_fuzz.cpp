@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string>
 
-#include "tensorboard.h"
+#include "readers/tensorboard.h"
 
 namespace {
 

@@ -7,8 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "checkpoint_view.h"
-#include "checks.h"
+#include "readers/checkpoint_view.h"
+#include "judge/checks.h"
 #include "test_paths.h"
 
 namespace fs = std::filesystem;

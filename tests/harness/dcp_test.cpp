@@ -15,10 +15,10 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "checkpoint_view.h"
-#include "dcp.h"
+#include "readers/checkpoint_view.h"
+#include "readers/dcp.h"
 #include "contract/hash.h"
-#include "pickle.h"
+#include "readers/pickle.h"
 #include "test_paths.h"
 
 namespace fs = std::filesystem;

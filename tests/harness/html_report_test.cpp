@@ -12,8 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "html_report.h"
-#include "markdown_report.h"
+#include "report/html_report.h"
+#include "report/markdown_report.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;

@@ -4,7 +4,7 @@
 
 #include <cstdlib>
 
-#include "matrix.h"
+#include "core/matrix.h"
 #include "test_paths.h"
 
 using namespace meshtest;

@@ -13,8 +13,8 @@
 #include <random>
 #include <sstream>
 
-#include "log_metrics.h"
-#include "tensorboard.h"
+#include "readers/log_metrics.h"
+#include "readers/tensorboard.h"
 #include "test_paths.h"
 
 namespace meshtest {

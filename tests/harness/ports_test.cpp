@@ -1,4 +1,4 @@
-#include "ports.h"
+#include "run/ports.h"
 
 #include <gtest/gtest.h>
 #include <netinet/in.h>

@@ -8,8 +8,8 @@
 #include <filesystem>
 #include <map>
 
-#include "report.h"
-#include "verdict.h"
+#include "report/report.h"
+#include "core/verdict.h"
 
 namespace fs = std::filesystem;
 using namespace meshtest;

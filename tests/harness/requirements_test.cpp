@@ -14,12 +14,12 @@
 #include <iterator>
 #include <sstream>
 
-#include "matrix.h"
-#include "plan.h"
-#include "report.h"
-#include "requirements.h"
-#include "runner.h"
-#include "summary.h"
+#include "core/matrix.h"
+#include "core/plan.h"
+#include "report/report.h"
+#include "run/requirements.h"
+#include "run/runner.h"
+#include "report/summary.h"
 #include "test_paths.h"
 
 namespace fs = std::filesystem;

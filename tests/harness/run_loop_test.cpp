@@ -8,9 +8,9 @@
 #include <memory>
 #include <set>
 
-#include "matrix.h"
-#include "plan.h"
-#include "run_loop.h"
+#include "core/matrix.h"
+#include "core/plan.h"
+#include "run/run_loop.h"
 
 namespace fs = std::filesystem;
 using namespace meshtest;

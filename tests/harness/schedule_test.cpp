@@ -6,7 +6,7 @@
 #include <random>
 #include <set>
 
-#include "schedule.h"
+#include "core/schedule.h"
 
 using namespace meshtest;
 

@@ -13,7 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "ports.h"
+#include "run/ports.h"
 #include "test_paths.h"
 
 namespace meshtrain_test {

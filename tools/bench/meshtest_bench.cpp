@@ -24,9 +24,9 @@
 #include <string>
 #include <vector>
 
-#include "launch.h"
-#include "matrix.h"
-#include "schedule.h"
+#include "run/launch.h"
+#include "core/matrix.h"
+#include "core/schedule.h"
 
 extern char** environ;
 

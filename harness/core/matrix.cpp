@@ -1,0 +1,1130 @@
+#include "core/matrix.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <iterator>
+#include <regex>
+#include <set>
+#include <stdexcept>
+
+#include "core/adapters.h"
+#include "core/check_kinds.h"
+#include "readers/log_metrics.h"
+
+namespace meshtest {
+
+namespace {
+
+const std::vector<std::string> kFileKeys = {"suite", "description", "defaults", "cases"};
+// Keys a case and `defaults` share; a case adds name, phases and matrix.
+const std::vector<std::string> kCommonKeys = {"command", "model",  "mesh",   "ngpu",     "options", "tags",
+                                              "timeout", "env",    "expect", "checks",   "duration", "outputs",
+                                              "requires"};
+const std::vector<std::string> kPhaseKeys = {"name", "action", "command", "mesh", "options", "env", "timeout", "outputs"};
+const std::vector<std::string> kLoadTimePlaceholders = {"action", "model", "mesh", "nproc", "phase", "matrix_dir"};
+const std::vector<std::string> kRunTimePlaceholders = {"meshtrain", "backend", "case_dir", "phase_dir"};
+
+constexpr double kDefaultTimeoutS = 600;
+
+// outputs.metrics.from, indexed by MetricsSource::Kind.
+const char* const kMetricsSourceNames[] = {"metrics-jsonl", "torchtitan-log", "log-pattern", "tensorboard"};
+
+std::optional<MetricsSource::Kind> metrics_source_kind(const std::string& name) {
+  for (size_t k = 0; k < std::size(kMetricsSourceNames); ++k)
+    if (name == kMetricsSourceNames[k]) return static_cast<MetricsSource::Kind>(k);
+  return std::nullopt;
+}
+
+struct OptionValue {
+  bool is_flag = false;  // true/false in YAML: present as `--key` or left out
+  bool flag = false;
+  std::string text;
+};
+using Options = std::vector<std::pair<std::string, OptionValue>>;
+
+void set_option(Options& options, const std::string& key, const OptionValue& value) {
+  for (auto& [k, v] : options)
+    if (k == key) {
+      v = value;
+      return;
+    }
+  options.emplace_back(key, value);
+}
+
+void set_env(std::vector<std::pair<std::string, std::string>>& env, const std::string& key, const std::string& value) {
+  for (auto& [k, v] : env)
+    if (k == key) {
+      v = value;
+      return;
+    }
+  env.emplace_back(key, value);
+}
+
+// What `defaults`, a case and (in part) a phase may say. Unset fields inherit.
+struct Fields {
+  std::optional<std::vector<std::string>> command;
+  YAML::Node command_node;
+  std::optional<std::string> model;
+  YAML::Node model_node;
+  std::optional<contract::MeshShape> mesh;
+  YAML::Node mesh_node;
+  std::optional<int> ngpu;
+  YAML::Node ngpu_node;
+  Options options;
+  std::optional<std::vector<std::string>> tags;
+  std::optional<double> timeout;
+  std::vector<std::pair<std::string, std::string>> env;
+  std::optional<Expectation> expect;
+  std::optional<std::vector<CheckSpec>> checks;
+  std::optional<double> duration;
+  std::optional<MetricsSource> metrics;  // outputs.metrics
+  std::optional<CheckpointSource> checkpoint;  // outputs.checkpoint
+  std::optional<std::string> tokens;           // outputs.tokens
+  std::vector<Requirement> requirements;       // requires: a case's entries add to the defaults'
+};
+
+std::optional<contract::MeshShape> read_mesh(const ReadContext& ctx, const YAML::Node& node) {
+  std::string spec;
+  if (node.IsMap()) {
+    MapReader m(ctx, node, "mesh", {"pp", "dp_replicate", "dp_shard", "cp", "tp"});
+    if (!m.ok()) return std::nullopt;
+    for (const auto& [dim, size_node] : m.entries()) {
+      auto size = read_int(ctx, size_node, "mesh size " + dim, 1);
+      if (!size) return std::nullopt;
+      spec += (spec.empty() ? "" : ",") + dim + "=" + std::to_string(*size);
+    }
+    if (spec.empty()) spec = "dp_shard=1";
+  } else {
+    auto text = read_string(ctx, node, "mesh");
+    if (!text) return std::nullopt;
+    spec = *text;
+  }
+  try {
+    return contract::parse_mesh_sizes(spec);
+  } catch (const std::invalid_argument& e) {
+    ctx.error(node, e.what());
+    return std::nullopt;
+  }
+}
+
+void read_options(const ReadContext& ctx, const YAML::Node& node, Options& into) {
+  MapReader m(ctx, node, "options", {});
+  static const std::regex key_syntax("[A-Za-z0-9][A-Za-z0-9._-]*");
+  for (const auto& [key, value] : m.entries()) {
+    if (!std::regex_match(key, key_syntax)) {
+      ctx.error(value, "option '" + key + "' is not a flag name (letters, digits, '.', '_', '-')");
+      continue;
+    }
+    const auto reserved = meshtrain_adapter().reserved_options();
+    if (std::find(reserved.begin(), reserved.end(), key) != reserved.end()) {
+      ctx.error(value, "option '" + key + "' is set by meshtest; use the case's '" +
+                           (key == "dump-folder" || key == "backend" ? std::string("command") : key) + "' key");
+      continue;
+    }
+    OptionValue v;
+    if (value.IsSequence()) {
+      auto items = read_string_list(ctx, value, "option " + key);
+      if (!items) continue;
+      for (const auto& item : *items) v.text += (v.text.empty() ? "" : ",") + item;
+    } else {
+      auto text = read_string(ctx, value, "option " + key);
+      if (!text) continue;
+      static const std::set<std::string> truths = {"true", "True", "TRUE"}, lies = {"false", "False", "FALSE"};
+      static const std::set<std::string> ambiguous = {"yes", "no", "on", "off", "y", "n", "Yes", "No", "On", "Off"};
+      if (value.Tag() != "!" && (truths.count(*text) || lies.count(*text))) {
+        v.is_flag = true;
+        v.flag = truths.count(*text) > 0;
+      } else if (value.Tag() != "!" && ambiguous.count(*text)) {
+        ctx.error(value, "option " + key + ": '" + *text + "' is ambiguous in YAML; write true, false or quote it");
+        continue;
+      } else {
+        v.text = *text;
+      }
+    }
+    set_option(into, key, v);
+  }
+}
+
+void read_env(const ReadContext& ctx, const YAML::Node& node, std::vector<std::pair<std::string, std::string>>& into) {
+  MapReader m(ctx, node, "env", {});
+  for (const auto& [key, value] : m.entries()) {
+    auto text = read_string(ctx, value, "env " + key);
+    if (text) set_env(into, key, *text);
+  }
+}
+
+std::optional<Expectation> read_expect(const ReadContext& ctx, const YAML::Node& node) {
+  Expectation e;
+  if (node.IsScalar()) {
+    if (node.Scalar() == "pass") return e;
+    ctx.error(node, "expect must be pass, {xfail: reason}, {skip: reason} or {fail: <check>}, got '" +
+                        node.Scalar() + "'");
+    return std::nullopt;
+  }
+  MapReader m(ctx, node, "expect", {"xfail", "skip", "fail"});
+  if (!m.ok()) return std::nullopt;
+  if (m.entries().size() != 1) {
+    ctx.error(node, "expect takes exactly one of xfail, skip, fail");
+    return std::nullopt;
+  }
+  const auto& [kind, value] = m.entries().front();
+  auto text = read_string(ctx, value, "expect." + kind);
+  if (!text) return std::nullopt;
+  if (text->empty()) {
+    ctx.error(value, "expect." + kind + " needs a " + (kind == "fail" ? "check name" : "reason"));
+    return std::nullopt;
+  }
+  if (kind == "xfail") e.kind = Expectation::kXfail, e.reason = *text;
+  if (kind == "skip") e.kind = Expectation::kSkip, e.reason = *text;
+  if (kind == "fail") {
+    if (!find_check_kind(*text)) {
+      const std::string hint = did_you_mean(*text, check_kind_names());
+      ctx.error(value, "expect.fail names no check '" + *text + "'" + (hint.empty() ? "" : "; did you mean '" + hint + "'?"));
+      return std::nullopt;
+    }
+    e.kind = Expectation::kFail, e.check = *text;
+  }
+  return e;
+}
+
+std::optional<CheckSpec> read_check(const ReadContext& ctx, const YAML::Node& item) {
+  CheckSpec spec;
+  spec.where = ctx.where(item);
+  YAML::Node params_node;
+  if (item.IsScalar()) {
+    spec.kind = item.Scalar();
+  } else if (item.IsMap() && item.size() == 1) {
+    spec.kind = item.begin()->first.Scalar();
+    params_node = item.begin()->second;
+  } else {
+    ctx.error(item, "a check is a name or {name: {parameters}}");
+    return std::nullopt;
+  }
+  const CheckKind* kind = find_check_kind(spec.kind);
+  if (!kind) {
+    const std::string hint = did_you_mean(spec.kind, check_kind_names());
+    ctx.error(item, "unknown check '" + spec.kind + "'" + (hint.empty() ? "" : "; did you mean '" + hint + "'?"));
+    return std::nullopt;
+  }
+  auto needs = [&]() -> std::optional<CheckSpec> {
+    if (kind->needs_one_of.empty()) return spec;
+    for (const auto& k : kind->needs_one_of)
+      if (spec.params.contains(k)) return spec;
+    std::string names;
+    for (const auto& k : kind->needs_one_of) names += (names.empty() ? "" : ", ") + k;
+    ctx.error(item, "check " + spec.kind + " needs " + (kind->needs_one_of.size() > 1 ? "one of " : "") + names);
+    return std::nullopt;
+  };
+  if (!params_node || params_node.IsNull()) return needs();
+  std::vector<std::string> allowed;
+  for (const auto& p : kind->params) allowed.push_back(p.name);
+  MapReader m(ctx, params_node, "check " + spec.kind, allowed);
+  if (!m.ok()) return std::nullopt;
+  bool ok = true;
+  for (const auto& p : kind->params) {
+    const YAML::Node* v = m.get(p.name);
+    if (!v) continue;
+    const std::string what = spec.kind + "." + p.name;
+    switch (p.type) {
+      case ParamType::kString:
+        if (auto s = read_string(ctx, *v, what)) spec.params[p.name] = *s; else ok = false;
+        break;
+      case ParamType::kNumber:
+        if (auto d = read_number(ctx, *v, what)) spec.params[p.name] = *d; else ok = false;
+        break;
+      case ParamType::kBool:
+        if (auto b = read_bool(ctx, *v, what)) spec.params[p.name] = *b; else ok = false;
+        break;
+      case ParamType::kInt:
+        if (auto i = read_int(ctx, *v, what, 0)) spec.params[p.name] = *i; else ok = false;
+        break;
+    }
+  }
+  if (!ok) return std::nullopt;
+  return needs();
+}
+
+// An outputs path: a folder or file name, relative to the phase folder, with only the run-time
+// folders as placeholders (checked here, not when a check finally looks for the file).
+std::optional<std::string> read_output_path(const ReadContext& ctx, const YAML::Node& node, const std::string& what) {
+  auto text = read_string(ctx, node, what);
+  if (!text) return std::nullopt;
+  static const std::regex placeholder(R"(\{([A-Za-z_][A-Za-z0-9_]*)\})");
+  static const std::vector<std::string> allowed = {"case_dir", "phase_dir"};
+  for (auto it = std::sregex_iterator(text->begin(), text->end(), placeholder); it != std::sregex_iterator(); ++it) {
+    const std::string name = (*it)[1].str();
+    if (std::find(allowed.begin(), allowed.end(), name) != allowed.end()) continue;
+    const std::string hint = did_you_mean(name, allowed);
+    ctx.error(node, what + " uses {" + name + "}; outputs paths take {case_dir} and {phase_dir}" +
+                        (hint.empty() ? "" : "; did you mean {" + hint + "}?"));
+    return std::nullopt;
+  }
+  if (text->empty()) ctx.error(node, what + " is empty");
+  return text;
+}
+
+std::optional<MetricsSource> read_metrics_source(const ReadContext& ctx, const YAML::Node& node) {
+  MapReader m(ctx, node, "outputs.metrics", {"from", "rank", "pattern", "path", "tags"});
+  if (!m.ok()) return std::nullopt;
+  const YAML::Node* from = m.get("from");
+  if (!from) {
+    ctx.error(node, "outputs.metrics needs from: torchtitan-log, log-pattern, tensorboard or metrics-jsonl");
+    return std::nullopt;
+  }
+  auto name = read_string(ctx, *from, "outputs.metrics.from");
+  if (!name) return std::nullopt;
+  MetricsSource src;
+  const auto kind = metrics_source_kind(*name);
+  if (!kind) {
+    const std::vector<std::string> names(std::begin(kMetricsSourceNames), std::end(kMetricsSourceNames));
+    const std::string hint = did_you_mean(*name, names);
+    ctx.error(*from, "outputs.metrics.from '" + *name + "' is not one of torchtitan-log, log-pattern, tensorboard, "
+                     "metrics-jsonl" + (hint.empty() ? "" : "; did you mean '" + hint + "'?"));
+    return std::nullopt;
+  }
+  src.kind = *kind;
+  const bool is_log = src.kind == MetricsSource::kTorchtitanLog || src.kind == MetricsSource::kLogPattern;
+  const auto only_for = [&](const char* key, bool allowed, const char* sources) {
+    if (m.get(key) && !allowed) ctx.error(*m.get(key), std::string("outputs.metrics.") + key + " applies to " + sources);
+    return m.get(key) && allowed ? m.get(key) : nullptr;
+  };
+  if (auto* n = only_for("rank", is_log, "log sources (torchtitan-log, log-pattern)"))
+    if (auto r = read_int(ctx, *n, "outputs.metrics.rank", 0)) src.rank = static_cast<int>(*r);
+  if (auto* n = only_for("pattern", src.kind == MetricsSource::kLogPattern, "from: log-pattern")) {
+    if (auto p = read_string(ctx, *n, "outputs.metrics.pattern")) {
+      src.pattern = *p;
+      try {
+        LogPattern check(*p);
+      } catch (const std::exception& e) {
+        ctx.error(*n, e.what());
+      }
+    }
+  } else if (src.kind == MetricsSource::kLogPattern) {
+    ctx.error(node, "outputs.metrics from log-pattern needs a pattern with named groups (?P<step>...) (?P<loss>...)");
+  }
+  if (auto* n = only_for("path", !is_log, "tensorboard and metrics-jsonl")) {
+    if (auto p = read_output_path(ctx, *n, "outputs.metrics.path")) src.path = *p;
+  } else if (src.kind == MetricsSource::kTensorboard) {
+    src.path = "tb";
+  }
+  if (auto* n = only_for("tags", src.kind == MetricsSource::kTensorboard, "from: tensorboard")) {
+    MapReader tags(ctx, *n, "outputs.metrics.tags", {});
+    for (const auto& [metric, tag] : tags.entries())
+      if (auto t = read_string(ctx, tag, "outputs.metrics.tags." + metric)) src.tags[metric] = *t;
+  }
+  return src;
+}
+
+std::optional<CheckpointSource> read_checkpoint_source(const ReadContext& ctx, const YAML::Node& node) {
+  MapReader m(ctx, node, "outputs.checkpoint", {"path", "step", "model_prefix", "rename"});
+  if (!m.ok()) return std::nullopt;
+  CheckpointSource src;
+  if (auto* n = m.get("path")) {
+    if (auto p = read_output_path(ctx, *n, "outputs.checkpoint.path")) src.path = *p;
+  } else {
+    ctx.error(node, "outputs.checkpoint needs a path (a step folder or a folder of step-<N>)");
+  }
+  if (auto* n = m.get("step"))
+    if (auto v = read_int(ctx, *n, "outputs.checkpoint.step", 0)) src.step = *v;
+  if (auto* n = m.get("model_prefix"))
+    if (auto p = read_string(ctx, *n, "outputs.checkpoint.model_prefix")) src.model_prefix = *p;
+  if (auto* n = m.get("rename")) {
+    MapReader r(ctx, *n, "outputs.checkpoint.rename", {});
+    for (const auto& [pattern, to] : r.entries()) {
+      try {
+        std::regex check(pattern);
+      } catch (const std::regex_error& e) {
+        ctx.error(to, "outputs.checkpoint.rename: '" + pattern + "' is not a regular expression: " + e.what());
+        continue;
+      }
+      if (auto t = read_string(ctx, to, "outputs.checkpoint.rename")) src.rename.emplace_back(pattern, *t);
+    }
+  }
+  return src;
+}
+
+void read_outputs(const ReadContext& ctx, const YAML::Node& node, Fields& f) {
+  MapReader m(ctx, node, "outputs", {"metrics", "checkpoint", "tokens"});
+  if (!m.ok()) return;
+  if (auto* n = m.get("tokens"))
+    if (auto t = read_output_path(ctx, *n, "outputs.tokens")) f.tokens = *t;
+  if (auto* n = m.get("metrics"))
+    if (auto src = read_metrics_source(ctx, *n)) f.metrics = *src;
+  if (auto* n = m.get("checkpoint"))
+    if (auto src = read_checkpoint_source(ctx, *n)) f.checkpoint = *src;
+}
+
+// A probe's program or argument: {matrix_dir} filled, any other placeholder refused (a probe
+// runs once, before any case has a folder).
+std::string fill_matrix_dir(const ReadContext& ctx, const YAML::Node& node, const std::string& text,
+                            const std::string& what) {
+  static const std::regex placeholder(R"(\{([A-Za-z_][A-Za-z0-9_]*)\})");
+  std::string filled;
+  size_t last = 0;
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), placeholder); it != std::sregex_iterator(); ++it) {
+    filled += text.substr(last, it->position() - last);
+    last = it->position() + it->length();
+    if ((*it)[1].str() == "matrix_dir") {
+      filled += std::filesystem::absolute(ctx.file).parent_path().string();
+    } else {
+      ctx.error(node, what + " uses " + it->str() + "; a probe knows only {matrix_dir} (it runs once, before any case)");
+      filled += it->str();
+    }
+  }
+  return filled + text.substr(last);
+}
+
+// "torch>=2.4" or "torch>=2.4,<3": a module, then comparisons of its __version__'s release numbers.
+bool parse_version_spec(const std::string& spec, Requirement& r) {
+  static const std::regex module_syntax(R"(\s*([A-Za-z_][A-Za-z0-9_.]*)\s*)");
+  static const std::regex constraint_syntax(R"(\s*(>=|<=|==|!=|>|<)\s*([0-9]+(\.[0-9]+)*)\s*)");
+  const size_t op = spec.find_first_of("<>=!");
+  std::smatch m;
+  const std::string head = spec.substr(0, op);
+  if (op == std::string::npos || !std::regex_match(head, m, module_syntax)) return false;
+  r.module = m[1];
+  for (size_t at = op; at <= spec.size();) {
+    size_t comma = spec.find(',', at);
+    if (comma == std::string::npos) comma = spec.size();
+    const std::string part = spec.substr(at, comma - at);
+    if (!std::regex_match(part, m, constraint_syntax)) return false;
+    r.constraints.emplace_back(m[1], m[2]);
+    at = comma + 1;
+  }
+  return true;
+}
+
+const std::vector<std::string> kProbeKinds = {"python", "command", "python_version", "gpus"};
+
+// One entry of `requires:` (docs/matrix.md#requirements): exactly one probe, and what goes with it.
+std::optional<Requirement> read_requirement(const ReadContext& ctx, const YAML::Node& node) {
+  MapReader m(ctx, node, "requires entry",
+              {"python", "command", "python_version", "gpus", "interpreter", "reason", "timeout"});
+  if (!m.ok()) return std::nullopt;
+  Requirement r;
+  r.where = ctx.where(node);
+  r.dir = std::filesystem::absolute(ctx.file).parent_path().string();
+  std::vector<std::string> kinds;
+  for (const auto& k : kProbeKinds)
+    if (m.get(k)) kinds.push_back(k);
+  if (kinds.size() != 1) {
+    std::string named;
+    for (const auto& k : kinds) named += (named.empty() ? "" : ", ") + k;
+    ctx.error(node, "a requirement names exactly one probe (python, command, python_version or gpus)" +
+                        (named.empty() ? std::string() : "; this one names " + named));
+    return std::nullopt;
+  }
+  const size_t errors_before = ctx.diag->size();
+  const std::string& kind = kinds.front();
+  const YAML::Node& value = *m.get(kind);
+  if (kind == "python") {
+    r.kind = Requirement::kPython;
+    if (auto t = read_string(ctx, value, "requires.python")) {
+      if (t->empty()) ctx.error(value, "requires.python needs Python code, e.g. \"import torch\"");
+      r.text = *t;
+    }
+  } else if (kind == "command") {
+    r.kind = Requirement::kCommand;
+    if (auto argv = read_string_list(ctx, value, "requires.command")) {
+      if (argv->empty() || argv->front().empty()) ctx.error(value, "requires.command must name a program");
+      for (const auto& a : *argv) r.argv.push_back(fill_matrix_dir(ctx, value, a, "requires.command"));
+      for (const auto& a : *argv) r.text += (r.text.empty() ? "" : " ") + a;
+    }
+  } else if (kind == "python_version") {
+    r.kind = Requirement::kPythonVersion;
+    if (auto t = read_string(ctx, value, "requires.python_version")) {
+      r.text = *t;
+      if (!parse_version_spec(*t, r))
+        ctx.error(value, "requires.python_version '" + *t +
+                             "' must be <module><op><version>[,<op><version>...] with op one of >= > <= < == != "
+                             "(e.g. torch>=2.4)");
+    }
+  } else {
+    r.kind = Requirement::kGpus;
+    if (auto n = read_int(ctx, value, "requires.gpus", 1)) r.gpus = static_cast<int>(*n);
+  }
+  if (const YAML::Node* n = m.get("interpreter")) {
+    if (r.kind != Requirement::kPython && r.kind != Requirement::kPythonVersion)
+      ctx.error(*n, "requires.interpreter goes with python or python_version, not " + kind);
+    else if (auto t = read_string(ctx, *n, "requires.interpreter")) {
+      if (t->empty()) ctx.error(*n, "requires.interpreter must name a program");
+      r.interpreter = fill_matrix_dir(ctx, *n, *t, "requires.interpreter");
+    }
+  }
+  if (const YAML::Node* n = m.get("timeout")) {
+    if (r.kind == Requirement::kGpus) ctx.error(*n, "requires.timeout goes with a probe that runs, not gpus");
+    else if (auto t = read_number(ctx, *n, "requires.timeout")) {
+      if (!(*t > 0)) ctx.error(*n, "requires.timeout must be positive seconds");
+      r.timeout_s = *t;
+    }
+  }
+  if (const YAML::Node* n = m.get("reason"))
+    if (auto t = read_string(ctx, *n, "requires.reason")) {
+      if (t->empty()) ctx.error(*n, "requires.reason must not be empty (leave it out for the default)");
+      r.reason = *t;
+    }
+  if (ctx.diag->size() != errors_before) return std::nullopt;
+  return r;
+}
+
+void read_requirements(const ReadContext& ctx, const YAML::Node& node, Fields& f) {
+  if (!node.IsSequence()) {
+    ctx.error(node, "requires must be a list of probes, e.g. [{python: \"import torch\"}]");
+    return;
+  }
+  for (const auto& item : node)
+    if (auto r = read_requirement(ctx, item)) f.requirements.push_back(*r);
+}
+
+// Two checks judge the same thing when they differ at most in how strict they are.
+bool same_judgement(const CheckSpec& a, const CheckSpec& b) {
+  // Compared as JSON values, not as text: a parameter may hold bytes that are not UTF-8.
+  auto what = [](const CheckSpec& c) {
+    nlohmann::json p = c.params;
+    for (const char* strictness : {"rtol", "atol", "exact", "factor"}) p.erase(strictness);
+    if (!p.contains("metric")) p["metric"] = "loss";
+    return p;
+  };
+  return a.kind == b.kind && what(a) == what(b);
+}
+
+// A case's checks join the ones it inherits, so a case cannot silently lose a default
+// comparison; one that differs from an inherited check only in its tolerances replaces it.
+std::vector<CheckSpec> with_inherited_checks(std::vector<CheckSpec> inherited, const std::vector<CheckSpec>& own) {
+  std::vector<bool> replaced(inherited.size(), false);
+  for (const auto& c : own) {
+    size_t i = 0;
+    while (i < replaced.size() && (replaced[i] || !same_judgement(inherited[i], c))) ++i;
+    if (i < replaced.size()) inherited[i] = c, replaced[i] = true;
+    else inherited.push_back(c);
+  }
+  return inherited;
+}
+
+// Reads the keys a case and `defaults` share into `f`, on top of what it holds.
+void read_common(const ReadContext& ctx, const MapReader& m, Fields& f) {
+  if (auto* n = m.get("command")) {
+    if (auto argv = read_string_list(ctx, *n, "command")) {
+      if (argv->empty()) ctx.error(*n, "command must not be empty");
+      f.command = *argv, f.command_node = *n;
+    }
+  }
+  if (auto* n = m.get("model")) {
+    if (auto s = read_string(ctx, *n, "model")) f.model = *s, f.model_node = *n;
+  }
+  if (auto* n = m.get("mesh")) {
+    if (auto mesh = read_mesh(ctx, *n)) f.mesh = *mesh, f.mesh_node = *n;
+  }
+  if (auto* n = m.get("ngpu")) {
+    if (auto v = read_int(ctx, *n, "ngpu", 1)) f.ngpu = static_cast<int>(*v), f.ngpu_node = *n;
+  }
+  if (auto* n = m.get("options")) read_options(ctx, *n, f.options);
+  if (auto* n = m.get("tags")) {
+    if (auto t = read_string_list(ctx, *n, "tags")) f.tags = *t;
+  }
+  if (auto* n = m.get("timeout")) {
+    if (auto t = read_number(ctx, *n, "timeout")) {
+      if (*t <= 0) ctx.error(*n, "timeout must be positive seconds");
+      f.timeout = *t;
+    }
+  }
+  if (auto* n = m.get("env")) read_env(ctx, *n, f.env);
+  if (auto* n = m.get("expect")) {
+    if (auto e = read_expect(ctx, *n)) f.expect = *e;
+  }
+  if (auto* n = m.get("checks")) {
+    if (!n->IsSequence()) {
+      ctx.error(*n, "checks must be a list");
+    } else {
+      std::vector<CheckSpec> checks;
+      for (const auto& item : *n)
+        if (auto c = read_check(ctx, item)) checks.push_back(*c);
+      f.checks = with_inherited_checks(f.checks.value_or(std::vector<CheckSpec>{}), checks);
+    }
+  }
+  if (auto* n = m.get("duration")) {
+    if (auto d = read_number(ctx, *n, "duration")) f.duration = *d;
+  }
+  if (auto* n = m.get("outputs")) read_outputs(ctx, *n, f);
+  if (auto* n = m.get("requires")) read_requirements(ctx, *n, f);
+}
+
+std::string option_text(const Options& options, const std::string& key) {
+  for (const auto& [k, v] : options)
+    if (k == key) return v.is_flag ? (v.flag ? "true" : "") : v.text;
+  return "";
+}
+
+// Replaces the load-time placeholders and reports unknown ones.
+std::vector<std::string> fill_command(const ReadContext& ctx, const YAML::Node& where_node,
+                                      const std::vector<std::string>& command,
+                                      const std::map<std::string, std::string>& values) {
+  static const std::regex placeholder(R"(\{([A-Za-z_][A-Za-z0-9_]*)\})");
+  std::vector<std::string> out;
+  for (const auto& arg : command) {
+    std::string filled;
+    size_t last = 0;
+    for (auto it = std::sregex_iterator(arg.begin(), arg.end(), placeholder); it != std::sregex_iterator(); ++it) {
+      const std::string name = (*it)[1].str();
+      filled += arg.substr(last, it->position() - last);
+      last = it->position() + it->length();
+      if (auto v = values.find(name); v != values.end()) {
+        filled += v->second;
+      } else if (std::find(kRunTimePlaceholders.begin(), kRunTimePlaceholders.end(), name) !=
+                 kRunTimePlaceholders.end()) {
+        filled += it->str();
+      } else {
+        std::vector<std::string> known = kRunTimePlaceholders;
+        known.insert(known.end(), kLoadTimePlaceholders.begin(), kLoadTimePlaceholders.end());
+        const bool loadtime = std::find(kLoadTimePlaceholders.begin(), kLoadTimePlaceholders.end(), name) !=
+                              kLoadTimePlaceholders.end();
+        const std::string hint = did_you_mean(name, known);
+        ctx.error(where_node, loadtime ? "command uses {" + name + "} but this phase has no " + name
+                                       : "unknown placeholder {" + name + "} in command" +
+                                             (hint.empty() ? "" : "; did you mean {" + hint + "}?"));
+        filled += it->str();
+      }
+    }
+    out.push_back(filled + arg.substr(last));
+  }
+  return out;
+}
+
+Phase build_phase(const ReadContext& ctx, const YAML::Node& where_node, const std::string& name,
+                  const std::string& action, const Fields& f, const std::string& file) {
+  Phase p;
+  p.name = name;
+  p.where = ctx.where(where_node);
+  p.where.file = file;
+  p.mesh = f.mesh;
+  p.timeout_s = f.timeout.value_or(kDefaultTimeoutS);
+  p.env = f.env;
+  if (!f.command) p.outputs = meshtrain_adapter().default_outputs();
+  if (f.metrics) p.outputs.metrics = *f.metrics;
+  if (f.checkpoint) p.outputs.checkpoint = f.checkpoint;
+  if (f.tokens) p.outputs.tokens = *f.tokens;
+  if (f.mesh) {
+    p.nproc = static_cast<int>(f.mesh->world_size());
+    if (f.ngpu && *f.ngpu != p.nproc)
+      ctx.error(f.ngpu_node, "ngpu " + std::to_string(*f.ngpu) + " disagrees with mesh " +
+                                 f.mesh->to_compact_string() + " (" + std::to_string(p.nproc) + " ranks)");
+  } else {
+    p.nproc = f.ngpu.value_or(1);
+  }
+  const bool meshtrain_command = !f.command;
+  if (meshtrain_command && !f.model)
+    ctx.error(where_node, "case runs meshtrain (no command) but names no model; add model: tiny (or a command)");
+  // {matrix_dir}: the matrix file's folder, so a matrix can name files kept beside it.
+  std::map<std::string, std::string> values = {{"action", action}, {"nproc", std::to_string(p.nproc)}, {"phase", name},
+                                               {"matrix_dir", std::filesystem::absolute(file).parent_path().string()}};
+  if (f.model) values["model"] = *f.model;
+  if (f.mesh) values["mesh"] = f.mesh->to_compact_string();
+  if (meshtrain_command && !f.mesh) values["mesh"] = "dp_shard=" + std::to_string(p.nproc);
+  const YAML::Node& command_node = f.command ? f.command_node : where_node;
+  p.argv = fill_command(ctx, command_node, f.command.value_or(meshtrain_adapter().default_command()), values);
+  for (const auto& [key, v] : f.options) {
+    if (v.is_flag) {
+      if (v.flag) p.argv.push_back("--" + key);
+    } else {
+      p.argv.push_back("--" + key);
+      p.argv.push_back(v.text);
+    }
+  }
+  return p;
+}
+
+// Rejects meshes the model cannot be split along (the adapter knows the rules).
+void check_mesh_fits(const ReadContext& ctx, const Fields& f, const YAML::Node& mesh_node) {
+  if (!f.model || !f.mesh || f.command) return;
+  const std::string problem = meshtrain_adapter().mesh_problem(
+      *f.model, *f.mesh, [&](const std::string& key) { return option_text(f.options, key); });
+  if (!problem.empty())
+    ctx.error(mesh_node, "mesh " + f.mesh->to_compact_string() + " does not fit the model: " + problem);
+}
+
+std::string combination_label(const Combination& combo) {
+  std::string out;
+  for (const auto& [k, v] : combo) out += (out.empty() ? "" : "-") + v;
+  return out;
+}
+
+// Builds one case from its YAML with the matrix values `vars` (empty without a matrix).
+std::optional<Case> build_case(const ReadContext& ctx, const YAML::Node& node, const Fields& defaults,
+                               const std::string& suite, const Combination& combo) {
+  std::vector<std::string> keys = kCommonKeys;
+  keys.insert(keys.end(), {"name", "phases", "matrix", "default_checks"});
+  MapReader m(ctx, node, "case", keys);
+  if (!m.ok()) return std::nullopt;
+  const size_t errors_before = ctx.diag->size();
+  Case c;
+  c.suite = suite;
+  c.file = ctx.file;
+  c.where = ctx.where(node);
+  c.matrix_values = combo;
+  const YAML::Node* name_node = m.get("name");
+  if (!name_node) {
+    ctx.error(node, "case needs a name");
+    return std::nullopt;
+  }
+  auto name = read_string(ctx, *name_node, "name");
+  if (!name) return std::nullopt;
+  c.name = *name;
+  if (!combo.empty() && name_node->Scalar().find("${{") == std::string::npos)
+    c.name += "[" + combination_label(combo) + "]";
+  static const std::regex name_syntax(R"([A-Za-z0-9_.,=+\-\[\]/]+)");
+  if (!std::regex_match(c.name, name_syntax))
+    ctx.error(*name_node, "case name '" + c.name + "' may hold only letters, digits and _ . , = + - [ ] /");
+  // The case's folder is <out>/<suite>/<name with '/' as '_'>: '.' and '..' would be the suite's or --out.
+  if (c.name == "." || c.name == "..")
+    ctx.error(*name_node, "case name '" + c.name + "' would name a folder above the case's (<out>/<suite>/" + c.name + ")");
+  c.id = suite + "/" + c.name;
+
+  Fields f = defaults;
+  // `default_checks: false`: the case says, in the matrix, that it judges by its own checks only.
+  if (const YAML::Node* n = m.get("default_checks"))
+    if (auto keep = read_bool(ctx, *n, "default_checks"); keep && !*keep) f.checks.reset();
+  read_common(ctx, m, f);
+  c.model = f.model.value_or("");
+  c.seed = option_text(f.options, "seed");
+  c.tags = f.tags.value_or(std::vector<std::string>{});
+  c.expect = f.expect.value_or(Expectation{});
+  c.checks = f.checks.value_or(std::vector<CheckSpec>{});
+  c.requirements = f.requirements;
+  c.duration_hint_s = f.duration.value_or(0);
+  if (f.model && !f.command) {
+    const auto known = meshtrain_adapter().models();
+    if (known && std::find(known->begin(), known->end(), *f.model) == known->end()) {
+      const std::string hint = did_you_mean(*f.model, *known);
+      ctx.error(f.model_node, "unknown model '" + *f.model + "'" +
+                                  (hint.empty() ? "" : "; did you mean '" + hint + "'?"));
+    }
+  }
+
+  if (m.get("mesh")) check_mesh_fits(ctx, f, *m.get("mesh"));
+  if (const YAML::Node* phases = m.get("phases")) {
+    if (!phases->IsSequence() || phases->size() == 0) {
+      ctx.error(*phases, "phases must be a non-empty list");
+      return std::nullopt;
+    }
+    std::map<std::string, Where> seen;
+    for (const auto& pnode : *phases) {
+      MapReader pm(ctx, pnode, "phase", kPhaseKeys);
+      if (!pm.ok()) continue;
+      const YAML::Node* pname = pm.get("name");
+      if (!pname) {
+        ctx.error(pnode, "phase needs a name");
+        continue;
+      }
+      auto phase_name = read_string(ctx, *pname, "phase name");
+      if (!phase_name) continue;
+      static const std::regex phase_syntax("[A-Za-z0-9_.-]+");
+      if (!std::regex_match(*phase_name, phase_syntax) || *phase_name == "." || *phase_name == "..") {
+        ctx.error(*pname, "phase name '" + *phase_name + "' is a folder name: letters, digits, _ . - only");
+        continue;
+      }
+      if (auto dup = seen.find(*phase_name); dup != seen.end()) {
+        ctx.error(*pname, "duplicate phase '" + *phase_name + "' (first at " + dup->second.str() + ")");
+        continue;
+      }
+      seen.emplace(*phase_name, ctx.where(*pname));
+      Fields pf = f;
+      read_common(ctx, pm, pf);  // pm allows only the phase keys, so this reads command/mesh/options/env/timeout
+      std::string action = "train";
+      if (auto* a = pm.get("action")) {
+        if (auto s = read_string(ctx, *a, "action")) action = *s;
+      }
+      if (pm.get("mesh")) check_mesh_fits(ctx, pf, *pm.get("mesh"));
+      c.phases.push_back(build_phase(ctx, pnode, *phase_name, action, pf, ctx.file));
+    }
+  } else {
+    c.phases.push_back(build_phase(ctx, node, "train", "train", f, ctx.file));
+  }
+  c.ngpu = 1;
+  for (const auto& p : c.phases) c.ngpu = std::max(c.ngpu, p.nproc);
+
+  // Checks that name phases must name this case's phases.
+  for (const auto& check : c.checks) {
+    for (const char* key : {"phase", "against"}) {
+      if (!check.params.contains(key)) continue;
+      const std::string phase = check.params[key];
+      bool found = false;
+      std::vector<std::string> names;
+      for (const auto& p : c.phases) names.push_back(p.name), found |= p.name == phase;
+      if (!found) {
+        const std::string hint = did_you_mean(phase, names);
+        ctx.diag->error(check.where, "check " + check.kind + ": " + key + " '" + phase + "' is not a phase of " + c.id +
+                                         (hint.empty() ? "" : "; did you mean '" + hint + "'?"));
+      }
+    }
+  }
+  if (c.expect.kind == Expectation::kFail && c.expect.check != "exit") {
+    bool declared = false;
+    for (const auto& check : c.checks) declared |= check.kind == c.expect.check;
+    if (!declared)
+      ctx.error(m.get("expect") ? *m.get("expect") : node,
+                "canary expects check '" + c.expect.check + "' to fail, but the case does not declare it");
+  }
+  if (ctx.diag->size() != errors_before) return std::nullopt;
+  return c;
+}
+
+std::vector<Combination> read_combinations(const ReadContext& ctx, const YAML::Node& node, const std::string& what) {
+  std::vector<Combination> out;
+  if (!node.IsSequence()) {
+    ctx.error(node, what + " must be a list of mappings");
+    return out;
+  }
+  for (const auto& entry : node) {
+    MapReader m(ctx, entry, what + " entry", {});
+    Combination combo;
+    for (const auto& [k, v] : m.entries())
+      if (auto s = read_string(ctx, v, what + "." + k)) combo.emplace_back(k, *s);
+    out.push_back(combo);
+  }
+  return out;
+}
+
+std::vector<Case> expand_case(const ReadContext& ctx, const YAML::Node& node, const Fields& defaults,
+                              const std::string& suite) {
+  std::vector<Case> out;
+  const YAML::Node* matrix = nullptr;
+  YAML::Node matrix_value;
+  if (node.IsMap()) {
+    for (auto it = node.begin(); it != node.end(); ++it)
+      if (it->first.IsScalar() && it->first.Scalar() == "matrix") matrix_value = it->second, matrix = &matrix_value;
+  }
+  if (!matrix) {
+    if (auto c = build_case(ctx, node, defaults, suite, {})) out.push_back(*c);
+    return out;
+  }
+  MapReader m(ctx, *matrix, "matrix", {});
+  if (!m.ok()) return out;
+  std::vector<std::pair<std::string, std::vector<std::string>>> axes;
+  std::vector<Combination> include, exclude;
+  for (const auto& [key, value] : m.entries()) {
+    if (key == "include") include = read_combinations(ctx, value, "include");
+    else if (key == "exclude") exclude = read_combinations(ctx, value, "exclude");
+    else if (!value.IsSequence() || value.size() == 0)
+      ctx.error(value, "matrix axis '" + key + "' must be a non-empty list of values");
+    else if (auto values = read_string_list(ctx, value, "matrix axis " + key))
+      axes.emplace_back(key, *values);
+  }
+  for (const auto& e : exclude)
+    for (const auto& [k, v] : e) {
+      bool known = false;
+      for (const auto& a : axes) known |= a.first == k;
+      if (!known) ctx.error(*matrix, "exclude names '" + k + "', which is not an axis");
+    }
+  for (const auto& combo : expand_axes(axes, include, exclude)) {
+    std::map<std::string, std::string> vars(combo.begin(), combo.end());
+    ReadContext with_vars = ctx;
+    with_vars.vars = &vars;
+    if (auto c = build_case(with_vars, node, defaults, suite, combo)) out.push_back(*c);
+  }
+  return out;
+}
+
+Suite load_suite(const YAML::Node& root, const std::string& file) {
+  Diagnostics diag;
+  ReadContext ctx{file, &diag, nullptr};
+  Suite suite;
+  suite.file = file;
+  MapReader top(ctx, root, "the matrix file", kFileKeys);
+  if (!top.ok()) diag.throw_if_any();
+  if (auto* n = top.get("suite")) {
+    if (auto s = read_string(ctx, *n, "suite")) suite.name = *s;
+    static const std::regex suite_syntax("[A-Za-z0-9_.-]+");
+    if (!std::regex_match(suite.name, suite_syntax)) ctx.error(*n, "suite must be a word (letters, digits, _ . -)");
+    else if (suite.name == "." || suite.name == "..")
+      ctx.error(*n, "suite '" + suite.name + "' would name a folder above --out's suites (<out>/" + suite.name + ")");
+  } else {
+    ctx.error(root, "the matrix file needs a 'suite' name");
+  }
+  if (auto* n = top.get("description")) {
+    if (auto s = read_string(ctx, *n, "description")) suite.description = *s;
+  }
+  Fields defaults;
+  if (auto* n = top.get("defaults")) {
+    MapReader dm(ctx, *n, "defaults", kCommonKeys);
+    if (dm.ok()) read_common(ctx, dm, defaults);
+  }
+  const YAML::Node* cases = top.get("cases");
+  if (!cases || !cases->IsSequence()) {
+    ctx.error(cases ? *cases : root, "the matrix file needs a list of 'cases'");
+    diag.throw_if_any();
+  }
+  std::map<std::string, Where> ids;
+  for (const auto& node : *cases) {
+    for (auto& c : expand_case(ctx, node, defaults, suite.name)) {
+      if (auto dup = ids.find(c.id); dup != ids.end()) {
+        diag.error(c.where, "duplicate case id '" + c.id + "' (first at " + dup->second.str() + ")");
+        continue;
+      }
+      ids.emplace(c.id, c.where);
+      suite.cases.push_back(std::move(c));
+    }
+  }
+  // Baselines written as a bare name mean a case of this suite.
+  for (auto& c : suite.cases)
+    for (auto& check : c.checks) {
+      if (!check.params.contains("baseline")) continue;
+      std::string target = check.params["baseline"];
+      if (target.find('/') != std::string::npos) continue;
+      target = suite.name + "/" + target;
+      if (!ids.count(target)) {
+        std::vector<std::string> names;
+        for (const auto& other : suite.cases) names.push_back(other.name);
+        const std::string hint = did_you_mean(check.params["baseline"], names);
+        diag.error(check.where, "check " + check.kind + ": unknown baseline '" +
+                                    check.params["baseline"].get<std::string>() + "' (no case of that name in suite " +
+                                    suite.name + ")" + (hint.empty() ? "" : "; did you mean '" + hint + "'?"));
+      }
+      check.params["baseline"] = target;
+    }
+  diag.throw_if_any();
+  return suite;
+}
+
+}  // namespace
+
+std::string Expectation::str() const {
+  switch (kind) {
+    case kPass: return "pass";
+    case kXfail: return "xfail: " + reason;
+    case kSkip: return "skip: " + reason;
+    case kFail: return "fail: " + check;
+  }
+  return "?";
+}
+
+std::vector<std::string> Case::baselines() const {
+  std::vector<std::string> out;
+  for (const auto& check : checks)
+    if (check.params.contains("baseline")) {
+      const std::string id = check.params["baseline"];
+      if (std::find(out.begin(), out.end(), id) == out.end()) out.push_back(id);
+    }
+  return out;
+}
+
+nlohmann::json Case::to_json() const {
+  nlohmann::json j;
+  j["id"] = id;
+  j["suite"] = suite;
+  j["name"] = name;
+  j["where"] = where.str();
+  j["model"] = model;
+  j["ngpu"] = ngpu;
+  j["tags"] = tags;
+  j["expect"] = expect.str();
+  j["matrix"] = nlohmann::json::object();
+  for (const auto& [k, v] : matrix_values) j["matrix"][k] = v;
+  j["phases"] = nlohmann::json::array();
+  for (const auto& p : phases) {
+    nlohmann::json jp = {{"name", p.name}, {"nproc", p.nproc}, {"argv", p.argv}, {"timeout_s", p.timeout_s}};
+    if (p.mesh) jp["mesh"] = p.mesh->to_compact_string();
+    for (const auto& [k, v] : p.env) jp["env"][k] = v;
+    jp["outputs"] = outputs_to_json(p.outputs);
+    j["phases"].push_back(jp);
+  }
+  j["checks"] = nlohmann::json::array();
+  for (const auto& c : checks) j["checks"].push_back({{"kind", c.kind}, {"params", c.params}, {"where", c.where.str()}});
+  j["requires"] = nlohmann::json::array();
+  for (const auto& r : requirements) j["requires"].push_back(r.to_json());
+  return j;
+}
+
+namespace {
+const char* const kRequirementKindNames[] = {"python", "command", "python_version", "gpus"};  // by Requirement::Kind
+
+// Long or multi-line probe text on one line, for a reason: each run of white space one space.
+std::string one_line(const std::string& text, size_t max_chars = 80) {
+  std::string out;
+  for (char ch : text) {
+    const bool space = ch == ' ' || ch == '\n' || ch == '\r' || ch == '\t';
+    if (!space) out += ch;
+    else if (!out.empty() && out.back() != ' ') out += ' ';
+  }
+  while (!out.empty() && out.back() == ' ') out.pop_back();
+  return out.size() > max_chars ? out.substr(0, max_chars - 3) + "..." : out;
+}
+}  // namespace
+
+std::string Requirement::describe() const {
+  const std::string name = kRequirementKindNames[kind];
+  if (kind == kGpus) return name + " " + std::to_string(gpus);
+  return name + " '" + one_line(text) + "'";
+}
+
+nlohmann::json Requirement::to_json() const {
+  nlohmann::json j = {{"kind", kRequirementKindNames[kind]}, {"probe", describe()}, {"where", where.str()}};
+  if (kind == kGpus) j["gpus"] = gpus;
+  if (kind == kCommand) j["argv"] = argv;
+  if (kind == kPython || kind == kPythonVersion) j["text"] = text, j["interpreter"] = interpreter;
+  if (kind != kGpus) j["timeout_s"] = timeout_s;
+  if (!reason.empty()) j["reason"] = reason;
+  return j;
+}
+
+std::vector<Combination> expand_axes(const std::vector<std::pair<std::string, std::vector<std::string>>>& axes,
+                                     const std::vector<Combination>& include, const std::vector<Combination>& exclude) {
+  std::vector<Combination> combos;
+  if (!axes.empty()) {
+    combos.push_back({});
+    for (const auto& [key, values] : axes) {  // first axis outermost, like Actions
+      std::vector<Combination> next;
+      for (const auto& partial : combos)
+        for (const auto& v : values) {
+          Combination c = partial;
+          c.emplace_back(key, v);
+          next.push_back(std::move(c));
+        }
+      combos = std::move(next);
+    }
+  }
+  auto value_of = [](const Combination& c, const std::string& key) -> const std::string* {
+    for (const auto& [k, v] : c)
+      if (k == key) return &v;
+    return nullptr;
+  };
+  // exclude: an entry removes every combination it partially matches.
+  combos.erase(std::remove_if(combos.begin(), combos.end(),
+                              [&](const Combination& c) {
+                                for (const auto& e : exclude) {
+                                  bool all = true;
+                                  for (const auto& [k, v] : e) {
+                                    const std::string* have = value_of(c, k);
+                                    all &= have && *have == v;
+                                  }
+                                  if (all && !e.empty()) return true;
+                                }
+                                return false;
+                              }),
+               combos.end());
+  // include: extend every original combination none of whose original values it would
+  // overwrite (values an earlier include added may be overwritten); else a new one.
+  const size_t originals = combos.size();
+  std::vector<std::set<std::string>> original_keys(originals);
+  for (size_t i = 0; i < originals; ++i)
+    for (const auto& [k, v] : combos[i]) original_keys[i].insert(k);
+  for (const auto& inc : include) {
+    bool added = false;
+    for (size_t i = 0; i < originals; ++i) {
+      bool fits = true;
+      for (const auto& [k, v] : inc)
+        if (original_keys[i].count(k) && *value_of(combos[i], k) != v) fits = false;
+      if (!fits) continue;
+      added = true;
+      for (const auto& [k, v] : inc) {
+        bool replaced = false;
+        for (auto& [ck, cv] : combos[i])
+          if (ck == k) cv = v, replaced = true;
+        if (!replaced) combos[i].emplace_back(k, v);
+      }
+    }
+    if (!added) combos.push_back(inc);
+  }
+  return combos;
+}
+
+Suite load_suite_file(const std::string& path) { return load_suite(load_yaml_file(path), path); }
+
+Suite load_suite_text(const std::string& yaml, const std::string& file_name) {
+  return load_suite(load_yaml_string(yaml, file_name), file_name);
+}
+
+void validate_suites(const std::vector<Suite>& suites) {
+  Diagnostics diag;
+  std::map<std::string, Where> ids;
+  for (const auto& s : suites)
+    for (const auto& c : s.cases) {
+      if (auto dup = ids.find(c.id); dup != ids.end())
+        diag.error(c.where, "duplicate case id '" + c.id + "' (first at " + dup->second.str() + ")");
+      else
+        ids.emplace(c.id, c.where);
+    }
+  for (const auto& s : suites)
+    for (const auto& c : s.cases)
+      for (const auto& check : c.checks)
+        if (check.params.contains("baseline") && !ids.count(check.params["baseline"]))
+          diag.error(check.where, "check " + check.kind + ": unknown baseline '" +
+                                      check.params["baseline"].get<std::string>() + "'");
+  diag.throw_if_any();
+}
+
+std::vector<std::string> resolve_argv(const std::vector<std::string>& argv, const RunPaths& paths) {
+  const std::vector<std::pair<std::string, std::string>> values = {{"{meshtrain}", paths.meshtrain},
+                                                                   {"{backend}", paths.backend},
+                                                                   {"{case_dir}", paths.case_dir},
+                                                                   {"{phase_dir}", paths.phase_dir}};
+  std::vector<std::string> out;
+  for (std::string arg : argv) {
+    for (const auto& [key, value] : values)
+      for (size_t at = arg.find(key); at != std::string::npos; at = arg.find(key, at + value.size()))
+        arg.replace(at, key.size(), value);
+    out.push_back(arg);
+  }
+  return out;
+}
+
+std::string resolve_path(const std::string& text, const RunPaths& paths) {
+  const std::string resolved = resolve_argv({text}, paths).front();
+  if (resolved.empty() || resolved.front() == '/') return resolved;
+  return paths.phase_dir + "/" + resolved;
+}
+
+nlohmann::json outputs_to_json(const Outputs& o) {
+  const MetricsSource& m = o.metrics;
+  nlohmann::json j;
+  j["metrics"] = {{"from", kMetricsSourceNames[m.kind]}};
+  if (m.kind == MetricsSource::kJsonl || m.kind == MetricsSource::kTensorboard) j["metrics"]["path"] = m.path;
+  if (m.kind == MetricsSource::kTorchtitanLog || m.kind == MetricsSource::kLogPattern) j["metrics"]["rank"] = m.rank;
+  if (m.kind == MetricsSource::kLogPattern) j["metrics"]["pattern"] = m.pattern;
+  if (!m.tags.empty()) j["metrics"]["tags"] = m.tags;
+  j["tokens"] = o.tokens;
+  if (const auto& ck = o.checkpoint) {
+    j["checkpoint"] = {{"path", ck->path}, {"step", ck->step}, {"model_prefix", ck->model_prefix},
+                       {"rename", nlohmann::json::array()}};
+    for (const auto& [from, to] : ck->rename) j["checkpoint"]["rename"].push_back({from, to});
+  }
+  return j;
+}
+
+Outputs outputs_from_json(const nlohmann::json& j) {
+  Outputs o;
+  if (!j.is_object()) return o;
+  try {
+    if (const auto m = j.value("metrics", nlohmann::json::object()); m.is_object()) {
+      o.metrics.kind = metrics_source_kind(m.value("from", "")).value_or(MetricsSource::kJsonl);
+      o.metrics.path = m.value("path", o.metrics.path);
+      o.metrics.rank = m.value("rank", 0);
+      o.metrics.pattern = m.value("pattern", "");
+      o.metrics.tags = m.value("tags", std::map<std::string, std::string>());
+    }
+    o.tokens = j.value("tokens", o.tokens);
+    if (j.contains("checkpoint") && j["checkpoint"].is_object()) {
+      const auto& c = j["checkpoint"];
+      CheckpointSource ck;
+      ck.path = c.value("path", "");
+      ck.step = c.value("step", -1LL);
+      ck.model_prefix = c.value("model_prefix", "");
+      for (const auto& r : c.value("rename", nlohmann::json::array())) ck.rename.emplace_back(r.at(0), r.at(1));
+      o.checkpoint = ck;
+    }
+  } catch (const nlohmann::json::exception&) {
+    // an older or hand-edited summary.json: what could be read stands
+  }
+  return o;
+}
+
+std::string MetricsSource::describe() const {
+  switch (kind) {
+    case kJsonl: return path;
+    case kTorchtitanLog: return "the torchtitan log of rank " + std::to_string(rank);
+    case kLogPattern: return "rank " + std::to_string(rank) + "'s log through pattern '" + pattern + "'";
+    case kTensorboard: return "TensorBoard scalars in " + path;
+  }
+  return "?";
+}
+
+}  // namespace meshtest

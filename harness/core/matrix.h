@@ -1,0 +1,151 @@
+// A test matrix: YAML in, validated cases out. Loading either returns every case
+// with its phases resolved to argv arrays, or throws a MatrixError listing every
+// problem with file:line:col. The schema is documented in docs/matrix.md.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "contract/mesh.h"
+#include "core/yaml_reader.h"
+
+namespace meshtest {
+
+// What a case must do for the run to stay green.
+struct Expectation {
+  enum Kind { kPass, kXfail, kSkip, kFail };
+  Kind kind = kPass;
+  std::string reason;  // xfail / skip
+  std::string check;   // fail: the check a canary must trip
+  std::string str() const;  // "pass", "xfail: reason", "skip: reason", "fail: loss_matches"
+};
+
+struct CheckSpec {
+  std::string kind;
+  nlohmann::json params = nlohmann::json::object();
+  Where where;
+};
+
+// Where a phase's loss curve comes from (the `outputs.metrics` key, docs/matrix.md).
+struct MetricsSource {
+  enum Kind { kJsonl, kTorchtitanLog, kLogPattern, kTensorboard };
+  Kind kind = kJsonl;
+  std::string path = "metrics.jsonl";  // jsonl file or tensorboard folder; relative to the phase folder
+  int rank = 0;                        // log sources: whose rank<R>.log
+  std::string pattern;                 // log-pattern: ECMAScript with named groups
+  std::map<std::string, std::string> tags;  // tensorboard: metric name -> tag, over the defaults
+  std::string describe() const;        // "torchtitan log of rank 0", for messages
+};
+
+// Where a phase's state-dict keys and tensors come from (`outputs.checkpoint`). Without it,
+// keys come from the phase's state_dict_keys.json (meshtrain's contract file).
+struct CheckpointSource {
+  std::string path;      // a step folder or a folder of step-<N>; relative to the phase folder
+  long long step = -1;   // -1: the newest complete step
+  // Keys outside model./optimizer./lr_scheduler/dataloader/train_state get this prefix, so
+  // torchtitan's unprefixed model keys compare with meshtrain's `model.<fqn>`.
+  std::string model_prefix;
+  std::vector<std::pair<std::string, std::string>> rename;  // regex -> replacement, in order
+};
+
+struct Outputs {
+  MetricsSource metrics;
+  std::optional<CheckpointSource> checkpoint;
+  // Generated tokens: a JSON file with `generated_ids` (and `prompt`), as generate.json.
+  std::string tokens = "generate.json";
+};
+// As `show` and summary.json write them, so `meshtest diff` reads a finished run the same way.
+nlohmann::json outputs_to_json(const Outputs& outputs);
+Outputs outputs_from_json(const nlohmann::json& j);  // absent or malformed fields keep defaults
+
+// One thing a case needs from the machine it runs on (`requires:`, docs/matrix.md#requirements).
+// Probes are run by requirements.h; the matrix only reads and validates them.
+struct Requirement {
+  enum Kind { kPython, kCommand, kPythonVersion, kGpus };
+  Kind kind = kCommand;
+  std::string text;  // python: the snippet; python_version: the spec as written ("torch>=2.4")
+  std::vector<std::string> argv;  // command: the argv, {matrix_dir} filled
+  std::string interpreter = "python3";  // python, python_version: {matrix_dir} filled
+  std::string module;  // python_version: the module whose __version__ is compared
+  std::vector<std::pair<std::string, std::string>> constraints;  // python_version: (">=", "2.4"), ...
+  int gpus = 0;             // gpus
+  double timeout_s = 60;    // a probe that runs longer is unmet
+  std::string reason;       // the matrix's words; "" for the default (docs/matrix.md)
+  std::string dir;          // the matrix file's folder: where a probe runs, what relative programs resolve against
+  Where where;
+  std::string describe() const;  // "python 'import torch'", "command 'sh -c true'", "gpus 2", ...
+  nlohmann::json to_json() const;
+};
+
+// One launch of `nproc` ranks. argv may still hold the run-time placeholders
+// {meshtrain}, {backend}, {case_dir}, {phase_dir} (see resolve_argv).
+struct Phase {
+  std::string name;
+  int nproc = 1;
+  std::optional<contract::MeshShape> mesh;
+  std::vector<std::string> argv;
+  std::vector<std::pair<std::string, std::string>> env;
+  double timeout_s = 0;
+  Outputs outputs;
+  Where where;
+};
+
+struct Case {
+  std::string id;     // "<suite>/<name>", stable across runs
+  std::string suite;
+  std::string name;
+  std::string file;
+  Where where;
+  std::string model;  // meshtrain flavor, "" for foreign commands
+  std::string seed;   // options.seed as written, for reports
+  int ngpu = 1;       // GPUs (or CPU slots) held for the whole case: the widest phase
+  std::vector<Phase> phases;
+  std::vector<std::string> tags;
+  Expectation expect;
+  std::vector<CheckSpec> checks;
+  std::vector<Requirement> requirements;  // `requires:`: the defaults' first, then the case's own
+  double duration_hint_s = 0;  // `duration:` in the YAML, 0 when absent
+  std::vector<std::pair<std::string, std::string>> matrix_values;  // the axes that made it
+
+  // The other cases this one's checks compare against (resolved ids).
+  std::vector<std::string> baselines() const;
+  nlohmann::json to_json() const;
+};
+
+struct Suite {
+  std::string name;
+  std::string file;
+  std::string description;
+  std::vector<Case> cases;
+};
+
+// Loads and validates one matrix file (or YAML text, for tests and the embedded default).
+Suite load_suite_file(const std::string& path);
+Suite load_suite_text(const std::string& yaml, const std::string& file_name);
+
+// Validation across files: duplicate ids and baselines that name no case.
+void validate_suites(const std::vector<Suite>& suites);
+
+// GitHub Actions strategy.matrix semantics: the cartesian product of `axes` in order,
+// minus every combination that `exclude` entries partially match, then `include`
+// entries extend matching combinations or become new ones. Exposed for tests.
+using Combination = std::vector<std::pair<std::string, std::string>>;
+std::vector<Combination> expand_axes(const std::vector<std::pair<std::string, std::vector<std::string>>>& axes,
+                                     const std::vector<Combination>& include,
+                                     const std::vector<Combination>& exclude);
+
+// Values for the run-time placeholders of Phase::argv.
+struct RunPaths {
+  std::string meshtrain;
+  std::string backend;
+  std::string case_dir;
+  std::string phase_dir;
+};
+std::vector<std::string> resolve_argv(const std::vector<std::string>& argv, const RunPaths& paths);
+std::string resolve_path(const std::string& text, const RunPaths& paths);  // placeholders; relative → phase_dir
+
+}  // namespace meshtest

@@ -1,0 +1,91 @@
+// What running a case produced: per phase, how every rank ended; per check, its
+// verdict; and the case's status against its expectation. Shared by the runner,
+// the checks and the reports.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "run/launch.h"
+#include "core/matrix.h"
+#include "core/verdict.h"
+
+namespace meshtest {
+
+struct PhaseOutcome {
+  std::string name;
+  std::vector<std::string> argv;  // exactly what ran
+  int nproc = 1;
+  std::string dir;                // the phase's folder: rank<R>.log and the trainer's outputs
+  bool ran = false;               // false: an earlier phase failed, or the run was interrupted
+  int attempts = 0;               // > 1 when MASTER_PORT was lost to another process
+  std::string launch_error;       // the program could not be started
+  RankGroup::Result result;
+  // (step, loss, grad_norm or NaN) as its outputs say, read once the case is judged; for the report.
+  struct Point {
+    long long step;
+    double loss, grad_norm;
+  };
+  std::vector<Point> curve;
+  bool ok() const { return ran && launch_error.empty() && result.ok(); }
+  std::string log_path(int rank) const;
+};
+
+// A curve a number check compared, kept so a report can draw what was judged.
+struct Series {
+  std::string role;    // "subject" or "reference"
+  std::string label;   // "phase train", "baseline s/ddp (phase train)", "golden losses.txt"
+  std::string metric;  // "loss" or "grad_norm"
+  std::vector<std::pair<long long, double>> points;
+};
+
+struct CheckResult {
+  std::string kind;
+  bool passed = false;
+  std::string message;  // one line: what, where, expected vs got, tolerance
+  std::string details;  // more lines for the report body
+  bool judged = true;   // false: it could not look (missing output, a baseline that did not run)
+  // When it failed: what that means as a verdict (kind, phase, rank, signal, numbers).
+  Verdict finding;
+  std::vector<Series> series;
+  std::optional<std::pair<double, double>> band;  // (rtol, atol) around the reference
+  // Number checks: the largest |diff| / tolerance compared (below 1 passes): a pass's headroom,
+  // a failure's margin. Absent for checks with no tolerance (keys, hashes, tokens, messages).
+  std::optional<double> margin;
+};
+
+struct CaseOutcome {
+  const Case* spec = nullptr;
+  Verdict verdict;
+  std::string details;  // the failure body
+  std::string dir;
+  std::vector<int> devices;
+  double expected_s = 0;
+  double start_s = 0;     // seconds since the run began
+  double duration_s = 0;
+  std::string timestamp;  // ISO 8601 start time
+  std::vector<PhaseOutcome> phases;
+  std::vector<CheckResult> checks;
+  std::string repro;  // a command that reruns just this case
+  bool finished = false;
+
+  // Earlier attempts of a case run with --retries, oldest first; their folders are
+  // kept as <dir>.attempt<N>.
+  struct Attempt {
+    Verdict verdict;
+    std::string details;
+    std::string failing_log;
+    double duration_s = 0;
+  };
+  std::vector<Attempt> earlier_attempts;
+
+  Status status() const { return verdict.status(); }
+  const std::string& reason() const { return verdict.message; }  // one line
+  bool met_expectation() const { return verdict.met_expectation(); }
+  // The rank log a person should read first: the failing rank of the failing phase.
+  std::string failing_log() const;
+};
+
+}  // namespace meshtest

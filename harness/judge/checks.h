@@ -1,0 +1,34 @@
+// The checks behind a case's verdict, and the verdict itself. Each check reads the
+// files a phase left (docs/contracts.md) and says what differed, where, expected vs
+// got, and the tolerance. Documented with example failures in docs/checks.md.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/outcome.h"
+
+namespace meshtest {
+
+using FindCase = std::function<const CaseOutcome*(const std::string& id)>;
+
+// `exit` first (always), then every declared check, in order.
+std::vector<CheckResult> run_checks(const CaseOutcome& outcome, const FindCase& find);
+
+// Sets the verdict and details from the checks and the case's expectation.
+void judge(CaseOutcome& outcome);
+
+// Fills each phase's `curve` from its metrics (as `outputs` says), where they can be read.
+void record_curves(CaseOutcome& outcome);
+
+// What `meshtest diff` and `golden export` read, from where `outputs` says (the default:
+// meshtrain's contract files); throw std::runtime_error.
+// `metric`: loss, grad_norm or validation_loss (only the steps that have one).
+std::map<long long, double> read_loss_curve(const std::string& phase_dir, const Outputs& outputs = {},
+                                            const std::string& metric = "loss");
+// key (after the checkpoint source's mapping) -> "[shape]"
+std::map<std::string, std::string> read_tensor_keys(const std::string& phase_dir, const Outputs& outputs = {});
+
+}  // namespace meshtest

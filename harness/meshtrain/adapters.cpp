@@ -1,0 +1,161 @@
+#include "core/adapters.h"
+
+#include <boost/process.hpp>
+#include <nlohmann/json.hpp>
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <mutex>
+
+namespace meshtest {
+
+namespace {
+
+namespace bp = boost::process;
+namespace fs = std::filesystem;
+
+// The describe document, if it is one this meshtest understands: format 1, and every flavor
+// with its tp rules as [name, value] pairs.
+bool understood(const nlohmann::json& d) {
+  if (!d.is_object() || d.value("format_version", 0) != 1 || !d.contains("flavors") || !d["flavors"].is_object())
+    return false;
+  for (const auto& [name, flavor] : d["flavors"].items()) {
+    if (!flavor.is_object() || !flavor.contains("tp_must_divide") || !flavor["tp_must_divide"].is_array()) return false;
+    for (const auto& rule : flavor["tp_must_divide"])
+      if (!rule.is_array() || rule.size() != 2 || !rule[0].is_string() || !rule[1].is_number_integer() ||
+          rule[1].get<long long>() <= 0)
+        return false;
+  }
+  return true;
+}
+
+// `meshtrain describe --json`, or null when the binary is absent, hangs (10 s), fails, or says
+// something this meshtest does not understand.
+nlohmann::json ask_meshtrain(const std::string& binary) {
+  std::error_code ec;
+  if (!fs::exists(binary, ec)) return nullptr;
+  char tmpl[] = "/tmp/meshtest-describe-XXXXXX";
+  const int fd = ::mkstemp(tmpl);
+  if (fd < 0) return nullptr;
+  ::close(fd);
+  nlohmann::json d;
+  try {
+    bp::child child(bp::exe = binary, bp::args = {"describe", "--json"}, bp::std_out > std::string(tmpl),
+                    bp::std_err > bp::null, bp::std_in < bp::null);
+    if (!child.wait_for(std::chrono::seconds(10))) {
+      child.terminate();
+    } else if (child.exit_code() == 0) {
+      std::ifstream in(tmpl);
+      d = nlohmann::json::parse(in, nullptr, false);
+    }
+  } catch (const std::exception&) {
+  }
+  fs::remove(tmpl, ec);
+  return understood(d) ? d : nullptr;
+}
+
+// Loading LibTorch makes `describe` take a second or more; `meshtest list` should not. The answer
+// is kept in the temp folder under the binary's path, size and modification time, so a rebuilt
+// binary is asked again.
+nlohmann::json cached_description(const std::string& binary) {
+  std::error_code ec;
+  const auto size = fs::file_size(binary, ec);
+  const auto mtime = fs::last_write_time(binary, ec).time_since_epoch().count();
+  if (ec) return ask_meshtrain(binary);
+  const std::string id = binary + "|" + std::to_string(size) + "|" + std::to_string(mtime);
+  const fs::path cache = fs::temp_directory_path(ec) / ("meshtest-describe-" + std::to_string(std::hash<std::string>{}(id)) + ".json");
+  if (std::ifstream in(cache); in) {
+    nlohmann::json d = nlohmann::json::parse(in, nullptr, false);
+    if (d.is_object() && d.value("binary_id", "") == id && understood(d)) return d;
+  }
+  nlohmann::json d = ask_meshtrain(binary);
+  if (d.is_null()) return d;
+  d["binary_id"] = id;
+  const fs::path tmp = cache.string() + "." + std::to_string(::getpid());
+  if (std::ofstream out(tmp); out << d.dump()) fs::rename(tmp, cache, ec);
+  fs::remove(tmp, ec);
+  return d;
+}
+
+class MeshtrainAdapter : public TrainerAdapter {
+ public:
+  std::string name() const override { return "meshtrain"; }
+
+  std::vector<std::string> default_command() const override {
+    return {"{meshtrain}",   "{action}",    "--model",             "{model}",    "--mesh", "{mesh}", "--backend",
+            "{backend}",     "--dump-folder", "{phase_dir}", "--checkpoint.folder", "{case_dir}/checkpoint"};
+  }
+
+  std::vector<std::string> reserved_options() const override { return {"mesh", "backend", "dump-folder", "model"}; }
+
+  // metrics.jsonl and state_dict_keys.json in the phase folder (docs/contracts.md).
+  Outputs default_outputs() const override { return {}; }
+
+  std::optional<std::vector<std::string>> models() const override {
+    const nlohmann::json& d = description();
+    if (d.is_null()) return std::nullopt;
+    std::vector<std::string> names;
+    for (const auto& [name, flavor] : d.at("flavors").items()) names.push_back(name);
+    return names;
+  }
+
+  std::string mesh_problem(const std::string& model, const contract::MeshShape& mesh,
+                           const std::function<std::string(const std::string&)>& option) const override {
+    const nlohmann::json& d = description();
+    if (d.is_null() || !d.at("flavors").contains(model)) return "";
+    const long long tp = mesh.tp;
+    const std::string prefix = "tp=" + std::to_string(tp) + ": ";
+    for (const auto& rule : d["flavors"][model].at("tp_must_divide")) {
+      const std::string what = rule.at(0);
+      const long long value = rule.at(1).get<long long>();
+      if (value % tp != 0)
+        return prefix + what + " " + std::to_string(value) + " of model '" + model + "' is not divisible by tp " +
+               std::to_string(tp);
+    }
+    const std::string seq = option("seq-len");
+    if (option("sequence-parallel") == "true" && !seq.empty() &&
+        d.value("sequence_parallel_needs_seq_len_divisible_by_tp", false)) {
+      char* end = nullptr;
+      const long long seq_len = std::strtoll(seq.c_str(), &end, 10);
+      if (end && *end == '\0' && seq_len % tp != 0)
+        return prefix + "--sequence-parallel needs seq_len divisible by tp, got seq_len " + seq;
+    }
+    return "";
+  }
+
+ private:
+  const nlohmann::json& description() const {
+    std::call_once(asked_, [this] {
+      const std::string binary = meshtrain_binary();
+      description_ = cached_description(binary);
+      if (description_.is_null())
+        std::fprintf(stderr, "meshtest: note: could not ask %s describe --json; model names and meshes are not "
+                             "checked before launch\n", binary.c_str());
+    });
+    return description_;
+  }
+  mutable std::once_flag asked_;
+  mutable nlohmann::json description_;
+};
+
+}  // namespace
+
+std::string meshtrain_binary() {
+  if (const char* env = std::getenv("MESHTEST_MESHTRAIN"); env && *env) return env;
+  std::error_code ec;
+  const auto exe = fs::read_symlink("/proc/self/exe", ec);
+  return ((ec ? fs::path(".") : exe.parent_path()) / "meshtrain").string();
+}
+
+const TrainerAdapter& meshtrain_adapter() {
+  static const MeshtrainAdapter adapter;
+  return adapter;
+}
+
+}  // namespace meshtest

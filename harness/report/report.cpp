@@ -1,0 +1,393 @@
+#include "report/report.h"
+
+#include <pugixml.hpp>
+
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
+#include <functional>
+#include <map>
+
+#include "run/launch.h"
+#include "readers/utf8.h"
+#include "core/verdict.h"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace meshtest {
+
+namespace {
+
+constexpr size_t kMessageCap = 500;         // attribute: one line
+constexpr size_t kBodyCap = 64 * 1024;      // failure body
+constexpr size_t kOutputCap = 256 * 1024;   // system-out per case
+constexpr int kLogLines = 50;
+
+std::string seconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.3f", s);  // always '.', whatever the locale
+  return buf;
+}
+
+bool xml_allowed(unsigned cp) {
+  return cp == 0x9 || cp == 0xA || cp == 0xD || (cp >= 0x20 && cp <= 0xD7FF) || (cp >= 0xE000 && cp <= 0xFFFD) ||
+         (cp >= 0x10000 && cp <= 0x10FFFF);
+}
+
+// Skips an ANSI escape sequence starting at s[i] == ESC; returns the index after it.
+size_t skip_ansi(const std::string& s, size_t i) {
+  if (i + 1 >= s.size()) return i + 1;
+  const char kind = s[i + 1];
+  if (kind == '[') {  // CSI: parameters, then one final byte in @..~
+    size_t j = i + 2;
+    while (j < s.size() && !(s[j] >= 0x40 && s[j] <= 0x7E)) ++j;
+    return std::min(j + 1, s.size());
+  }
+  if (kind == ']') {  // OSC: until BEL or ESC backslash
+    size_t j = i + 2;
+    while (j < s.size() && s[j] != '\a' && !(s[j] == '\x1b' && j + 1 < s.size() && s[j + 1] == '\\')) ++j;
+    return std::min(j + (j < s.size() && s[j] == '\a' ? 1 : 2), s.size());
+  }
+  return i + 2;
+}
+
+std::string one_line(const std::string& s) {
+  std::string out = s.substr(0, s.find('\n'));
+  return xml_safe(out, kMessageCap);
+}
+
+std::string read_tail(const std::string& path) {
+  if (path.empty() || !fs::exists(path)) return "";
+  return tail_of_file(path, kLogLines, 4 * kOutputCap);
+}
+
+struct Counts {
+  int tests = 0, failures = 0, errors = 0, skipped = 0;
+  double time = 0;
+};
+
+// A case's verdict as summary.json holds it (format 2 and later).
+Verdict verdict_of(const json& c) {
+  if (!c.contains("verdict"))
+    throw std::runtime_error("case " + c.value("id", std::string("?")) +
+                             " has no verdict: summary.json format 1 predates typed verdicts; rerun the cases");
+  return verdict_from_json(c.at("verdict"));
+}
+
+JunitElement element_of(const json& c) { return junit_element(verdict_of(c).kind); }
+
+// system-out of a case: the facts, the repro, and the failing rank's last lines.
+std::string case_output(const json& c) {
+  std::string out = "meshtest: " + c.value("id", "") + "\n";
+  out += "expect: " + c.value("expect", "") + "\nstatus: " + c.value("status", "") + "\n";
+  if (!c.value("meshes", "").empty()) out += "mesh: " + c.value("meshes", "") + "\n";
+  out += "ngpu: " + std::to_string(c.value("ngpu", 0)) + "\n";
+  if (!c.value("seed", "").empty()) out += "seed: " + c.value("seed", "") + "\n";
+  out += "timestamp: " + c.value("timestamp", "") + "\n";
+  out += "repro: " + c.value("repro", "") + "\n";
+  for (const auto& a : c.value("earlier_attempts", json::array()))
+    out += "earlier attempt failed: " + a.value("reason", "") + " (log " + a.value("failing_log", "") + ")\n";
+  const std::string log = c.value("failing_log", "");
+  if (element_of(c) == JunitElement::kFailure || element_of(c) == JunitElement::kError) {
+    out += "\n---- last " + std::to_string(kLogLines) + " lines of " + log + " ----\n" + read_tail(log);
+    if (!out.empty() && out.back() != '\n') out += "\n";
+    out += "[[ATTACHMENT|" + (log.empty() ? std::string() : fs::absolute(log).string()) + "]]\n";
+  }
+  return xml_safe(out, kOutputCap);
+}
+
+std::string case_body(const json& c) {
+  std::string body = c.value("details", "");
+  for (const auto& phase : c.value("phases", json::array()))
+    if (phase.value("ran", false) && !phase.value("ok", true))
+      body += "phase " + phase.value("name", "") + ": " + phase.value("stopped_because", "") + "\n";
+  body += "repro: " + c.value("repro", "") + "\n";
+  return xml_safe(body, kBodyCap);
+}
+
+void add_properties(pugi::xml_node suite, const json& summary, const std::vector<const json*>& cases) {
+  auto props = suite.append_child("properties");
+  auto add = [&](const std::string& name, const std::string& value) {
+    auto p = props.append_child("property");
+    p.append_attribute("name") = xml_safe(name, kMessageCap).c_str();
+    p.append_attribute("value") = xml_safe(value, 4096).c_str();
+  };
+  add("backend", summary.value("backend", ""));
+  add("devices", std::to_string(summary.value("devices", 0)));
+  std::string matrices;
+  for (const auto& m : summary.value("matrices", json::array())) matrices += (matrices.empty() ? "" : " ") + m.get<std::string>();
+  add("matrices", matrices);
+  // Per-case facts live here because the junit-4 schema allows no properties on a testcase.
+  for (const json* c : cases) {
+    const std::string id = c->value("id", "");
+    add(id + ".mesh", c->value("meshes", ""));
+    add(id + ".ngpu", std::to_string(c->value("ngpu", 0)));
+    add(id + ".backend", summary.value("backend", ""));
+    add(id + ".seed", c->value("seed", ""));
+    add(id + ".repro", c->value("repro", ""));
+  }
+}
+
+std::map<std::string, std::vector<const json*>> by_suite(const json& summary) {
+  std::map<std::string, std::vector<const json*>> suites;
+  for (const auto& c : summary.at("cases")) suites[c.value("suite", "")].push_back(&c);
+  return suites;
+}
+
+std::string suite_timestamp(const std::vector<const json*>& cases) {
+  std::string first;
+  for (const json* c : cases) {
+    const std::string t = c->value("timestamp", "");
+    if (!t.empty() && (first.empty() || t < first)) first = t;
+  }
+  return first.empty() ? "1970-01-01T00:00:00" : first;
+}
+
+void add_declaration(pugi::xml_document& doc) {
+  auto decl = doc.append_child(pugi::node_declaration);
+  decl.append_attribute("version") = "1.0";
+  decl.append_attribute("encoding") = "UTF-8";
+}
+
+// <testcase name=id classname=suite time=...>, counted into `n`; the caller adds the verdict.
+pugi::xml_node append_testcase(pugi::xml_node suite, const json& c, const std::string& suite_name, Counts& n) {
+  ++n.tests;
+  const double t = c.value("duration_s", 0.0);
+  n.time += t;
+  auto tc = suite.append_child("testcase");
+  tc.append_attribute("name") = c.value("id", "").c_str();
+  tc.append_attribute("classname") = suite_name.c_str();
+  tc.append_attribute("time") = seconds(t).c_str();
+  return tc;
+}
+
+void save(const pugi::xml_document& doc, const std::string& path) {
+  if (!fs::path(path).parent_path().empty()) fs::create_directories(fs::path(path).parent_path());
+  const std::string tmp = path + ".tmp";
+  if (!doc.save_file(tmp.c_str(), "  ", pugi::format_default, pugi::encoding_utf8))
+    throw std::runtime_error("cannot write " + path);
+  fs::rename(tmp, path);
+}
+
+// TEST-<suite>.xml. The suite comes from summary.json, which a person may edit: the name
+// must be one file in the folder, and short enough for any file system (255 bytes).
+std::string surefire_file_name(const std::string& suite) {
+  std::string name = suite;
+  for (char& ch : name)
+    if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '_' && ch != '.' && ch != '-') ch = '_';
+  if (name.size() > 200) {
+    char tail[24];
+    std::snprintf(tail, sizeof tail, "-%016zx", std::hash<std::string>{}(suite));
+    name = name.substr(0, 180) + tail;
+  }
+  return "TEST-" + name + ".xml";
+}
+
+}  // namespace
+
+std::string human_seconds(double s) {
+  char buf[32];
+  if (s < 60) std::snprintf(buf, sizeof(buf), "%.1f s", s);
+  else std::snprintf(buf, sizeof(buf), "%dm%02ds", static_cast<int>(s) / 60, static_cast<int>(s) % 60);
+  return buf;
+}
+
+std::string xml_safe(const std::string& raw, size_t cap) {
+  std::string text = raw;
+  if (text.size() > cap) {
+    const size_t head = cap / 8, tail = cap - head;
+    text = text.substr(0, head) + "\n...[truncated " + std::to_string(raw.size() - cap) + " bytes]...\n" +
+           text.substr(text.size() - tail);
+  }
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size();) {
+    const unsigned char b = static_cast<unsigned char>(text[i]);
+    if (b == 0x1B) {
+      i = skip_ansi(text, i);
+      continue;
+    }
+    unsigned cp = 0;
+    size_t len = 0;
+    if (b < 0x80) cp = b, len = 1;
+    else if ((b & 0xE0) == 0xC0) cp = b & 0x1F, len = 2;
+    else if ((b & 0xF0) == 0xE0) cp = b & 0x0F, len = 3;
+    else if ((b & 0xF8) == 0xF0) cp = b & 0x07, len = 4;
+    bool valid = len > 0 && i + len <= text.size();
+    for (size_t k = 1; valid && k < len; ++k) {
+      const unsigned char cont = static_cast<unsigned char>(text[i + k]);
+      if ((cont & 0xC0) != 0x80) valid = false;
+      cp = (cp << 6) | (cont & 0x3F);
+    }
+    // Overlong forms and surrogates are invalid UTF-8 too.
+    if (valid && ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
+                  (cp >= 0xD800 && cp <= 0xDFFF) || cp > 0x10FFFF))
+      valid = false;
+    if (!valid) {
+      append_utf8(out, 0xFFFD);
+      ++i;
+      continue;
+    }
+    if (xml_allowed(cp)) {
+      out.append(text, i, len);
+    } else {
+      char esc[16];
+      std::snprintf(esc, sizeof(esc), cp < 0x100 ? "\\x%02x" : "\\u%04x", cp);
+      out += esc;
+    }
+    i += len;
+  }
+  return out;
+}
+
+void write_junit(const json& summary, const std::string& path) {
+  pugi::xml_document doc;
+  add_declaration(doc);
+  auto root = doc.append_child("testsuites");
+  root.append_attribute("name") = "meshtest";
+  Counts total;
+  for (const auto& [suite_name, cases] : by_suite(summary)) {
+    Counts n;
+    auto suite = root.append_child("testsuite");
+    suite.append_attribute("name") = suite_name.c_str();
+    add_properties(suite, summary, cases);
+    for (const json* c : cases) {
+      auto tc = append_testcase(suite, *c, suite_name, n);
+      const Verdict v = verdict_of(*c);
+      switch (junit_element(v.kind)) {
+        case JunitElement::kNone: break;
+        case JunitElement::kSkipped:
+          ++n.skipped;
+          // junit-4 allows no attributes on <skipped>; Jenkins takes the text as the message.
+          tc.append_child("skipped").text().set(
+              one_line(v.kind == VerdictKind::kXfailed ? "xfail: " + v.message : v.message).c_str());
+          break;
+        case JunitElement::kFailure:
+        case JunitElement::kError: {
+          const bool error = junit_element(v.kind) == JunitElement::kError;
+          ++(error ? n.errors : n.failures);
+          auto e = tc.append_child(error ? "error" : "failure");
+          e.append_attribute("message") = one_line(v.message).c_str();
+          e.append_attribute("type") = junit_type(v).c_str();
+          e.text().set(case_body(*c).c_str());
+          break;
+        }
+      }
+      tc.append_child("system-out").text().set(case_output(*c).c_str());
+    }
+    suite.append_attribute("tests") = n.tests;
+    suite.append_attribute("failures") = n.failures;
+    suite.append_attribute("errors") = n.errors;
+    suite.append_attribute("skipped") = n.skipped;
+    suite.append_attribute("time") = seconds(n.time).c_str();
+    suite.append_attribute("timestamp") = suite_timestamp(cases).c_str();
+    suite.append_attribute("hostname") = summary.value("hostname", "localhost").c_str();
+    total.tests += n.tests, total.failures += n.failures, total.errors += n.errors;
+  }
+  root.append_attribute("tests") = total.tests;
+  root.append_attribute("failures") = total.failures;
+  root.append_attribute("errors") = total.errors;
+  root.append_attribute("time") = seconds(summary.value("wall_s", 0.0)).c_str();
+  save(doc, path);
+}
+
+void write_surefire(const json& summary, const std::string& dir) {
+  for (const auto& [suite_name, cases] : by_suite(summary)) {
+    pugi::xml_document doc;
+    add_declaration(doc);
+    auto suite = doc.append_child("testsuite");
+    suite.append_attribute("name") = suite_name.c_str();
+    add_properties(suite, summary, cases);
+    Counts n;
+    for (const json* c : cases) {
+      auto tc = append_testcase(suite, *c, suite_name, n);
+      const Verdict v = verdict_of(*c);
+      const JunitElement element = junit_element(v.kind);
+      // Surefire: the first failed attempt is <failure>/<error>, later ones rerun*; a pass
+      // after failed attempts keeps one flaky* per failed attempt and counts as passed.
+      auto add_attempt = [&](const char* element_name, const Verdict& attempt, const std::string& details,
+                             const std::string& type) {
+        auto e = tc.append_child(element_name);
+        e.append_attribute("message") = one_line(attempt.message).c_str();
+        e.append_attribute("type") = type.c_str();
+        e.append_child("stackTrace").text().set(xml_safe(details, kBodyCap).c_str());
+      };
+      std::vector<std::pair<Verdict, std::string>> failed;  // verdict, details; oldest first
+      for (const auto& a : c->value("earlier_attempts", json::array()))
+        failed.emplace_back(verdict_of(a), a.value("details", ""));
+      auto is_error = [](const Verdict& attempt) { return junit_element(attempt.kind) == JunitElement::kError; };
+      if (element == JunitElement::kNone) {
+        for (const auto& [attempt, details] : failed)
+          if (!is_error(attempt)) add_attempt("flakyFailure", attempt, details, "Failure");
+        for (const auto& [attempt, details] : failed)
+          if (is_error(attempt)) add_attempt("flakyError", attempt, details, junit_type(attempt));
+      } else if (element == JunitElement::kFailure || element == JunitElement::kError) {
+        failed.emplace_back(v, c->value("details", ""));
+        const bool error = element == JunitElement::kError;
+        auto first = tc.append_child(error ? "error" : "failure");
+        first.append_attribute("message") = one_line(failed.front().first.message).c_str();
+        // The first attempt's type where it failed the same way (error or failure) as the last.
+        const Verdict& typed = is_error(failed.front().first) == error ? failed.front().first : v;
+        first.append_attribute("type") = junit_type(typed).c_str();
+        first.text().set(xml_safe(failed.front().second + "repro: " + c->value("repro", "") + "\n", kBodyCap).c_str());
+        for (size_t k = 1; k < failed.size(); ++k)
+          add_attempt(error ? "rerunError" : "rerunFailure", failed[k].first, failed[k].second,
+                      error ? junit_type(failed[k].first) : "Failure");
+        (error ? n.errors : n.failures)++;
+      } else {
+        ++n.skipped;
+        tc.append_child("skipped").append_attribute("message") = one_line(v.message).c_str();
+      }
+      tc.append_child("system-out").text().set(case_output(*c).c_str());
+    }
+    suite.append_attribute("tests") = n.tests;
+    suite.append_attribute("errors") = n.errors;
+    suite.append_attribute("skipped") = n.skipped;
+    suite.append_attribute("failures") = n.failures;
+    suite.append_attribute("time") = seconds(n.time).c_str();
+    save(doc, (fs::path(dir) / surefire_file_name(suite_name)).string());
+  }
+}
+
+void print_report(const json& summary, FILE* out) {
+  const json& cases = summary.at("cases");
+  size_t width = 20;
+  for (const auto& c : cases) width = std::max(width, c.value("id", "").size());
+  std::fprintf(out, "\n%-*s  %-9s  %5s  %9s  %s\n", static_cast<int>(width), "case", "status", "ngpu", "time", "note");
+  std::map<std::string, int> counts;
+  int flaky = 0;
+  for (const auto& c : cases) {
+    ++counts[c.value("status", "")];
+    std::string note = c.value("reason", "");
+    const size_t retries = c.value("earlier_attempts", json::array()).size();
+    if (retries > 0 && c.value("status", "") == "passed") {
+      ++flaky;
+      note = "FLAKY: passed after " + std::to_string(retries) + " failed attempt" + (retries > 1 ? "s" : "") +
+             (note.empty() ? "" : "; " + note);
+    }
+    if (note.size() > 110) note = note.substr(0, 107) + "...";
+    std::fprintf(out, "%-*s  %-9s  %5d  %9s  %s\n", static_cast<int>(width), c.value("id", "").c_str(),
+                 c.value("status", "").c_str(), c.value("ngpu", 0), human_seconds(c.value("duration_s", 0.0)).c_str(),
+                 note.c_str());
+  }
+  bool any_failed = false;
+  for (const auto& c : cases) any_failed |= !c.value("met_expectation", false);
+  if (any_failed) {
+    std::fprintf(out, "\nFAILURE SUMMARY\n");
+    for (const auto& c : cases) {
+      if (c.value("met_expectation", false)) continue;
+      std::fprintf(out, "\n%s %s: %s\n", c.value("status", "").c_str(), c.value("id", "").c_str(),
+                   c.value("reason", "").c_str());
+      if (!c.value("failing_log", "").empty()) std::fprintf(out, "  log:   %s\n", c.value("failing_log", "").c_str());
+      std::fprintf(out, "  repro: %s\n", c.value("repro", "").c_str());
+    }
+  }
+  std::string totals;
+  for (const auto& [k, v] : counts) totals += (totals.empty() ? "" : ", ") + std::to_string(v) + " " + k;
+  if (flaky) totals += " (" + std::to_string(flaky) + " flaky)";
+  std::fprintf(out, "\n%s in %s%s\n", totals.c_str(), human_seconds(summary.value("wall_s", 0.0)).c_str(),
+               summary.value("interrupted_by_signal", 0) ? " (interrupted)" : "");
+}
+
+}  // namespace meshtest

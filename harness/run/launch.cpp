@@ -1,0 +1,422 @@
+#include "run/launch.h"
+#include "run/ports.h"
+
+#include <boost/process.hpp>
+#include <boost/process/extend.hpp>
+#include <nlohmann/json.hpp>
+
+#include <dirent.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace bp = boost::process;
+namespace fs = std::filesystem;
+
+namespace meshtest {
+
+std::string RankExit::describe() const {
+  if (signal != 0) {
+    const char* name = sigabbrev_np(signal);
+    return "signal " + std::to_string(signal) + (name ? " (SIG" + std::string(name) + ")" : "");
+  }
+  return "exit code " + std::to_string(exit_code);
+}
+
+struct RankGroup::Impl {
+  bp::group group;
+  std::vector<bp::child> children;
+  std::vector<bool> reaped;
+};
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+std::string find_program(const std::string& name) {
+  if (name.find('/') != std::string::npos) {
+    if (::access(name.c_str(), X_OK) != 0) throw LaunchError("cannot run '" + name + "': " + std::strerror(errno));
+    return name;
+  }
+  const auto found = bp::search_path(name);
+  if (found.empty()) throw LaunchError("cannot run '" + name + "': not found on PATH");
+  return found.string();
+}
+
+// Runs in the forked child before exec: die with meshtest rather than outlive it.
+struct DieWithParent {
+  template <class Executor>
+  void operator()(Executor&) const {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  }
+};
+
+// What every launcher gives a rank: meshtest's environment, `extra` on top, then
+// torchrun's variables for `place` and, with a log folder, the rank's files in it.
+// set()/get(), never operator[]/find()/count(): Boost 1.74's find compares key= with
+// every entry for the key's length, reading past the end of shorter ones (ASan, ci/sanitize.sh).
+bp::environment rank_environment(const RankPlace& place, const std::string& log_dir,
+                                 const std::vector<std::pair<std::string, std::string>>& extra) {
+  bp::environment env = boost::this_process::environment();
+  env.erase("TORCHELASTIC_USE_AGENT_STORE");  // rank 0 must host the store itself
+  if (env.get("OMP_NUM_THREADS").empty()) env.set("OMP_NUM_THREADS", "1");
+  if (env.get("TORCH_NCCL_ASYNC_ERROR_HANDLING").empty()) env.set("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
+  for (const auto& [k, v] : extra) env.set(k, v);
+  const std::string r = std::to_string(place.rank);
+  env.set("RANK", r);
+  env.set("LOCAL_RANK", std::to_string(place.local_rank));
+  env.set("ROLE_RANK", r);
+  env.set("GROUP_RANK", std::to_string(place.group_rank));
+  env.set("ROLE_NAME", "default");
+  env.set("WORLD_SIZE", std::to_string(place.world));
+  env.set("LOCAL_WORLD_SIZE", std::to_string(place.local_world));
+  env.set("ROLE_WORLD_SIZE", std::to_string(place.world));
+  env.set("GROUP_WORLD_SIZE", std::to_string(place.group_world));
+  env.set("MASTER_ADDR", place.master_addr);
+  env.set("MASTER_PORT", std::to_string(place.master_port));
+  env.set("TORCHELASTIC_RESTART_COUNT", "0");
+  env.set("TORCHELASTIC_MAX_RESTARTS", "0");
+  // A Python trainer decorated with torch.distributed.elastic's @record writes its
+  // uncaught exception here; the harness quotes it (rank_error_message()).
+  if (!log_dir.empty()) {
+    env.set("TORCHELASTIC_ERROR_FILE", rank_error_file(log_dir, place.rank));
+    fs::remove(rank_error_file(log_dir, place.rank));  // an earlier attempt's (a lost port race) must not be quoted for this one
+    env.set("MESHTEST_COLLECTIVE_FILE", rank_collective_file(log_dir, place.rank));
+    fs::remove(rank_collective_file(log_dir, place.rank));
+  }
+  return env;
+}
+
+}  // namespace
+
+RankGroup::RankGroup(LaunchSpec spec) : spec_(std::move(spec)), impl_(std::make_unique<Impl>()) {
+  if (spec_.argv.empty()) throw LaunchError("empty command");
+  if (spec_.nproc < 1) throw LaunchError("nproc must be at least 1");
+  const std::string program = find_program(spec_.argv.front());
+  const std::vector<std::string> args(spec_.argv.begin() + 1, spec_.argv.end());
+  if (spec_.master_port == 0) {
+    try {
+      spec_.master_port = reserve_store_port();
+    } catch (const std::runtime_error& e) {
+      throw LaunchError(e.what());
+    }
+  }
+  if (!spec_.log_dir.empty()) fs::create_directories(spec_.log_dir);
+  const std::string work_dir = spec_.work_dir.empty() ? fs::current_path().string() : spec_.work_dir;
+
+  started_ = std::chrono::steady_clock::now();
+  result_.exits.resize(static_cast<size_t>(spec_.nproc));
+  for (int rank = 0; rank < spec_.nproc; ++rank) {
+    RankPlace place;
+    place.rank = place.local_rank = rank;
+    place.world = place.local_world = spec_.nproc;
+    place.master_port = spec_.master_port;
+    bp::environment env = rank_environment(place, spec_.log_dir, spec_.env);
+    const std::string r = std::to_string(rank);
+    if (!spec_.gpus.empty()) {
+      std::string ids;
+      for (const auto& g : spec_.gpus) ids += (ids.empty() ? "" : ",") + g;
+      env.set("CUDA_VISIBLE_DEVICES", ids);
+    }
+    std::error_code ec;
+    if (spec_.log_dir.empty()) {
+      // Ranks share meshtest's stdout/stderr (limit_handles would close them).
+      impl_->children.emplace_back(bp::exe = program, bp::args = args, env, bp::start_dir = work_dir,
+                                   bp::std_in < bp::null, impl_->group,
+                                   bp::extend::on_exec_setup = DieWithParent{}, ec);
+    } else {
+      const std::string log = log_path(rank);
+      std::ofstream(log, std::ios::trunc).close();  // Boost opens without O_TRUNC
+      impl_->children.emplace_back(bp::exe = program, bp::args = args, env, bp::start_dir = work_dir,
+                                   (bp::std_out & bp::std_err) > log, bp::std_in < bp::null, impl_->group,
+                                   bp::limit_handles, bp::extend::on_exec_setup = DieWithParent{}, ec);
+    }
+    impl_->reaped.push_back(false);
+    if (ec) {
+      impl_->children.pop_back();
+      impl_->reaped.pop_back();
+      stop("rank " + r + " could not be started: " + ec.message());
+      while (!poll()) ::usleep(1000);
+      throw LaunchError("cannot start '" + program + "' (rank " + r + "): " + ec.message());
+    }
+  }
+}
+
+RankGroup::~RankGroup() {
+  if (!impl_) return;
+  bool alive = false;
+  for (size_t i = 0; i < impl_->children.size(); ++i) alive |= !impl_->reaped[i];
+  if (alive) {
+    ::killpg(impl_->group.native_handle(), SIGKILL);
+    for (size_t i = 0; i < impl_->children.size(); ++i) {
+      if (impl_->reaped[i]) continue;
+      std::error_code ec;
+      impl_->children[i].wait(ec);
+    }
+  }
+  impl_->group.detach();
+  for (auto& c : impl_->children) c.detach();
+}
+
+namespace {
+volatile std::sig_atomic_t g_placed_rank_stop = 0;
+void on_placed_rank_stop(int) { g_placed_rank_stop = 1; }
+}  // namespace
+
+RankExit run_placed_rank(const RankPlace& place, const std::string& log_dir, const std::vector<std::string>& argv,
+                         bool* stopped) {
+  if (argv.empty()) throw LaunchError("empty command");
+  const std::string program = find_program(argv.front());
+  const std::vector<std::string> args(argv.begin() + 1, argv.end());
+  struct sigaction sa {};
+  sa.sa_handler = on_placed_rank_stop;  // no SA_RESTART: waitpid returns EINTR
+  sigemptyset(&sa.sa_mask);
+  sigset_t stops;
+  sigemptyset(&stops);
+  for (int sig : {SIGTERM, SIGINT}) ::sigaction(sig, &sa, nullptr), sigaddset(&stops, sig);
+  ::sigprocmask(SIG_UNBLOCK, &stops, nullptr);  // a stop the caller held back arrives now
+
+  fs::create_directories(log_dir);
+  RankExit e;
+  e.rank = place.rank;
+  if (g_placed_rank_stop) {  // stopped before it started
+    *stopped = true;
+    e.signal = SIGTERM;
+    return e;
+  }
+  const std::string log = rank_log_path(log_dir, place.rank);
+  std::ofstream(log, std::ios::trunc).close();  // Boost opens without O_TRUNC
+  std::error_code ec;
+  bp::child child(bp::exe = program, bp::args = args, rank_environment(place, log_dir, {}),
+                  (bp::std_out & bp::std_err) > log, bp::std_in < bp::null, bp::limit_handles,
+                  bp::extend::on_exec_setup = DieWithParent{}, ec);
+  if (ec) throw LaunchError("cannot start '" + program + "' (rank " + std::to_string(place.rank) + "): " + ec.message());
+  const pid_t pid = child.id();
+  child.detach();  // reaped here, with the raw status
+  *stopped = false;
+  int status = 0;
+  for (;;) {
+    if (g_placed_rank_stop && !*stopped) {
+      *stopped = true;
+      ::kill(pid, SIGTERM);
+    }
+    const pid_t w = ::waitpid(pid, &status, 0);
+    if (w == pid) break;
+    if (w < 0 && errno != EINTR) throw LaunchError(std::string("waiting for the rank: ") + std::strerror(errno));
+  }
+  *stopped = *stopped || g_placed_rank_stop;  // a stop that came while it ended
+  if (WIFSIGNALED(status)) e.signal = WTERMSIG(status);
+  else if (WIFEXITED(status)) e.exit_code = WEXITSTATUS(status);
+  return e;
+}
+
+std::string rank_log_path(const std::string& dir, int rank) {
+  return (fs::path(dir) / ("rank" + std::to_string(rank) + ".log")).string();
+}
+
+std::string rank_error_file(const std::string& dir, int rank) {
+  return (fs::path(dir) / ("error_rank" + std::to_string(rank) + ".json")).string();
+}
+
+std::string rank_collective_file(const std::string& dir, int rank) {
+  return (fs::path(dir) / ("collectives_rank" + std::to_string(rank) + ".txt")).string();
+}
+
+std::string RankGroup::error_file(int rank) const {
+  return spec_.log_dir.empty() ? "" : rank_error_file(spec_.log_dir, rank);
+}
+
+namespace {
+
+std::string error_file_message(const std::string& error_file) {
+  std::ifstream in(error_file);
+  if (!in) return "";
+  try {
+    const auto j = nlohmann::json::parse(in);
+    // torchelastic's two formats: {"message": {"message": "...", ...}} and {"message": "..."}.
+    const auto& m = j.at("message");
+    return m.is_string() ? m.get<std::string>() : m.at("message").get<std::string>();
+  } catch (const std::exception&) {
+    return "";
+  }
+}
+
+// The last log line that names an error: a Python traceback ends with one, meshtrain
+// prints "meshtrain: error: ...", most C++ trainers print something like it.
+std::string last_error_line(const std::string& log) {
+  std::istringstream lines(tail_of_file(log, 40));
+  std::string found;
+  for (std::string line; std::getline(lines, line);) {
+    std::string lower = line;
+    std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+    if (lower.find("error") != std::string::npos) found = line;
+  }
+  return found;
+}
+
+}  // namespace
+
+std::string rank_error_message(const std::string& dir, int rank) {
+  const std::string recorded = error_file_message(rank_error_file(dir, rank));
+  return recorded.empty() ? last_error_line(rank_log_path(dir, rank)) : recorded;
+}
+
+std::string ranks_not_arrived(const std::string& dir, int nproc, int* behind) {
+  // Per rank: collectives entered (none without a file) and the last one, "OP group=G ranks=K".
+  std::vector<long long> entered(static_cast<size_t>(std::max(nproc, 0)), 0);
+  std::vector<std::string> last(entered.size());
+  bool any = false;
+  for (int r = 0; r < nproc; ++r) {
+    std::ifstream in(rank_collective_file(dir, r));
+    std::string line;
+    const auto at = std::getline(in, line) ? line.find(" last=") : std::string::npos;
+    if (at == std::string::npos || std::sscanf(line.c_str(), "collectives_entered=%lld", &entered[r]) != 1) continue;
+    any = true;
+    last[r] = line.substr(at + 6, line.find_last_not_of(' ') - at - 5);
+  }
+  if (!any) return "";
+  const long long most = *std::max_element(entered.begin(), entered.end());
+  std::vector<int> late, waiting;
+  for (int r = 0; r < nproc; ++r) (entered[r] < most ? late : waiting).push_back(r);
+  if (late.empty()) return "";
+  *behind = late.front();
+  auto listed = [](const std::vector<int>& ranks) {
+    std::string text = ranks.size() == 1 ? "rank " : "ranks ";
+    for (size_t i = 0; i < ranks.size(); ++i) text += (i ? "," : "") + std::to_string(ranks[i]);
+    return text;
+  };
+  std::string said = listed(late) + " did not arrive: " + listed(waiting) + " wait in collective #" +
+                     std::to_string(most) + " (" + last[waiting.front()] + ");";
+  for (int r : late) said += " rank " + std::to_string(r) + " entered " + std::to_string(entered[r]);
+  return said;
+}
+
+std::string RankGroup::log_path(int rank) const {
+  return spec_.log_dir.empty() ? "" : rank_log_path(spec_.log_dir, rank);
+}
+
+std::vector<pid_t> RankGroup::pids() const {
+  std::vector<pid_t> out;
+  for (const auto& c : impl_->children) out.push_back(c.id());
+  return out;
+}
+
+void RankGroup::stop(const std::string& reason) {
+  if (stopping_ || done_) return;
+  stopping_ = true;
+  result_.stopped_because = reason;
+  ::killpg(impl_->group.native_handle(), SIGTERM);
+  kill_at_ = std::chrono::steady_clock::now() +
+             std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(spec_.grace_s));
+}
+
+bool RankGroup::poll() {
+  if (done_) return true;
+  bool all_reaped = true;
+  for (size_t i = 0; i < impl_->children.size(); ++i) {
+    if (impl_->reaped[i]) continue;
+    std::error_code ec;
+    if (impl_->children[i].running(ec) && !ec) {
+      all_reaped = false;
+      continue;
+    }
+    impl_->reaped[i] = true;
+    const int status = impl_->children[i].native_exit_code();
+    RankExit& e = result_.exits[i];
+    e.rank = static_cast<int>(i);
+    if (WIFSIGNALED(status)) e.signal = WTERMSIG(status);
+    else if (WIFEXITED(status)) e.exit_code = WEXITSTATUS(status);
+    if (!e.ok() && result_.first_failure.rank < 0 && !stopping_) {
+      result_.first_failure = e;
+      stop("rank " + std::to_string(i) + " failed first (" + e.describe() + ")");
+    }
+  }
+  if (!all_reaped && !stopping_ && spec_.timeout_s > 0 && seconds_since(started_) > spec_.timeout_s) {
+    result_.timed_out = true;
+    std::ostringstream why;
+    why << "timed out after " << spec_.timeout_s << " s";
+    stop(why.str());
+  }
+  if (!all_reaped && stopping_ && !result_.killed && std::chrono::steady_clock::now() >= kill_at_) {
+    ::killpg(impl_->group.native_handle(), SIGKILL);
+    result_.killed = true;
+  }
+  if (all_reaped) {
+    done_ = true;
+    result_.duration_s = seconds_since(started_);
+  }
+  return all_reaped;
+}
+
+bool lost_port_race(const RankGroup& group) {
+  if (group.result().ok() || group.spec().log_dir.empty()) return false;
+  return lost_port_race(group.spec().log_dir, group.spec().nproc);
+}
+
+bool lost_port_race(const std::string& log_dir, int nproc) {
+  for (int rank = 0; rank < nproc; ++rank) {
+    const std::string tail = tail_of_file(rank_log_path(log_dir, rank), 40);
+    if (tail.find("Address already in use") != std::string::npos ||
+        tail.find("EADDRINUSE") != std::string::npos)
+      return true;
+  }
+  return false;
+}
+
+void become_subreaper() { ::prctl(PR_SET_CHILD_SUBREAPER, 1); }
+
+int sweep_orphans(const std::set<pid_t>& tracked) {
+  const pid_t self = ::getpid();
+  int killed = 0;
+  DIR* proc = ::opendir("/proc");
+  if (!proc) return 0;
+  std::vector<pid_t> victims;
+  while (dirent* entry = ::readdir(proc)) {
+    const pid_t pid = static_cast<pid_t>(std::atoi(entry->d_name));
+    if (pid <= 0 || tracked.count(pid)) continue;
+    std::ifstream stat("/proc/" + std::string(entry->d_name) + "/stat");
+    std::string line;
+    if (!std::getline(stat, line)) continue;
+    const size_t paren = line.rfind(')');  // the command name may hold spaces and ')'
+    if (paren == std::string::npos) continue;
+    std::istringstream rest(line.substr(paren + 1));
+    std::string state;
+    pid_t ppid = 0;
+    rest >> state >> ppid;
+    if (ppid == self) victims.push_back(pid);
+  }
+  ::closedir(proc);
+  for (pid_t pid : victims) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+    ++killed;
+  }
+  return killed;
+}
+
+std::string tail_of_file(const std::string& path, int lines, size_t max_bytes) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) return "";
+  const std::streamoff size = in.tellg();
+  const std::streamoff start = std::max<std::streamoff>(0, size - static_cast<std::streamoff>(max_bytes));
+  in.seekg(start);
+  std::string text(static_cast<size_t>(size - start), '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  size_t pos = text.size();
+  if (pos > 0 && text[pos - 1] == '\n') --pos;
+  for (int n = 0; n < lines && pos != std::string::npos && pos > 0; ++n) pos = text.rfind('\n', pos - 1);
+  return pos == std::string::npos || pos == 0 ? text : text.substr(pos + 1);
+}
+
+}  // namespace meshtest

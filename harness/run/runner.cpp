@@ -1,0 +1,96 @@
+#include "run/runner.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <set>
+
+#include "run/run_loop.h"
+
+namespace meshtest {
+
+volatile std::sig_atomic_t g_stop_signal = 0;
+
+namespace {
+
+void on_stop_signal(int sig) { g_stop_signal = sig; }
+
+// A real phase: its ranks as processes.
+class RankGroupProcess : public PhaseProcess {
+ public:
+  explicit RankGroupProcess(const LaunchSpec& spec) : group_(spec) {}
+  bool poll() override { return group_.poll(); }
+  void stop(const std::string& reason) override { group_.stop(reason); }
+  const RankGroup::Result& result() const override { return group_.result(); }
+  bool lost_port_race() const override { return meshtest::lost_port_race(group_); }
+  std::vector<pid_t> pids() const override { return group_.pids(); }
+
+ private:
+  RankGroup group_;
+};
+
+}  // namespace
+
+void install_stop_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = 0;
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &sa, nullptr);
+}
+
+std::string PhaseOutcome::log_path(int rank) const { return rank_log_path(dir, rank); }
+
+
+std::string CaseOutcome::failing_log() const {
+  for (const auto& p : phases) {
+    if (!p.ran || p.ok()) continue;
+    int rank = p.result.first_failure.rank >= 0 ? p.result.first_failure.rank : 0;
+    if (p.result.timed_out)  // the first rank still running when time ran out: the one to read
+      for (const auto& e : p.result.exits)
+        if (e.signal == SIGTERM || e.signal == SIGKILL) {
+          rank = e.rank;
+          break;
+        }
+    return p.log_path(rank);
+  }
+  for (auto it = phases.rbegin(); it != phases.rend(); ++it)
+    if (it->ran) return it->log_path(0);
+  return "";
+}
+
+bool RunResult::all_met() const {
+  if (interrupted_by != 0) return false;
+  for (const auto& c : cases)
+    if (!c.met_expectation()) return false;
+  return true;
+}
+
+RunResult run_cases(const Plan& plan, const RunOptions& opt) {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto now_s = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+  Launcher launcher{[](const LaunchSpec& spec) -> std::unique_ptr<PhaseProcess> {
+                      return std::make_unique<RankGroupProcess>(spec);
+                    },
+                    [](const std::set<pid_t>& keep) { sweep_orphans(keep); }};
+  std::unique_ptr<SlurmLauncher> slurm;  // outlives the loop: its destructor cancels what is left
+  if (opt.launcher == "slurm") {
+    slurm = std::make_unique<SlurmLauncher>(plan, opt.slurm);
+    launcher = slurm->launcher();
+  }
+  RunLoop loop(plan, opt, std::move(launcher));
+  while (loop.turn(now_s(), g_stop_signal)) {
+    if (opt.progress) {
+      std::fprintf(stderr, "\r\033[K%s", loop.progress_line(now_s()).c_str());
+      std::fflush(stderr);
+    }
+    ::usleep(2000);
+  }
+  if (opt.progress) std::fprintf(stderr, "\r\033[K");
+  sweep_orphans({});
+  return std::move(loop).result(now_s());
+}
+
+}  // namespace meshtest
