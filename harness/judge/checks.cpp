@@ -13,6 +13,8 @@
 #include <set>
 #include <sstream>
 
+#include "contract/checkpoint_format.h"
+#include "contract/dump_files.h"
 #include "readers/checkpoint_view.h"
 #include "readers/dcp.h"
 #include "readers/log_metrics.h"
@@ -20,6 +22,9 @@
 
 namespace fs = std::filesystem;
 using nlohmann::json;
+// The names in meshtrain's dump-folder files (metrics.jsonl, rank<R>.json, ...), shared with meshtrain.
+namespace files = contract::dump_files;
+namespace rank_file = contract::dump_files::rank_file;
 
 namespace meshtest {
 
@@ -98,12 +103,13 @@ Curve read_metrics_jsonl(const std::string& path) {
       const json j = json::parse(line);
       StepMetrics m;
       // NaN and inf are written as null by JSON encoders; keep them as NaN.
-      m.loss = j.at("loss").is_null() ? NAN : j.at("loss").get<double>();
-      m.has_grad_norm = j.contains("grad_norm");
-      m.grad_norm = m.has_grad_norm && !j.at("grad_norm").is_null() ? j.at("grad_norm").get<double>() : NAN;
-      if (j.contains("validation_loss"))
-        m.validation_loss = j.at("validation_loss").is_null() ? NAN : j.at("validation_loss").get<double>();
-      curve[j.at("step").get<long long>()] = m;
+      namespace f = files::metrics;
+      m.loss = j.at(f::kLoss).is_null() ? NAN : j.at(f::kLoss).get<double>();
+      m.has_grad_norm = j.contains(f::kGradNorm);
+      m.grad_norm = m.has_grad_norm && !j.at(f::kGradNorm).is_null() ? j.at(f::kGradNorm).get<double>() : NAN;
+      if (j.contains(f::kValidationLoss))
+        m.validation_loss = j.at(f::kValidationLoss).is_null() ? NAN : j.at(f::kValidationLoss).get<double>();
+      curve[j.at(f::kStep).get<long long>()] = m;
     } catch (const std::exception& e) {
       throw Failure{path + ":" + std::to_string(number) + ": not a metrics line: " + e.what(), ""};
     }
@@ -112,7 +118,7 @@ Curve read_metrics_jsonl(const std::string& path) {
   return curve;
 }
 
-Curve read_metrics(const std::string& dir) { return read_metrics_jsonl(dir + "/metrics.jsonl"); }
+Curve read_metrics(const std::string& dir) { return read_metrics_jsonl(dir + "/" + files::kMetricsFile); }
 
 // "<step> <value>" per line, torchtitan's tests/assets/losses/*.txt format.
 Curve read_golden(const std::string& path) {
@@ -434,14 +440,15 @@ struct MappedCheckpoint {
 // rank0.json says the phase saved.
 CheckpointSource checkpoint_source(const Target& t, const char* check) {
   if (t.spec && t.spec->outputs.checkpoint) return *t.spec->outputs.checkpoint;
-  std::ifstream in(t.dir + "/rank0.json");
+  std::ifstream in(t.dir + "/" + files::rank_file_name(0));
   const json rank0 = json::parse(in, nullptr, false);
-  if (!rank0.is_object() || !rank0.contains("checkpoint_folder"))
+  if (!rank0.is_object() || !rank0.contains(rank_file::kCheckpointFolder))
     throw Failure{std::string(check) + " needs outputs.checkpoint on " + t.label + " (where its checkpoint is)", ""};
-  const auto saved = rank0.value("checkpoint_steps_saved", std::vector<long long>());
-  if (saved.empty()) throw Failure{t.label + " saved no checkpoint (checkpoint_steps_saved is empty)", ""};
+  const auto saved = rank0.value(rank_file::kCheckpointStepsSaved, std::vector<long long>());
+  if (saved.empty())
+    throw Failure{t.label + " saved no checkpoint (" + rank_file::kCheckpointStepsSaved + " is empty)", ""};
   CheckpointSource source;
-  source.path = rank0["checkpoint_folder"].get<std::string>();
+  source.path = rank0[rank_file::kCheckpointFolder].get<std::string>();
   source.step = saved.back();
   return source;
 }
@@ -482,11 +489,12 @@ KeyShapes read_keys(const Target& t) {
 }
 
 KeyShapes read_keys(const std::string& dir) {
-  const json j = read_json(dir + "/state_dict_keys.json");
+  namespace f = files::state_dict_keys;
+  const json j = read_json(dir + "/" + files::kStateDictKeysFile);
   KeyShapes out;
   // Object keys (dataloader.dp_rank_<i>, ...) follow the data-parallel degree; tensors are compared.
-  for (const auto& [key, info] : j.at("keys").items())
-    if (info.value("kind", "") == "tensor") out[key] = info.contains("shape") ? info["shape"].dump() : "";
+  for (const auto& [key, info] : j.at(f::kKeys).items())
+    if (info.value(f::kKind, "") == f::kTensor) out[key] = info.contains(f::kShape) ? info[f::kShape].dump() : "";
   return out;
 }
 
@@ -555,8 +563,8 @@ void check_tokens_match(const CaseOutcome& o, const CheckSpec& spec, const FindC
 // Every rank's rank<R>.json, in rank order; a phase must leave one per rank.
 std::vector<json> read_rank_files(const Target& t) {
   std::vector<json> out;
-  for (int r = 0; fs::exists(t.dir + "/rank" + std::to_string(r) + ".json"); ++r)
-    out.push_back(read_json(t.dir + "/rank" + std::to_string(r) + ".json"));
+  for (int r = 0; fs::exists(t.dir + "/" + files::rank_file_name(r)); ++r)
+    out.push_back(read_json(t.dir + "/" + files::rank_file_name(r)));
   if (out.empty()) throw Failure{t.label + " left no rank<R>.json files in " + t.dir, ""};
   if (static_cast<int>(out.size()) != t.phase->nproc)
     throw Failure{t.label + " has " + std::to_string(t.phase->nproc) + " ranks but left " + std::to_string(out.size()) +
@@ -570,9 +578,10 @@ void check_replicas_equal(const CaseOutcome& o, const CheckSpec& spec, const Fin
   std::map<std::string, std::vector<std::pair<int, std::string>>> pieces;
   const std::vector<json> ranks = read_rank_files(t);
   for (size_t r = 0; r < ranks.size(); ++r) {
-    for (const auto& [key, p] : ranks[r].at("local_params").items()) {
-      const std::string piece = key + " offsets " + p.at("offsets").dump() + " sizes " + p.at("sizes").dump();
-      pieces[piece].emplace_back(static_cast<int>(r), p.at("fnv1a64").dump());
+    for (const auto& [key, p] : ranks[r].at(rank_file::kLocalParams).items()) {
+      const std::string piece =
+          key + " offsets " + p.at(rank_file::kPieceOffsets).dump() + " sizes " + p.at(rank_file::kPieceSizes).dump();
+      pieces[piece].emplace_back(static_cast<int>(r), p.at(rank_file::kPieceFnv1a64).dump());
     }
   }
   for (const auto& [piece, holders] : pieces)
@@ -592,11 +601,12 @@ void check_params_match(const CaseOutcome& o, const CheckSpec& spec, const FindC
   } else {
     const auto ref = reference(o, spec, find);
     if (!ref) throw Failure{"params_match needs against, baseline or golden", ""};
-    want_path = ref->dir + "/param_digest.json";
+    want_path = ref->dir + "/" + files::kParamDigestFile;
     want_label = ref->label;
   }
-  const json a = read_json(t.dir + "/param_digest.json").at("params");
-  const json b = read_json(want_path).at("params");
+  namespace digest = files::param_digest;
+  const json a = read_json(t.dir + "/" + files::kParamDigestFile).at(digest::kParams);
+  const json b = read_json(want_path).at(digest::kParams);
   const double rtol = param_or(spec, "rtol", 1e-5), atol = param_or(spec, "atol", 0);
   for (const auto& [key, want] : b.items()) {
     if (!a.contains(key)) {
@@ -606,8 +616,8 @@ void check_params_match(const CaseOutcome& o, const CheckSpec& spec, const FindC
   }
   std::optional<Finding> first;  // every key is compared, so the margin covers them all
   for (const auto& [key, want] : b.items()) {
-    const double l2 = want.at("l2").get<double>();
-    for (const char* field : {"l2", "sum"}) {
+    const double l2 = want.at(digest::kL2).get<double>();
+    for (const char* field : {digest::kL2, digest::kSum}) {
       const double x = a[key].at(field).get<double>(), y = want.at(field).get<double>();
       // A trained weight's sum can be near zero: both fields are judged against the norm.
       widen_margin(result, std::fabs(x - y), atol + rtol * std::fabs(l2));
@@ -650,25 +660,28 @@ void check_saved_once(const CaseOutcome& o, const CheckSpec& spec, const FindCas
   uint64_t written = 0;
   std::string per_rank;
   for (size_t r = 0; r < ranks.size(); ++r) {
-    for (const char* key : {"checkpoint_tensor_bytes_written", "checkpoint_steps_saved", "checkpoint_folder"})
+    for (const char* key : {rank_file::kCheckpointTensorBytesWritten, rank_file::kCheckpointStepsSaved, rank_file::kCheckpointFolder})
       if (!ranks[r].contains(key))
-        throw Failure{t.dir + "/rank" + std::to_string(r) + ".json has no " + key + " (saved_once reads meshtrain's rank files)", ""};
-    const auto bytes = ranks[r]["checkpoint_tensor_bytes_written"].get<uint64_t>();
+        throw Failure{t.dir + "/" + files::rank_file_name(static_cast<int>(r)) + " has no " + key +
+                          " (saved_once reads meshtrain's rank files)",
+                      ""};
+    const auto bytes = ranks[r][rank_file::kCheckpointTensorBytesWritten].get<uint64_t>();
     written += bytes;
     per_rank += "rank " + std::to_string(r) + ": " + std::to_string(bytes) + " tensor bytes written\n";
   }
-  const auto saved = ranks[0]["checkpoint_steps_saved"].get<std::vector<long long>>();
-  const std::string folder = ranks[0]["checkpoint_folder"].get<std::string>();
-  if (saved.empty()) throw Failure{t.label + " saved no checkpoint (checkpoint_steps_saved is empty)", ""};
+  const auto saved = ranks[0][rank_file::kCheckpointStepsSaved].get<std::vector<long long>>();
+  const std::string folder = ranks[0][rank_file::kCheckpointFolder].get<std::string>();
+  if (saved.empty())
+    throw Failure{t.label + " saved no checkpoint (" + rank_file::kCheckpointStepsSaved + " is empty)", ""};
   uint64_t state = 0;
   std::string steps;
   for (long long step : saved) {
-    const std::string dir = folder + "/step-" + std::to_string(step);
-    if (!fs::exists(dir + "/.metadata"))
-      throw Failure{t.label + " saved step-" + std::to_string(step) + " but " + dir +
+    const std::string name = contract::step_folder_name(step), dir = folder + "/" + name;
+    if (!fs::exists(fs::path(dir) / contract::kMetadataFile))
+      throw Failure{t.label + " saved " + name + " but " + dir +
                         " is gone (removed by --checkpoint.keep-latest-k or a later phase)", ""};
     state += state_bytes(dir, t.label);
-    steps += (steps.empty() ? "step-" : ", step-") + std::to_string(step);
+    steps += (steps.empty() ? "" : ", ") + name;
   }
   if (written == state) return;
   char ratio[32];
