@@ -1,5 +1,6 @@
 #include "contract/placement.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace contract {
@@ -47,6 +48,35 @@ std::string to_string(const Chunk& c) {
     return s + "]";
   };
   return "offsets " + list(c.offsets) + " sizes " + list(c.sizes);
+}
+
+bool Box::empty() const {
+  for (size_t d = 0; d < lo.size(); ++d)
+    if (hi[d] <= lo[d]) return true;
+  return false;
+}
+
+Box box_of(const std::vector<int64_t>& offsets, const std::vector<int64_t>& sizes) {
+  Box b{offsets, offsets};
+  for (size_t d = 0; d < sizes.size(); ++d) b.hi[d] += sizes[d];
+  return b;
+}
+
+Box intersect(const Box& a, const Box& b) {
+  Box o = a;
+  for (size_t d = 0; d < a.lo.size(); ++d) o.lo[d] = std::max(a.lo[d], b.lo[d]), o.hi[d] = std::min(a.hi[d], b.hi[d]);
+  return o;
+}
+
+int64_t first_split_start(const ParamLayout& layout) {
+  return local_chunk(layout.global_shape, {layout.splits.front()}).offsets[static_cast<size_t>(layout.splits.front().dim)];
+}
+
+bool writes_chunk(const ParamLayout& layout, const MeshCoord& coord) {
+  const auto& over = layout.sharded_over;
+  for (MeshDim d : {MeshDim::kDpReplicate, MeshDim::kDpShard, MeshDim::kCp, MeshDim::kTp})
+    if (std::find(over.begin(), over.end(), d) == over.end() && coord.at(d) != 0) return false;
+  return true;
 }
 
 }  // namespace contract

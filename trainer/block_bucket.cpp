@@ -13,9 +13,9 @@ namespace {
 // A gradient reduce-scattered over dp_shard becomes this rank's piece of the mean
 // gradient: summed over dp_replicate (unless that is done), divided by the data-parallel
 // degree. In place.
-torch::Tensor finish_gradient(torch::Tensor grad, const ParamLayout& layout, bool replicas_summed) {
-  if (!replicas_summed && !injected(Fault::kHsdpReplicasUnsynced)) layout.replicate_group->all_reduce_sum(grad);
-  if (!injected(Fault::kGradSumNotMean) && layout.grad_divisor != 1.0) grad.div_(layout.grad_divisor);
+torch::Tensor finish_gradient(torch::Tensor grad, const DataParallelWiring& wiring, bool replicas_summed) {
+  if (!replicas_summed && !injected(Fault::kHsdpReplicasUnsynced)) wiring.replicate_group->all_reduce_sum(grad);
+  if (!injected(Fault::kGradSumNotMean) && wiring.grad_divisor != 1.0) grad.div_(wiring.grad_divisor);
   return grad;
 }
 
@@ -93,16 +93,15 @@ bool BlockBucket::even() const {
 
 void BlockBucket::start_gather() {
   if (pending_gather_) return;
-  const ParamLayout& first = *layouts_.front();
   std::vector<torch::Tensor> flat;
   gather_versions_.clear();
   for (const auto& p : pieces_) {
     flat.push_back(p.detach().flatten());
     gather_versions_.push_back(p._version());
   }
-  auto mine = torch::cat(flat).to(options_.device, first.param_dtype);
+  auto mine = torch::cat(flat).to(options_.device, options_.wiring.param_dtype);
   if (mine.numel() < width()) mine = torch::cat({mine, mine.new_zeros({width() - mine.numel()})});
-  pending_gather_ = first.shard_group->start_all_gather(mine);
+  pending_gather_ = options_.wiring.shard_group->start_all_gather(mine);
 }
 
 torch::Tensor BlockBucket::take_gather() {
@@ -222,7 +221,7 @@ void BlockBucket::reduce(const std::vector<torch::Tensor>& grads) {
   bool complete = true;  // every element is written below: no need to zero
   for (const auto& g : grads) complete &= g.defined();
   for (size_t r = 0; r < ranks; ++r) complete &= rank_numel(r) == w;
-  const auto options = pieces_.front().options().device(options_.device).dtype(first.reduce_dtype);
+  const auto options = pieces_.front().options().device(options_.device).dtype(options_.wiring.reduce_dtype);
   auto flat = complete ? torch::empty({static_cast<int64_t>(ranks) * w}, options)
                        : torch::zeros({static_cast<int64_t>(ranks) * w}, options);
   torch::NoGradGuard no_grad;
@@ -246,9 +245,9 @@ void BlockBucket::reduce(const std::vector<torch::Tensor>& grads) {
   if (next_ != nullptr) next_->finish_reduce();
   // Under DDP (one shard) the all-reduce itself is what overlaps; under FSDP and HSDP the
   // reduce-scatter (HSDP's all-reduce of the shard follows when it lands).
-  reduced_over_replicas_ = first.shard_group->size() == 1 && !injected(Fault::kHsdpReplicasUnsynced);
-  pending_reduce_ = reduced_over_replicas_ ? first.replicate_group->start_all_reduce_sum(flat)
-                                           : first.shard_group->start_reduce_scatter_sum(flat);
+  reduced_over_replicas_ = options_.wiring.shard_group->size() == 1 && !injected(Fault::kHsdpReplicasUnsynced);
+  pending_reduce_ = reduced_over_replicas_ ? options_.wiring.replicate_group->start_all_reduce_sum(flat)
+                                           : options_.wiring.shard_group->start_reduce_scatter_sum(flat);
   torch::autograd::Engine::get_default_engine().queue_callback([this] { finish_reduce(); });
   // This backward's weights are done with: release them (autograd frees its references
   // as it goes).
@@ -266,9 +265,8 @@ void BlockBucket::finish_reduce() {
   if (!pending_reduce_) return;
   auto mine = pending_reduce_();
   pending_reduce_ = nullptr;
-  const ParamLayout& first = *layouts_.front();
-  mine = finish_gradient(mine, first, reduced_over_replicas_);
-  const auto rank = static_cast<size_t>(first.shard_group->rank());
+  mine = finish_gradient(mine, options_.wiring, reduced_over_replicas_);
+  const auto rank = static_cast<size_t>(options_.wiring.shard_group->rank());
   int64_t at = 0;
   torch::NoGradGuard no_grad;
   for (size_t i = 0; i < pieces_.size(); ++i) {

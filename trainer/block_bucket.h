@@ -28,9 +28,21 @@
 #include <vector>
 
 #include "comm.h"
-#include "parallelize.h"
+#include "contract/placement.h"
 
 namespace meshtrain {
+using namespace contract;  // the mesh, placement and hash names meshtrain shares with meshtest
+
+// How a bucket's pieces talk: the groups they are gathered and reduced over and the dtypes
+// they travel in. Every weight of a bucket shares them (parallelize.cpp gives expert-parallel
+// experts buckets of their own).
+struct DataParallelWiring {
+  Comm* shard_group = nullptr;      // all-gathers the pieces, reduce-scatters the gradients
+  Comm* replicate_group = nullptr;  // HSDP and DDP: gradients are summed over the replicas
+  double grad_divisor = 1.0;        // gradients are averaged over the dp degree
+  torch::ScalarType param_dtype = torch::kFloat32;   // what the gathered weights compute in
+  torch::ScalarType reduce_dtype = torch::kFloat32;  // what gradients are reduced in
+};
 
 // FSDP2's way to free a tensor autograd has saved without touching the graph: the memory
 // goes, the storage object (which autograd's saved references share) stays, with zero
@@ -50,6 +62,7 @@ class BlockBucket {
     // live elsewhere: with CPU offload they stay in host memory between steps, and their
     // gradients land there.
     torch::Device device = torch::kCPU;
+    DataParallelWiring wiring;
   };
   explicit BlockBucket(Options options) : options_(options) {}
 

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -145,28 +146,6 @@ std::string read_text(const std::string& path) {
   return s.str();
 }
 
-// A chunk of the global tensor as two corners; empty if any extent is empty.
-struct Box {
-  std::vector<int64_t> lo, hi;
-  bool empty() const {
-    for (size_t d = 0; d < lo.size(); ++d)
-      if (hi[d] <= lo[d]) return true;
-    return false;
-  }
-};
-
-Box box_of(const std::vector<int64_t>& offsets, const std::vector<int64_t>& sizes) {
-  Box b{offsets, offsets};
-  for (size_t d = 0; d < sizes.size(); ++d) b.hi[d] += sizes[d];
-  return b;
-}
-
-Box intersect(const Box& a, const Box& b) {
-  Box o = a;
-  for (size_t d = 0; d < a.lo.size(); ++d) o.lo[d] = std::max(a.lo[d], b.lo[d]), o.hi[d] = std::min(a.hi[d], b.hi[d]);
-  return o;
-}
-
 std::vector<int64_t> strides_of(const std::vector<int64_t>& sizes) {
   std::vector<int64_t> s(sizes.size(), 1);
   for (int d = static_cast<int>(sizes.size()) - 2; d >= 0; --d) s[d] = s[d + 1] * sizes[d + 1];
@@ -298,8 +277,8 @@ std::set<std::string> parse_exclusions(const std::string& list) {
   return out;
 }
 
-Checkpointer::Checkpointer(CheckpointConfig config, MeshGroups& groups, int rank)
-    : config_(std::move(config)), groups_(groups), rank_(rank) {
+CheckpointReader::CheckpointReader(CheckpointConfig config, MeshShape shape)
+    : config_(std::move(config)), shape_(shape) {
   if (config_.key_style != "canonical" && config_.key_style != "parametrize")
     throw std::invalid_argument("--checkpoint.key-style '" + config_.key_style + "' (known: canonical, parametrize)");
   if (config_.key_map != "none" && config_.key_map != "parametrize-to-canonical")
@@ -307,20 +286,23 @@ Checkpointer::Checkpointer(CheckpointConfig config, MeshGroups& groups, int rank
                                 "' (known: none, parametrize-to-canonical)");
 }
 
-std::string Checkpointer::step_dir(int64_t step) const { return config_.folder + "/step-" + std::to_string(step); }
+Checkpointer::Checkpointer(CheckpointConfig config, MeshGroups& groups, int rank)
+    : CheckpointReader(std::move(config), groups.shape), groups_(groups), rank_(rank) {}
 
-std::string Checkpointer::saved_key(const std::string& key) const {
+std::string CheckpointReader::step_dir(int64_t step) const { return config_.folder + "/step-" + std::to_string(step); }
+
+std::string CheckpointReader::saved_key(const std::string& key) const {
   if (!injected(Fault::kKeysRenamed)) return styled_key(key);
   std::string renamed = styled_key(key);
   const auto at = renamed.find("tok_embeddings");
   return at == std::string::npos ? renamed : renamed.replace(at, 14, "tok_embedding");
 }
 
-std::string Checkpointer::styled_key(const std::string& canonical) const {
+std::string CheckpointReader::styled_key(const std::string& canonical) const {
   // torch.nn.utils.parametrize renames a wrapped parameter `w` of module m to
   // m.parametrizations.w.original. SimpleFSDP wraps every parameter in data parallel,
   // which context parallel implies (FSDP over dp_shard x cp).
-  const bool wrapped = groups_.shape.dp() * groups_.shape.cp > 1;
+  const bool wrapped = shape_.dp() * shape_.cp > 1;
   if (config_.key_style != "parametrize" || !wrapped || config_.key_map != "none") return canonical;
   if (canonical.find(".weight") == std::string::npos) return canonical;
   const std::string leaf = ".weight";
@@ -329,8 +311,44 @@ std::string Checkpointer::styled_key(const std::string& canonical) const {
   return canonical.substr(0, pos) + ".parametrizations.weight.original" + canonical.substr(pos + leaf.size());
 }
 
+std::vector<int64_t> CheckpointReader::complete_steps() const {
+  std::vector<int64_t> steps;
+  std::error_code ec;
+  if (!fs::is_directory(config_.folder, ec)) return steps;
+  for (const auto& entry : fs::directory_iterator(config_.folder)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("step-", 0) != 0 || !fs::exists(entry.path() / kMetadata)) continue;
+    try {
+      steps.push_back(std::stoll(name.substr(5)));
+    } catch (const std::exception&) {
+    }
+  }
+  return steps;
+}
+
+std::optional<int64_t> CheckpointReader::latest_step() const {
+  const auto steps = complete_steps();
+  if (steps.empty()) return std::nullopt;
+  return *std::max_element(steps.begin(), steps.end());
+}
+
+// ---- save
+
 void Checkpointer::save(int64_t step, const std::vector<CheckpointTensor>& tensors, const json& objects,
                         torch::ScalarType dtype) {
+  const std::string tmp = make_temporary_folder(step);
+  groups_.world->barrier();
+  write_own_chunks(tmp, tensors, objects, dtype, step);
+  groups_.world->barrier();
+  if (rank_ == 0) {
+    write_file(tmp + "/" + kMetadata, metadata(step, merge_plans(tmp)).dump(1));  // last: it marks the folder whole
+    publish(tmp, step);
+    if (config_.keep_latest_k > 0) remove_old_steps();
+  }
+  groups_.world->barrier();
+}
+
+std::string Checkpointer::make_temporary_folder(int64_t step) {
   const std::string tmp = config_.folder + "/.tmp-step-" + std::to_string(step);
   if (rank_ == 0) {
     std::error_code ec;
@@ -338,21 +356,20 @@ void Checkpointer::save(int64_t step, const std::vector<CheckpointTensor>& tenso
     fs::create_directories(tmp, ec);
     if (ec) fail("checkpoint: cannot create '" + tmp + "': " + ec.message());
   }
-  groups_.world->barrier();
+  return tmp;
+}
 
-  // This rank's data file: the chunks it owns, back to back, raw little-endian `dtype`,
-  // each followed by its leaf checksums. Written as it is produced, one tensor in memory.
+// This rank's data file: the chunks it owns, back to back, raw little-endian `dtype`,
+// each followed by its leaf checksums, written as it is produced (one tensor in memory);
+// then its plan: where each chunk landed, and its objects.
+void Checkpointer::write_own_chunks(const std::string& tmp, const std::vector<CheckpointTensor>& tensors,
+                                    const json& objects, torch::ScalarType dtype, int64_t step) {
   const std::string file = "__" + std::to_string(rank_) + "_0.distcp";
   DurableFile data_file(tmp + "/" + file);
   json entries = json::object();
   for (const auto& t : tensors) {
     const Chunk& c = t.layout->chunk;
-    // One copy of replicated chunks: the rank at coordinate 0 of every unsharded mesh dim.
-    bool owner = true;
-    for (MeshDim d : {MeshDim::kDpReplicate, MeshDim::kDpShard, MeshDim::kCp, MeshDim::kTp}) {
-      const auto& over = t.layout->sharded_over;
-      if (std::find(over.begin(), over.end(), d) == over.end() && groups_.coord.at(d) != 0) owner = false;
-    }
+    const bool owner = writes_chunk(*t.layout, groups_.coord);
     if (c.numel() == 0 || (!owner && !injected(Fault::kReplicasWriteTheirCopy))) continue;
     auto data = t.local.detach().to(torch::kCPU, dtype).contiguous();
     const auto* p = static_cast<const char*>(data.data_ptr());
@@ -381,66 +398,69 @@ void Checkpointer::save(int64_t step, const std::vector<CheckpointTensor>& tenso
   io_.steps_saved.push_back(step);
   data_file.sync_and_close();
   write_file(tmp + "/rank" + std::to_string(rank_) + ".plan.json", json{{"tensors", entries}, {"objects", objects}}.dump());
-  groups_.world->barrier();
+}
 
-  if (rank_ == 0) {
-    // Merge the plans, check every tensor is covered exactly once, write metadata last.
-    json keys = json::object();
-    for (int r = 0; r < groups_.world->size(); ++r) {
-      const std::string plan_path = tmp + "/rank" + std::to_string(r) + ".plan.json";
-      json plan = json::parse(read_text(plan_path));
-      for (auto& [key, e] : plan["tensors"].items()) {
-        auto& k = keys[key];
-        k["kind"] = "tensor", k["dtype"] = e["dtype"], k["shape"] = e["shape"];
-        e.erase("shape"), e.erase("dtype");
-        k["chunks"].push_back(e);
-      }
-      for (auto& [key, value] : plan["objects"].items()) keys[key] = {{"kind", "object"}, {"value", value}};
-      fs::remove(plan_path);
+// Merges the ranks' plans into the metadata's keys and checks every tensor is covered
+// exactly once.
+json Checkpointer::merge_plans(const std::string& tmp) const {
+  json keys = json::object();
+  for (int r = 0; r < groups_.world->size(); ++r) {
+    const std::string plan_path = tmp + "/rank" + std::to_string(r) + ".plan.json";
+    json plan = json::parse(read_text(plan_path));
+    for (auto& [key, e] : plan["tensors"].items()) {
+      auto& k = keys[key];
+      k["kind"] = "tensor", k["dtype"] = e["dtype"], k["shape"] = e["shape"];
+      e.erase("shape"), e.erase("dtype");
+      k["chunks"].push_back(e);
     }
-    for (auto& [key, k] : keys.items()) {
-      if (k["kind"] != "tensor") continue;
-      int64_t numel = 1, covered = 0;
-      for (auto d : k["shape"].get<std::vector<int64_t>>()) numel *= d;
-      std::vector<Box> boxes;
-      for (const auto& c : k["chunks"]) {
-        Box b = box_of(c["offsets"].get<std::vector<int64_t>>(), c["sizes"].get<std::vector<int64_t>>());
-        for (const auto& other : boxes)
-          if (!intersect(b, other).empty()) fail("checkpoint: save plan writes overlapping chunks of '" + key + "'");
-        boxes.push_back(b);
-        covered += Chunk{c["offsets"], c["sizes"]}.numel();
-      }
-      if (covered != numel)
-        fail("checkpoint: save plan covers " + std::to_string(covered) + " of " + std::to_string(numel) +
-             " elements of '" + key + "'");
-    }
-    json metadata = {{"format_version", kCheckpointFormatVersion},
-                     {"step", step},
-                     {"writer_mesh", groups_.shape.to_string()},
-                     {"key_style", config_.key_style},
-                     {"keys", keys}};
-    write_file(tmp + "/" + kMetadata, metadata.dump(1));
-    // Publish: one rename. An older folder of the same step moves aside first.
-    const std::string final_dir = step_dir(step), old = final_dir + ".old";
-    std::error_code ec;
-    if (fs::exists(final_dir)) fs::rename(final_dir, old);
-    fs::rename(tmp, final_dir);
-    fs::remove_all(old, ec);
-    if (config_.keep_latest_k > 0) {
-      std::vector<int64_t> steps;
-      for (const auto& entry : fs::directory_iterator(config_.folder)) {
-        const std::string name = entry.path().filename().string();
-        if (name.rfind("step-", 0) == 0 && fs::exists(entry.path() / kMetadata)) steps.push_back(std::stoll(name.substr(5)));
-      }
-      std::sort(steps.rbegin(), steps.rend());
-      for (size_t i = static_cast<size_t>(config_.keep_latest_k); i < steps.size(); ++i) {
-        // Metadata first: a folder half-deleted by a crash must not look complete.
-        fs::remove(step_dir(steps[i]) + "/" + kMetadata, ec);
-        fs::remove_all(step_dir(steps[i]), ec);
-      }
-    }
+    for (auto& [key, value] : plan["objects"].items()) keys[key] = {{"kind", "object"}, {"value", value}};
+    fs::remove(plan_path);
   }
-  groups_.world->barrier();
+  for (auto& [key, k] : keys.items()) {
+    if (k["kind"] != "tensor") continue;
+    int64_t numel = 1, covered = 0;
+    for (auto d : k["shape"].get<std::vector<int64_t>>()) numel *= d;
+    std::vector<Box> boxes;
+    for (const auto& c : k["chunks"]) {
+      Box b = box_of(c["offsets"].get<std::vector<int64_t>>(), c["sizes"].get<std::vector<int64_t>>());
+      for (const auto& other : boxes)
+        if (!intersect(b, other).empty()) fail("checkpoint: save plan writes overlapping chunks of '" + key + "'");
+      boxes.push_back(b);
+      covered += Chunk{c["offsets"], c["sizes"]}.numel();
+    }
+    if (covered != numel)
+      fail("checkpoint: save plan covers " + std::to_string(covered) + " of " + std::to_string(numel) +
+           " elements of '" + key + "'");
+  }
+  return keys;
+}
+
+json Checkpointer::metadata(int64_t step, const json& keys) const {
+  return {{"format_version", kCheckpointFormatVersion},
+          {"step", step},
+          {"writer_mesh", groups_.shape.to_string()},
+          {"key_style", config_.key_style},
+          {"keys", keys}};
+}
+
+// One rename makes the folder visible. An older folder of the same step moves aside first.
+void Checkpointer::publish(const std::string& tmp, int64_t step) const {
+  const std::string final_dir = step_dir(step), old = final_dir + ".old";
+  std::error_code ec;
+  if (fs::exists(final_dir)) fs::rename(final_dir, old);
+  fs::rename(tmp, final_dir);
+  fs::remove_all(old, ec);
+}
+
+void Checkpointer::remove_old_steps() const {
+  std::vector<int64_t> steps = complete_steps();
+  std::sort(steps.rbegin(), steps.rend());
+  std::error_code ec;
+  for (size_t i = static_cast<size_t>(config_.keep_latest_k); i < steps.size(); ++i) {
+    // Metadata first: a folder half-deleted by a crash must not look complete.
+    fs::remove(step_dir(steps[i]) + "/" + kMetadata, ec);
+    fs::remove_all(step_dir(steps[i]), ec);
+  }
 }
 
 void Checkpointer::check_writable() const {
@@ -458,24 +478,20 @@ void Checkpointer::check_writable() const {
          "; refusing to train a run that could not save");
 }
 
-std::optional<int64_t> Checkpointer::latest_step() const {
-  std::optional<int64_t> best;
-  std::error_code ec;
-  if (!fs::is_directory(config_.folder, ec)) return best;
-  for (const auto& entry : fs::directory_iterator(config_.folder)) {
-    const std::string name = entry.path().filename().string();
-    if (name.rfind("step-", 0) != 0 || !fs::exists(entry.path() / kMetadata)) continue;
-    try {
-      const int64_t s = std::stoll(name.substr(5));
-      if (!best || s > *best) best = s;
-    } catch (const std::exception&) {
-    }
-  }
-  return best;
+// ---- load
+
+json CheckpointReader::load(int64_t step, const std::vector<CheckpointTensor>& tensors) {
+  const std::string dir = step_dir(step), meta_path = dir + "/" + kMetadata;
+  const json keys = mapped_keys(read_metadata(meta_path).at("keys"));
+  torch::NoGradGuard no_grad;
+  for (const auto& t : tensors) load_tensor(dir, meta_path, keys, t);
+  json objects = json::object();
+  for (auto& [key, value] : keys.items())
+    if (value.value("kind", "") == "object") objects[key] = value.at("value");
+  return objects;
 }
 
-json Checkpointer::load(int64_t step, const std::vector<CheckpointTensor>& tensors) {
-  const std::string dir = step_dir(step), meta_path = dir + "/" + kMetadata;
+json CheckpointReader::read_metadata(const std::string& meta_path) const {
   json metadata;
   try {
     metadata = json::parse(read_text(meta_path));
@@ -485,96 +501,103 @@ json Checkpointer::load(int64_t step, const std::vector<CheckpointTensor>& tenso
   if (metadata.value("format_version", 0) != kCheckpointFormatVersion)
     fail("checkpoint: '" + meta_path + "' has format_version " + metadata.value("format_version", json()).dump() +
          ", this meshtrain reads " + std::to_string(kCheckpointFormatVersion));
-  json keys = metadata.at("keys");
-  if (config_.key_map == "parametrize-to-canonical") {
-    json mapped = json::object();
-    const std::string from = ".parametrizations.weight.original", to = ".weight";
-    for (auto& [key, value] : keys.items()) {
-      std::string k = key;
-      if (auto p = k.find(from); p != std::string::npos) k.replace(p, from.size(), to);
-      mapped[k] = value;
-    }
-    keys = mapped;
-  }
+  return metadata;
+}
 
-  torch::NoGradGuard no_grad;
-  for (const auto& t : tensors) {
-    const std::string key = saved_key(t.key);
-    if (!keys.contains(key)) {
-      const bool model_only = keys.contains("train_state") && keys["train_state"].value("value", json::object()).value("model_only", false);
-      if (model_only)
-        fail("checkpoint: '" + dir + "' is a model-only export (--checkpoint.last-save-model-only) without " + key +
-             "; start a run from its weights with --checkpoint.initial-load-path " + dir +
-             ", or load only the model (--checkpoint.exclude-from-loading optimizer,lr_scheduler,dataloader)");
-      fail("Missing key in checkpoint state_dict: " + key + ".");
-    }
-    const json& k = keys[key];
-    const auto shape = k.at("shape").get<std::vector<int64_t>>();
-    if (shape != t.layout->global_shape)
-      fail("checkpoint: '" + meta_path + "': size mismatch for " + key + ": saved " + shape_str(shape) +
-           ", current " + shape_str(t.layout->global_shape));
-    const Chunk& want = t.layout->chunk;
-    const Box mine = box_of(want.offsets, want.sizes);
-    const std::string dtype = k.value("dtype", "float32");
-    if (dtype != "float32" && dtype != "bfloat16")
-      fail("checkpoint: '" + meta_path + "': " + key + " has dtype " + dtype + " (known: float32, bfloat16)");
-    // Read in the saved dtype; copy_ below converts to the parameter's.
-    auto local = torch::empty(want.sizes, dtype == "bfloat16" ? torch::kBFloat16 : torch::kFloat32);  // every element is read below
-    const int64_t elem = static_cast<int64_t>(local.element_size());
-    auto* out = static_cast<char*>(local.data_ptr());
-    const auto local_strides = strides_of(want.sizes);
-    // Every element is read exactly once (the buffer starts uninitialised): chunks that
-    // overlap could make the count come out right with elements missing.
-    std::vector<Box> saved_boxes;
-    for (const auto& c : k.at("chunks")) {
-      const auto offsets = c.at("offsets").get<std::vector<int64_t>>(), sizes = c.at("sizes").get<std::vector<int64_t>>();
-      if (offsets.size() != shape.size() || sizes.size() != shape.size()) continue;  // reported below
-      const Box box = box_of(offsets, sizes);
-      for (const auto& other : saved_boxes)
-        if (!intersect(box, other).empty())
-          fail("checkpoint: '" + meta_path + "': chunks of '" + key + "' overlap: the metadata is corrupt");
-      saved_boxes.push_back(box);
-    }
-    int64_t filled = 0;
-    for (const auto& c : k.at("chunks")) {
-      const auto offsets = c.at("offsets").get<std::vector<int64_t>>(), sizes = c.at("sizes").get<std::vector<int64_t>>();
-      if (offsets.size() != shape.size() || sizes.size() != shape.size())
-        fail("checkpoint: '" + meta_path + "': a chunk of '" + key + "' has the wrong rank");
-      for (size_t d = 0; d < shape.size(); ++d)
-        if (offsets[d] < 0 || sizes[d] < 0 || offsets[d] + sizes[d] > shape[d])
-          fail("checkpoint: '" + meta_path + "': a chunk of '" + key + "' lies outside " + shape_str(shape));
-      const Box saved = box_of(offsets, sizes);
-      const Box overlap = intersect(mine, saved);
-      if (overlap.empty()) continue;
-      ChunkReader reader(dir, key, c, io_);
-      const auto saved_strides = strides_of(sizes);
-      // Runs adjacent both in the file and in memory are read as one (a whole chunk, when
-      // this rank needs all of it).
-      int64_t from = 0, bytes = 0;
-      char* to = nullptr;
-      for_each_run(overlap, [&](const std::vector<int64_t>& idx, int64_t run) {
-        const int64_t src = flat_index(idx, offsets, saved_strides) * elem;
-        char* dst = out + flat_index(idx, want.offsets, local_strides) * elem;
-        if (bytes > 0 && src == from + bytes && dst == to + bytes) {
-          bytes += run * elem;
-        } else {
-          reader.copy(from, bytes, to);
-          from = src, to = dst, bytes = run * elem;
-        }
-        filled += run;
-      });
-      reader.copy(from, bytes, to);
-    }
-    if (filled != want.numel())
-      fail("checkpoint: '" + meta_path + "': chunks of '" + key + "' cover " + std::to_string(filled) + " of the " +
-           std::to_string(want.numel()) + " elements this rank needs");
-    if (injected(Fault::kWrongShardOffset) && local.dim() > 0 && local.size(0) > 1) local = local.roll(1, 0);
-    t.local.copy_(local.view(t.local.sizes()));
+json CheckpointReader::mapped_keys(json keys) const {
+  if (config_.key_map != "parametrize-to-canonical") return keys;
+  json mapped = json::object();
+  const std::string from = ".parametrizations.weight.original", to = ".weight";
+  for (auto& [key, value] : keys.items()) {
+    std::string k = key;
+    if (auto p = k.find(from); p != std::string::npos) k.replace(p, from.size(), to);
+    mapped[k] = value;
   }
-  json objects = json::object();
-  for (auto& [key, value] : keys.items())
-    if (value.value("kind", "") == "object") objects[key] = value.at("value");
-  return objects;
+  return mapped;
+}
+
+namespace {
+
+[[noreturn]] void missing_key(const json& keys, const std::string& dir, const std::string& key) {
+  const bool model_only = keys.contains("train_state") && keys["train_state"].value("value", json::object()).value("model_only", false);
+  if (model_only)
+    fail("checkpoint: '" + dir + "' is a model-only export (--checkpoint.last-save-model-only) without " + key +
+         "; start a run from its weights with --checkpoint.initial-load-path " + dir +
+         ", or load only the model (--checkpoint.exclude-from-loading optimizer,lr_scheduler,dataloader)");
+  fail("Missing key in checkpoint state_dict: " + key + ".");
+}
+
+// Every element is read exactly once (the buffer starts uninitialised): chunks that
+// overlap could make the count come out right with elements missing.
+void check_saved_chunks_disjoint(const json& chunks, size_t rank, const std::string& meta_path, const std::string& key) {
+  std::vector<Box> saved_boxes;
+  for (const auto& c : chunks) {
+    const auto offsets = c.at("offsets").get<std::vector<int64_t>>(), sizes = c.at("sizes").get<std::vector<int64_t>>();
+    if (offsets.size() != rank || sizes.size() != rank) continue;  // reported by the caller
+    const Box box = box_of(offsets, sizes);
+    for (const auto& other : saved_boxes)
+      if (!intersect(box, other).empty())
+        fail("checkpoint: '" + meta_path + "': chunks of '" + key + "' overlap: the metadata is corrupt");
+    saved_boxes.push_back(box);
+  }
+}
+
+}  // namespace
+
+void CheckpointReader::load_tensor(const std::string& dir, const std::string& meta_path, const json& keys,
+                                   const CheckpointTensor& t) {
+  const std::string key = saved_key(t.key);
+  if (!keys.contains(key)) missing_key(keys, dir, key);
+  const json& k = keys[key];
+  const auto shape = k.at("shape").get<std::vector<int64_t>>();
+  if (shape != t.layout->global_shape)
+    fail("checkpoint: '" + meta_path + "': size mismatch for " + key + ": saved " + shape_str(shape) +
+         ", current " + shape_str(t.layout->global_shape));
+  const Chunk& want = t.layout->chunk;
+  const Box mine = box_of(want.offsets, want.sizes);
+  const std::string dtype = k.value("dtype", "float32");
+  if (dtype != "float32" && dtype != "bfloat16")
+    fail("checkpoint: '" + meta_path + "': " + key + " has dtype " + dtype + " (known: float32, bfloat16)");
+  // Read in the saved dtype; copy_ below converts to the parameter's.
+  auto local = torch::empty(want.sizes, dtype == "bfloat16" ? torch::kBFloat16 : torch::kFloat32);  // every element is read below
+  const int64_t elem = static_cast<int64_t>(local.element_size());
+  auto* out = static_cast<char*>(local.data_ptr());
+  const auto local_strides = strides_of(want.sizes);
+  check_saved_chunks_disjoint(k.at("chunks"), shape.size(), meta_path, key);
+  int64_t filled = 0;
+  for (const auto& c : k.at("chunks")) {
+    const auto offsets = c.at("offsets").get<std::vector<int64_t>>(), sizes = c.at("sizes").get<std::vector<int64_t>>();
+    if (offsets.size() != shape.size() || sizes.size() != shape.size())
+      fail("checkpoint: '" + meta_path + "': a chunk of '" + key + "' has the wrong rank");
+    for (size_t d = 0; d < shape.size(); ++d)
+      if (offsets[d] < 0 || sizes[d] < 0 || offsets[d] + sizes[d] > shape[d])
+        fail("checkpoint: '" + meta_path + "': a chunk of '" + key + "' lies outside " + shape_str(shape));
+    const Box overlap = intersect(mine, box_of(offsets, sizes));
+    if (overlap.empty()) continue;
+    ChunkReader reader(dir, key, c, io_);
+    const auto saved_strides = strides_of(sizes);
+    // Runs adjacent both in the file and in memory are read as one (a whole chunk, when
+    // this rank needs all of it).
+    int64_t from = 0, bytes = 0;
+    char* to = nullptr;
+    for_each_run(overlap, [&](const std::vector<int64_t>& idx, int64_t run) {
+      const int64_t src = flat_index(idx, offsets, saved_strides) * elem;
+      char* dst = out + flat_index(idx, want.offsets, local_strides) * elem;
+      if (bytes > 0 && src == from + bytes && dst == to + bytes) {
+        bytes += run * elem;
+      } else {
+        reader.copy(from, bytes, to);
+        from = src, to = dst, bytes = run * elem;
+      }
+      filled += run;
+    });
+    reader.copy(from, bytes, to);
+  }
+  if (filled != want.numel())
+    fail("checkpoint: '" + meta_path + "': chunks of '" + key + "' cover " + std::to_string(filled) + " of the " +
+         std::to_string(want.numel()) + " elements this rank needs");
+  if (injected(Fault::kWrongShardOffset) && local.dim() > 0 && local.size(0) > 1) local = local.roll(1, 0);
+  t.local.copy_(local.view(t.local.sizes()));
 }
 
 }  // namespace meshtrain

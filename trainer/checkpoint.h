@@ -15,9 +15,10 @@
 #include <nlohmann/json.hpp>
 
 #include "comm.h"
-#include "parallelize.h"
+#include "contract/placement.h"
 
 namespace meshtrain {
+using namespace contract;  // the mesh, placement and hash names meshtrain shares with meshtest
 
 constexpr int kCheckpointFormatVersion = 2;  // 2: 64-byte leaf checksums after each chunk
 
@@ -60,7 +61,41 @@ struct CheckpointIo {
   int64_t bytes_read = 0;
 };
 
-class Checkpointer {
+// Reads step-<N>/ folders. Needs no peers: each rank reads only the byte blocks its own
+// chunks overlap, so `meshtrain ckpt` and a run's initial load use it alone.
+class CheckpointReader {
+ public:
+  // `shape` is the mesh of the run reading: the parametrize key style depends on it.
+  explicit CheckpointReader(CheckpointConfig config, MeshShape shape = {});
+
+  // The newest complete step-<N>/ in the folder, if any.
+  std::optional<int64_t> latest_step() const;
+  // Fills each tensor's local chunk from step-<N>/ and returns the stored objects.
+  // Throws std::runtime_error naming the file and key on anything missing or corrupt.
+  nlohmann::json load(int64_t step, const std::vector<CheckpointTensor>& tensors);
+
+  const CheckpointIo& io() const { return io_; }
+  const CheckpointConfig& config() const { return config_; }
+  std::string step_dir(int64_t step) const;
+  // The key `canonical` is stored under with this run's key style.
+  std::string saved_key(const std::string& canonical) const;
+
+ protected:
+  std::vector<int64_t> complete_steps() const;  // step-<N>/ folders with metadata, unordered
+  CheckpointConfig config_;
+  MeshShape shape_;
+  CheckpointIo io_;
+
+ private:
+  std::string styled_key(const std::string& canonical) const;  // key-style applied
+  nlohmann::json read_metadata(const std::string& meta_path) const;
+  nlohmann::json mapped_keys(nlohmann::json keys) const;  // key-map applied
+  void load_tensor(const std::string& dir, const std::string& meta_path, const nlohmann::json& keys,
+                   const CheckpointTensor& t);
+};
+
+// The job's checkpointer: a reader that also saves, collectively.
+class Checkpointer : public CheckpointReader {
  public:
   Checkpointer(CheckpointConfig config, MeshGroups& groups, int rank);
 
@@ -76,24 +111,17 @@ class Checkpointer {
   // fails in a second instead of at its first save.
   void check_writable() const;
 
-  // The newest complete step-<N>/ in the folder, if any.
-  std::optional<int64_t> latest_step() const;
-  // Fills each tensor's local chunk from step-<N>/ and returns the stored objects.
-  // Throws std::runtime_error naming the file and key on anything missing or corrupt.
-  nlohmann::json load(int64_t step, const std::vector<CheckpointTensor>& tensors);
-
-  const CheckpointIo& io() const { return io_; }
-  const CheckpointConfig& config() const { return config_; }
-  std::string step_dir(int64_t step) const;
-  // The key `canonical` is stored under with this run's key style.
-  std::string saved_key(const std::string& canonical) const;
-
  private:
-  std::string styled_key(const std::string& canonical) const;  // key-style applied
-  CheckpointConfig config_;
+  // The steps of save, in order.
+  std::string make_temporary_folder(int64_t step);
+  void write_own_chunks(const std::string& tmp, const std::vector<CheckpointTensor>& tensors,
+                        const nlohmann::json& objects, torch::ScalarType dtype, int64_t step);
+  nlohmann::json merge_plans(const std::string& tmp) const;  // rank 0
+  nlohmann::json metadata(int64_t step, const nlohmann::json& keys) const;
+  void publish(const std::string& tmp, int64_t step) const;
+  void remove_old_steps() const;  // --checkpoint.keep-latest-k
+
   MeshGroups& groups_;
   int rank_;
-  CheckpointIo io_;
 };
-
 }  // namespace meshtrain

@@ -38,8 +38,7 @@ void ckpt_consolidate(const std::string& step_dir, const std::string& out_path, 
   // Load every tensor whole, through the same reader a job uses (checksums included).
   CheckpointConfig config;
   config.folder = dir.parent_path().string();
-  MeshGroups single;  // one rank, no groups: load() needs no collective
-  Checkpointer reader(config, single, 0);
+  CheckpointReader reader(config);
   std::vector<ParamLayout> layouts;
   std::vector<std::string> keys;
   for (const auto& [key, k] : m.keys) {

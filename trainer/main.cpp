@@ -16,9 +16,8 @@
 
 namespace {
 
-void add_train_options(CLI::App& cmd, meshtrain::TrainConfig& c) {
-  // A later flag overrides an earlier one, so a phase can append to a base command line.
-  cmd.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+// The model, the schedule, the batch and the optimizer.
+void add_model_and_optimizer_options(CLI::App& cmd, meshtrain::TrainConfig& c) {
   std::string flavors;
   for (const auto& n : meshtrain::model_flavor_names()) flavors += (flavors.empty() ? "" : "|") + n;
   cmd.add_option("--model", c.model, "Model flavor: " + flavors)->capture_default_str();
@@ -40,6 +39,10 @@ void add_train_options(CLI::App& cmd, meshtrain::TrainConfig& c) {
   cmd.add_flag("--optimizer.early-step-in-backward", c.early_step_in_backward,
                "Optimizer in backward: each data-parallel bucket's parameters take their AdamW step as soon as their "
                "reduced gradients are ready, and the gradients are freed (needs --max-norm 0 and no accumulation)");
+}
+
+// How the model is spread over the mesh: the dimensions and each one's options.
+void add_parallelism_options(CLI::App& cmd, meshtrain::TrainConfig& c) {
   cmd.add_option("--mesh", c.mesh,
                  "Device mesh pp=P,dp_replicate=R,dp_shard=S,cp=C,tp=T (missing dims 1; dp_shard=-1 fills the "
                  "world). pp>1: pipeline parallel; dp_shard>1: FSDP; dp_replicate>1: DDP; both: HSDP; cp>1: context "
@@ -59,14 +62,14 @@ void add_train_options(CLI::App& cmd, meshtrain::TrainConfig& c) {
                "TP: compute the loss on vocabulary-sharded logits without gathering them");
   cmd.add_flag("--sequence-parallel", c.sequence_parallel,
                "TP: shard norms and residual activations along the sequence (seq_len divisible by tp)");
-  cmd.add_option("--pp.schedule", c.pp_schedule, "PP: gpipe | 1f1b | interleaved_1f1b")->capture_default_str();
-  cmd.add_option("--pp.microbatches", c.pp_microbatches,
+  cmd.add_option("--pp.schedule", c.pp.schedule, "PP: gpipe | 1f1b | interleaved_1f1b")->capture_default_str();
+  cmd.add_option("--pp.microbatches", c.pp.microbatches,
                  "PP: microbatches per (micro-)batch; they must divide the local batch (-1: pp)")
       ->capture_default_str();
-  cmd.add_option("--pp.virtual-stages", c.pp_virtual_stages,
+  cmd.add_option("--pp.virtual-stages", c.pp.virtual_stages,
                  "PP: stages per pp rank (-1: 2 for interleaved_1f1b, else 1)")
       ->capture_default_str();
-  cmd.add_option("--pp.split", c.pp_split,
+  cmd.add_option("--pp.split", c.pp.split,
                  "PP: layers per stage, e.g. 3,2 (one entry per stage; default: as even as possible)");
   cmd.add_option("--cp-rotate", c.cp_rotate,
                  "CP: how attention reaches other ranks' keys and values: allgather (all at once) | alltoall "
@@ -86,6 +89,10 @@ void add_train_options(CLI::App& cmd, meshtrain::TrainConfig& c) {
                  "Expert parallel degree (MoE flavors): the routed experts are split over this many consecutive "
                  "dp_shard ranks, and tokens travel to their experts by all-to-all; it must divide dp_shard")
       ->capture_default_str();
+}
+
+// --checkpoint.*: saving, resuming, exporting and initial weights.
+void add_checkpoint_options(CLI::App& cmd, meshtrain::TrainConfig& c) {
   cmd.add_flag("--checkpoint.enable", c.checkpoint_enable,
                "Save checkpoints, and resume from the latest complete one in the folder at start");
   cmd.add_option("--checkpoint.folder", c.checkpoint_folder, "Checkpoint folder (default <dump-folder>/checkpoint)");
@@ -117,6 +124,10 @@ void add_train_options(CLI::App& cmd, meshtrain::TrainConfig& c) {
   cmd.add_flag("--checkpoint.initial-load-in-hf", c.checkpoint_initial_load_in_hf,
                "--checkpoint.initial-load-path is a Hugging Face checkpoint: a folder with model.safetensors (or "
                "an index and its shards), or a .safetensors file");
+}
+
+// Mixed precision, the collective backend, the data and where the outputs go.
+void add_precision_and_data_options(CLI::App& cmd, meshtrain::TrainConfig& c) {
   cmd.add_option("--param-dtype", c.param_dtype, "Mixed precision: dtype the forward computes with (float32|bfloat16)")
       ->capture_default_str();
   cmd.add_option("--reduce-dtype", c.reduce_dtype, "Mixed precision: dtype gradients are reduced in (float32|bfloat16)")
@@ -135,6 +146,10 @@ void add_train_options(CLI::App& cmd, meshtrain::TrainConfig& c) {
       ->capture_default_str();
   cmd.add_option("--validation.corpus", c.validation_corpus, "Held-out text; documents separated by blank lines")
       ->capture_default_str();
+}
+
+// This process: threads, timeouts, console, tracing and planted faults.
+void add_runtime_options(CLI::App& cmd, meshtrain::TrainConfig& c) {
   cmd.add_option("--threads", c.threads, "CPU threads per rank")->capture_default_str();
   cmd.add_option("--timeout", c.timeout_s, "Seconds a collective may wait for a peer")->capture_default_str();
   cmd.add_flag("--deterministic", c.deterministic,
@@ -147,6 +162,17 @@ void add_train_options(CLI::App& cmd, meshtrain::TrainConfig& c) {
   cmd.add_option("--inject-fault", c.inject_fault,
                  "TEST ONLY: plant a known distributed-training bug for meshtest's canaries: " + faults)
       ->capture_default_str();
+}
+
+// The options of `train` and `generate`, in --help's order.
+void add_train_options(CLI::App& cmd, meshtrain::TrainConfig& c) {
+  // A later flag overrides an earlier one, so a phase can append to a base command line.
+  cmd.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  add_model_and_optimizer_options(cmd, c);
+  add_parallelism_options(cmd, c);
+  add_checkpoint_options(cmd, c);
+  add_precision_and_data_options(cmd, c);
+  add_runtime_options(cmd, c);
 }
 
 // Prints the error, and like torchelastic's @record writes it where the launcher asked

@@ -100,4 +100,42 @@ int64_t host_peak_rss_bytes() {
   return static_cast<int64_t>(usage.ru_maxrss) * 1024;  // Linux reports KiB
 }
 
+void write_rank_report(const std::string& dump_folder, const RankReport& r) {
+  const auto& c = r.coord;
+  write_json(dump_folder + "/rank" + std::to_string(r.rank) + ".json",
+             {{"format_version", kOutputsFormatVersion},
+              {"rank", r.rank},
+              {"world_size", r.world_size},
+              {"mesh", r.mesh.to_string()},
+              {"coord", {{"pp", c.pp}, {"dp_replicate", c.dp_replicate}, {"dp_shard", c.dp_shard}, {"cp", c.cp}, {"tp", c.tp}}},
+              {"device", r.device},
+              {"param_bytes", r.param_bytes},
+              {"grad_bytes", r.grad_bytes},
+              {"optimizer_bytes", r.optimizer_bytes},
+              {"host_peak_rss_bytes", host_peak_rss_bytes()},
+              {"device_peak_bytes", r.device_peak_bytes},
+              {"checkpoint_bytes_written", r.checkpoint_bytes_written},
+              {"checkpoint_tensor_bytes_written", r.checkpoint_tensor_bytes_written},
+              {"checkpoint_steps_saved", r.checkpoint_steps_saved},
+              {"checkpoint_folder", std::filesystem::absolute(r.checkpoint_folder).lexically_normal().string()},
+              {"checkpoint_bytes_read", r.checkpoint_bytes_read},
+              {"initial_load_bytes_read", r.initial_load_bytes_read},
+              {"checkpoint_save_s", r.checkpoint_save_s},
+              {"checkpoint_load_s", r.checkpoint_load_s},
+              {"local_state_bytes", r.param_bytes + r.optimizer_bytes},
+              {"local_params", r.local_params}});
+}
+
+void write_generate_report(const std::string& dump_folder, const GenerateReport& g) {
+  write_json(dump_folder + "/generate.json",
+             {{"format_version", kOutputsFormatVersion},
+              {"checkpoint", g.checkpoint},
+              {"mesh", g.mesh},
+              {"prompt", g.prompt},
+              {"prompt_ids", g.prompt_ids},
+              {"generated_ids", g.generated_ids},
+              {"text", g.text},
+              {"prompt_loss", g.prompt_loss}});
+}
+
 }  // namespace meshtrain

@@ -114,8 +114,7 @@ void apply_tp(Transformer& model, MeshGroups& groups, const ParallelConfig& conf
                        : Transform([&tp](const torch::Tensor& y) { return tp::reduce_from_tp(y, tp); });
 
   if (model->tok_embeddings) {  // a pipeline stage may not hold it
-    const ParamLayout& emb = *layout_of.at("tok_embeddings.weight");
-    const int64_t vocab_start = local_chunk(emb.global_shape, {emb.splits.front()}).offsets[0];
+    const int64_t vocab_start = first_split_start(*layout_of.at("tok_embeddings.weight"));
     model->tok_embeddings->lookup = [vocab_start](const torch::Tensor& ids, const torch::Tensor& w) {
       return tp::masked_embedding(ids, w, vocab_start);
     };
@@ -294,13 +293,14 @@ std::vector<BucketUnit> bucket_units(Transformer& model, Bucketing mode, int64_t
 
 }  // namespace
 
-std::unique_ptr<ParallelModel> parallelize(Transformer model, MeshGroups& groups, const ParallelConfig& config) {
+namespace {
+
+// Every parameter's layout: the TP split first, then FSDP splits the TP-local piece
+// (torchtitan's _StridedShard order). The placement algebra turns splits into chunks.
+std::vector<ParamLayout> param_layouts(Transformer& model, const MeshGroups& groups) {
   const MeshShape& shape = groups.shape;
   const DataParallelMode mode = data_parallel_mode(shape);
   const bool fsdp = mode == DataParallelMode::kFullyShard || mode == DataParallelMode::kHybridShard;
-
-  // Every parameter's layout: the TP split first, then FSDP splits the TP-local piece
-  // (torchtitan's _StridedShard order). The placement algebra turns splits into chunks.
   std::vector<ParamLayout> layouts;
   for (const auto& item : model->named_parameters()) {
     ParamLayout l;
@@ -311,15 +311,13 @@ std::unique_ptr<ParallelModel> parallelize(Transformer model, MeshGroups& groups
       l.splits.push_back(Split{tp_dim, shape.tp, groups.coord.tp});
       l.sharded_over.push_back(MeshDim::kTp);
     }
-    const bool expert_parallel = groups.ep_degree > 1 && is_routed_expert(l.name);
-    if (expert_parallel) {  // each ep rank holds its experts; FSDP shards them over ep_shard (cp is 1)
+    if (groups.ep_degree > 1 && is_routed_expert(l.name)) {  // each ep rank holds its experts; FSDP shards them over ep_shard (cp is 1)
       const int64_t ep = groups.ep_degree;
       l.splits.push_back(Split{0, ep, groups.coord.dp_shard % ep});
       l.tp_local_shape = local_chunk(l.global_shape, l.splits).sizes;
       l.splits.push_back(Split{0, shape.dp_shard / ep, groups.coord.dp_shard / ep});
       l.sharded_over.push_back(MeshDim::kDpShard);
       l.shard_rows = shard_sizes(l.tp_local_shape[0], shape.dp_shard / ep);
-      l.shard_group = groups.ep_shard.get();
     } else {
       l.tp_local_shape = local_chunk(l.global_shape, l.splits).sizes;
       if (fsdp) {  // over dp_shard x cp, dp_shard outer (torchtitan's dp_shard_cp)
@@ -329,18 +327,16 @@ std::unique_ptr<ParallelModel> parallelize(Transformer model, MeshGroups& groups
       }
       // Under replicate, dp_shard_cp has one rank: the gather is the identity.
       l.shard_rows = shard_sizes(l.tp_local_shape[0], shape.dp_shard_cp());
-      l.shard_group = groups.dp_shard_cp.get();
     }
     l.chunk = local_chunk(l.global_shape, l.splits);
-    l.replicate_group = groups.dp_replicate.get();
-    // Each rank's loss is the mean over its own tokens: dp x cp equal shares of the batch.
-    l.grad_divisor = static_cast<double>(shape.dp() * shape.cp);
-    l.param_dtype = config.param_dtype;
-    l.reduce_dtype = injected(Fault::kReduceInParamDtype) ? config.param_dtype : config.reduce_dtype;
     layouts.push_back(std::move(l));
   }
-  // Buffers that are state (the MoE routing bias): replicated, checkpointed like weights.
-  std::vector<ParamLayout> buffer_layouts;
+  return layouts;
+}
+
+// Buffers that are state (the MoE routing bias): replicated, checkpointed like weights.
+std::vector<ParamLayout> buffer_layouts(Transformer& model) {
+  std::vector<ParamLayout> layouts;
   for (const auto& item : model->named_buffers()) {
     if (!ends_with(item.key(), ".expert_bias")) continue;
     ParamLayout l;
@@ -348,93 +344,104 @@ std::unique_ptr<ParallelModel> parallelize(Transformer model, MeshGroups& groups
     l.global_shape = item.value().sizes().vec();
     l.tp_local_shape = l.global_shape;
     l.chunk = local_chunk(l.global_shape, {});
-    buffer_layouts.push_back(std::move(l));
+    layouts.push_back(std::move(l));
   }
-  auto pm = std::make_unique<ParallelModel>(model, groups, std::move(layouts), mode, std::move(buffer_layouts));
-  std::map<std::string, const ParamLayout*> layout_of;
-  for (const auto& l : pm->layouts()) layout_of[l.name] = &l;
+  return layouts;
+}
 
-  // 1. Tensor parallel.
-  std::map<std::string, Transform> weight_tp;
-  if (shape.tp > 1) apply_tp(model, groups, config, layout_of, weight_tp);
-  Comm& tp = *groups.tp;
-  if (shape.tp > 1 && config.loss_parallel && model->output) {
-    const ParamLayout& out = *layout_of.at("output.weight");
-    const int64_t vocab_start = local_chunk(out.global_shape, {out.splits.front()}).offsets[0];
-    pm->loss = [&tp, vocab_start](const torch::Tensor& logits, const torch::Tensor& targets) {
+// Mean cross-entropy; under loss parallel (torchtitan's loss_parallel) on the
+// vocabulary-sharded logits, without gathering them.
+std::function<torch::Tensor(const torch::Tensor&, const torch::Tensor&)> loss_function(
+    Transformer& model, MeshGroups& groups, const ParallelConfig& config,
+    const std::map<std::string, const ParamLayout*>& layout_of) {
+  if (groups.shape.tp > 1 && config.loss_parallel && model->output) {
+    const int64_t vocab_start = first_split_start(*layout_of.at("output.weight"));
+    return [&tp = *groups.tp, vocab_start](const torch::Tensor& logits, const torch::Tensor& targets) {
       return tp::vocab_parallel_cross_entropy(logits.flatten(0, 1).to(torch::kFloat32), targets.flatten(), tp,
                                               vocab_start);
     };
-  } else {
-    pm->loss = [](const torch::Tensor& logits, const torch::Tensor& targets) {
-      return torch::cross_entropy_loss(logits.flatten(0, 1).to(torch::kFloat32), targets.flatten());
-    };
   }
-
-  // 1b. Context parallel: attention reaches the other cp ranks' keys and values.
-  if (shape.cp > 1)
-    for (int64_t id : model->layer_ids())
-      model->block(id)->attention->core =
-          [&cp = *groups.cp, rotate = config.cp_rotate](const torch::Tensor& q, const torch::Tensor& k,
-                                                         const torch::Tensor& v) {
-            return cp::attention(q, k, v, cp, rotate);
-          };
-
-  // 1c. Expert parallel: routed tokens travel to the ranks holding their experts.
-  if (groups.ep_degree > 1)
-    for (int64_t id : model->layer_ids())
-      if (auto moe = model->block(id)->moe)
-        moe->route = [&ep = *groups.ep, experts = moe->experts](const torch::Tensor& sorted,
-                                                               const std::vector<int64_t>& counts) mutable {
-          return route_to_experts(sorted, counts, ep, experts);
-        };
-
-  // 2. Activation checkpointing: the selected blocks run again in backward.
-  // Chosen by global layer id, so a pipeline stage recomputes the layers it would without PP.
-  const std::vector<int64_t> layer_ids = model->layer_ids();
-  auto recomputed = [&](int64_t layer_id) {
-    return config.ac == ActivationCheckpoint::kFull ||
-           (config.ac == ActivationCheckpoint::kSelective && (layer_id + 1) % 2 == 0);
+  return [](const torch::Tensor& logits, const torch::Tensor& targets) {
+    return torch::cross_entropy_loss(logits.flatten(0, 1).to(torch::kFloat32), targets.flatten());
   };
-  for (int64_t id : layer_ids) model->block(id)->recompute = recomputed(id);
+}
 
-  // 3. Data parallel: every parameter keeps only its piece, and its module computes
-  // with the gathered weight, then the TP weight transform if any. Where ranks talk, the
-  // weights travel in buckets (bucket_units: per block by default), in forward order; alone,
-  // a weight is only cast. Reshard after forward frees a bucket's gathered weights at its
-  // exit and gathers them again for its backward; by default (torchtitan's) not the last
-  // block's, whose backward comes right away, and never the embedding's or the head's
-  // (FSDP2's root).
-  const bool needs_dp_function =
-      mode != DataParallelMode::kNone || config.param_dtype != torch::kFloat32 || config.cpu_offload;
-  const bool talks = shape.dp_shard_cp() > 1 || shape.dp_replicate > 1;
+// Context parallel: attention reaches the other cp ranks' keys and values.
+void apply_cp(Transformer& model, Comm& cp_group, cp::Rotate rotate) {
+  for (int64_t id : model->layer_ids())
+    model->block(id)->attention->core = [&cp_group, rotate](const torch::Tensor& q, const torch::Tensor& k,
+                                                      const torch::Tensor& v) {
+      return cp::attention(q, k, v, cp_group, rotate);
+    };
+}
+
+// Expert parallel: routed tokens travel to the ranks holding their experts.
+void apply_ep(Transformer& model, Comm& ep) {
+  for (int64_t id : model->layer_ids())
+    if (auto moe = model->block(id)->moe)
+      moe->route = [&ep, experts = moe->experts](const torch::Tensor& sorted,
+                                                 const std::vector<int64_t>& counts) mutable {
+        return route_to_experts(sorted, counts, ep, experts);
+      };
+}
+
+// Activation checkpointing chooses by global layer id, so a pipeline stage recomputes the
+// layers it would without PP.
+bool recomputed(ActivationCheckpoint ac, int64_t layer_id) {
+  return ac == ActivationCheckpoint::kFull || (ac == ActivationCheckpoint::kSelective && (layer_id + 1) % 2 == 0);
+}
+
+// Activation checkpointing: the selected blocks run again in backward.
+void apply_ac(Transformer& model, ActivationCheckpoint ac) {
+  for (int64_t id : model->layer_ids()) model->block(id)->recompute = recomputed(ac, id);
+}
+
+// What a bucket holding `weight` talks over: expert-parallel experts gather over ep_shard,
+// everything else over dp_shard x cp.
+DataParallelWiring wiring_for(const std::string& weight, MeshGroups& groups, const ParallelConfig& config) {
+  DataParallelWiring w;
+  w.shard_group = groups.ep_degree > 1 && is_routed_expert(weight) ? groups.ep_shard.get() : groups.dp_shard_cp.get();
+  w.replicate_group = groups.dp_replicate.get();
+  // Each rank's loss is the mean over its own tokens: dp x cp equal shares of the batch.
+  w.grad_divisor = static_cast<double>(groups.shape.dp() * groups.shape.cp);
+  w.param_dtype = config.param_dtype;
+  w.reduce_dtype = injected(Fault::kReduceInParamDtype) ? config.param_dtype : config.reduce_dtype;
+  return w;
+}
+
+// One BlockBucket per unit, with its reshard and recompute options. Reshard after forward
+// frees a bucket's gathered weights at its exit and gathers them again for its backward; by
+// default (torchtitan's) not the last block's, whose backward comes right away, and never the
+// embedding's or the head's (FSDP2's root).
+std::vector<std::shared_ptr<BlockBucket>> make_buckets(const std::vector<BucketUnit>& units, Transformer& model,
+                                                       MeshGroups& groups, const ParallelConfig& config) {
+  const MeshShape& shape = groups.shape;
+  const DataParallelMode mode = data_parallel_mode(shape);
+  const bool fsdp = mode == DataParallelMode::kFullyShard || mode == DataParallelMode::kHybridShard;
   // Under pipeline parallel every forward gathers its own copy of the weights and keeps it
   // until its backward, so by default every block reshards: with 1F1B up to pp microbatches
   // (GPipe: all of them) await their backwards, and each would otherwise hold a full copy.
   const bool last_block_keeps = shape.pp == 1;
-  std::vector<BucketUnit> units;
-  if (needs_dp_function && talks)
-    units = bucket_units(model, config.bucketing, config.bucket_bytes, groups.ep_degree > 1, recomputed, layout_of,
-                         config.param_dtype);
-  std::map<std::string, std::shared_ptr<BlockBucket>> bucket_of;  // weight fqn -> its bucket
+  const std::vector<int64_t> layer_ids = model->layer_ids();
   std::vector<std::shared_ptr<BlockBucket>> buckets;
-  for (size_t i = 0; i < units.size(); ++i) {
-    const BucketUnit& u = units[i];
-    BlockBucket::Options options{false, false, groups.device};
+  for (const BucketUnit& u : units) {
+    BlockBucket::Options options{false, false, groups.device, wiring_for(u.weights.front(), groups, config)};
     if (u.first_layer >= 0 && u.last_layer < model->args.n_layers) {  // transformer blocks
       const bool keeps = u.last_layer == layer_ids.back() && last_block_keeps;
       options.reshard_after_forward =
           fsdp && (config.reshard_after_forward == ReshardAfterForward::kAlways ||
                    (config.reshard_after_forward == ReshardAfterForward::kDefault && !keeps));
-      options.recomputed = recomputed(u.first_layer);
+      options.recomputed = recomputed(config.ac, u.first_layer);
     }
     buckets.push_back(std::make_shared<BlockBucket>(options));
-    pm->buckets.push_back(buckets.back());
-    for (const auto& w : u.weights) bucket_of[w] = buckets.back();
   }
-  // Prefetch follows the model's order within a stretch of consecutive layers; an
-  // interleaved pipeline's next chunk runs many actions later, and expert-parallel experts
-  // gather over another group, so neither is linked.
+  return buckets;
+}
+
+// Prefetch follows the model's order within a stretch of consecutive layers; an
+// interleaved pipeline's next chunk runs many actions later, and expert-parallel experts
+// gather over another group, so neither is linked.
+void link_buckets(const std::vector<BucketUnit>& units, const std::vector<std::shared_ptr<BlockBucket>>& buckets) {
   auto adjacent = [&](size_t a, size_t b) {
     return units[a].linked && units[b].linked &&
            (units[a].last_layer == units[b].first_layer || units[a].last_layer + 1 == units[b].first_layer);
@@ -448,6 +455,32 @@ std::unique_ptr<ParallelModel> parallelize(Transformer model, MeshGroups& groups
     BlockBucket* next = k + 1 < linked.size() && adjacent(i, linked[k + 1]) ? buckets[linked[k + 1]].get() : nullptr;
     buckets[i]->link(previous, next);
   }
+}
+
+// Data parallel (SimpleFSDP): every parameter keeps only its piece, and its module computes
+// with the gathered weight, then the TP weight transform if any. Where ranks talk, the
+// weights travel in buckets (bucket_units: per block by default), in forward order; alone,
+// a weight is only cast.
+void apply_fsdp(ParallelModel& pm, const ParallelConfig& config,
+                const std::map<std::string, const ParamLayout*>& layout_of,
+                const std::map<std::string, Transform>& weight_tp) {
+  Transformer& model = pm.model;
+  MeshGroups& groups = pm.groups;
+  const MeshShape& shape = groups.shape;
+  const bool needs_dp_function =
+      pm.mode() != DataParallelMode::kNone || config.param_dtype != torch::kFloat32 || config.cpu_offload;
+  const bool talks = shape.dp_shard_cp() > 1 || shape.dp_replicate > 1;
+  std::vector<BucketUnit> units;
+  if (needs_dp_function && talks)
+    units = bucket_units(model, config.bucketing, config.bucket_bytes, groups.ep_degree > 1,
+                         [&config](int64_t id) { return recomputed(config.ac, id); }, layout_of, config.param_dtype);
+  const auto buckets = make_buckets(units, model, groups, config);
+  std::map<std::string, std::shared_ptr<BlockBucket>> bucket_of;  // weight fqn -> its bucket
+  for (size_t i = 0; i < units.size(); ++i) {
+    pm.buckets.push_back(buckets[i]);
+    for (const auto& w : units[i].weights) bucket_of[w] = buckets[i];
+  }
+  link_buckets(units, buckets);
   torch::NoGradGuard no_grad;
   std::map<std::shared_ptr<BlockBucket>, size_t> bucket_size;
   for (const auto& item : model->named_modules()) {
@@ -482,6 +515,26 @@ std::unique_ptr<ParallelModel> parallelize(Transformer model, MeshGroups& groups
     units[i].exit->output =
         then(units[i].exit->output, Transform([bucket](const torch::Tensor& y) { return bucket->exit(y); }));
   }
+}
+
+}  // namespace
+
+// torchtitan's parallelize_llama: TP, then CP, EP and AC, then data parallel, each applied
+// to the model in place; the layouts come first because TP and FSDP both read them.
+std::unique_ptr<ParallelModel> parallelize(Transformer model, MeshGroups& groups, const ParallelConfig& config) {
+  const MeshShape& shape = groups.shape;
+  auto pm = std::make_unique<ParallelModel>(model, groups, param_layouts(model, groups), data_parallel_mode(shape),
+                                            buffer_layouts(model));
+  std::map<std::string, const ParamLayout*> layout_of;
+  for (const auto& l : pm->layouts()) layout_of[l.name] = &l;
+
+  std::map<std::string, Transform> weight_tp;  // what TP does to a full weight before use
+  if (shape.tp > 1) apply_tp(model, groups, config, layout_of, weight_tp);
+  pm->loss = loss_function(model, groups, config, layout_of);
+  if (shape.cp > 1) apply_cp(model, *groups.cp, config.cp_rotate);
+  if (groups.ep_degree > 1) apply_ep(model, *groups.ep);
+  apply_ac(model, config.ac);
+  apply_fsdp(*pm, config, layout_of, weight_tp);
   return pm;
 }
 

@@ -57,24 +57,7 @@ torch::ScalarType parse_dtype(const std::string& s);
 DataParallelMode data_parallel_mode(const MeshShape& shape);
 std::string to_string(DataParallelMode mode);
 
-// What one parameter became on this rank.
-struct ParamLayout {
-  std::string name;                    // model fqn, e.g. "layers.0.attention.wq.weight"
-  std::vector<int64_t> global_shape;
-  std::vector<Split> splits;           // how the global tensor was cut, in order
-  Chunk chunk;                         // this rank's piece of the global tensor
-  std::vector<MeshDim> sharded_over;   // mesh dims whose ranks hold different pieces
-  std::vector<int64_t> tp_local_shape; // the piece tensor parallelism leaves before FSDP splits it
-  // For the data-parallel parametrization: the row counts of every dp_shard piece.
-  std::vector<int64_t> shard_rows;
-  Comm* shard_group = nullptr;
-  Comm* replicate_group = nullptr;
-  double grad_divisor = 1.0;           // gradients are averaged over the dp degree
-  torch::ScalarType param_dtype = torch::kFloat32;
-  torch::ScalarType reduce_dtype = torch::kFloat32;
-};
-
-// The result of parallelize: every parameter's layout, in model order.
+// The result of parallelize: every parameter's layout (contract/placement.h), in model order.
 class ParallelModel {
  public:
   ParallelModel(Transformer model, MeshGroups& groups, std::vector<ParamLayout> layouts, DataParallelMode mode,

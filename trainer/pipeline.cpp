@@ -1,9 +1,11 @@
 #include "pipeline.h"
 
 #include "faults.h"
+#include "parallelize.h"
 
 #include <map>
 #include <numeric>
+#include <sstream>
 #include <stdexcept>
 #include <utility>
 
@@ -180,6 +182,42 @@ torch::Tensor pipeline_forward(ParallelModel& pm, const StageMap& stages, const 
                                const torch::Tensor& inputs, const torch::Tensor& targets, const torch::Tensor& positions) {
   torch::NoGradGuard no_grad;
   return run_schedule(pm, stages, options, inputs, targets, positions, 1.0, /*train=*/false);
+}
+
+PipelinePlan plan_pipeline(const PipelineConfig& config, int64_t n_layers, const contract::MeshShape& shape, int rank,
+                           int64_t local_batch_size, int64_t activation_tokens, torch::ScalarType activation_dtype) {
+  PipelinePlan plan;
+  if (shape.pp == 1) return plan;
+  auto& o = plan.options;
+  o.schedule = parse_schedule(config.schedule);
+  const bool interleaved = o.schedule == Schedule::kInterleaved1F1B;
+  const int64_t chunks = config.virtual_stages > 0 ? config.virtual_stages : interleaved ? 2 : 1;
+  if (chunks > 1 && !interleaved)
+    throw std::invalid_argument("--pp.virtual-stages " + std::to_string(chunks) + " needs --pp.schedule interleaved_1f1b");
+  o.microbatches = config.microbatches > 0 ? config.microbatches : shape.pp;
+  if (local_batch_size % o.microbatches != 0)
+    throw std::invalid_argument("--pp.microbatches " + std::to_string(o.microbatches) +
+                                (config.microbatches > 0 ? "" : " (the default: pp)") +
+                                " does not divide --local-batch-size " + std::to_string(local_batch_size));
+  if (interleaved && o.microbatches % shape.pp != 0)
+    throw std::invalid_argument("interleaved_1f1b needs --pp.microbatches divisible by pp (" +
+                                std::to_string(o.microbatches) + " over pp " + std::to_string(shape.pp) + ")");
+  o.activation_dtype = activation_dtype;
+  o.activation_tokens = activation_tokens;
+  std::vector<int64_t> split;
+  std::stringstream in(config.split);
+  for (std::string item; std::getline(in, item, ',');) {
+    size_t used = 0;
+    try {
+      split.push_back(std::stoll(item, &used));
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != item.size())
+      throw std::invalid_argument("--pp.split '" + config.split + "': '" + item + "' is not a layer count");
+  }
+  plan.stages = stage_map(n_layers, shape.pp, contract::coord_of(rank, shape).pp, chunks, split);
+  return plan;
 }
 
 }  // namespace meshtrain::pp

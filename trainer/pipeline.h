@@ -7,11 +7,16 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "comm.h"
-#include "parallelize.h"
+#include "contract/mesh.h"
+
+namespace meshtrain {
+class ParallelModel;  // parallelize.h: the stages run a parallelized model
+}
 
 namespace meshtrain::pp {
 
@@ -71,5 +76,24 @@ torch::Tensor pipeline_step(ParallelModel& pm, const StageMap& stages, const Pip
 // the microbatches, on every pp rank.
 torch::Tensor pipeline_forward(ParallelModel& pm, const StageMap& stages, const PipelineOptions& options,
                                const torch::Tensor& inputs, const torch::Tensor& targets, const torch::Tensor& positions);
+
+// The --pp.* options as given on the command line.
+struct PipelineConfig {
+  std::string schedule = "1f1b";
+  int64_t microbatches = -1;    // -1: pp
+  int64_t virtual_stages = -1;  // stages per pp rank; -1: 2 for interleaved_1f1b, else 1
+  std::string split;            // layers per stage, "3,2,2"; empty: as even as possible
+};
+
+// Which pipeline stages this rank runs and how; no stages without pp.
+struct PipelinePlan {
+  std::optional<StageMap> stages;
+  PipelineOptions options;
+};
+// Checks `config` against the mesh and the batch before any rendezvous (throws
+// std::invalid_argument naming the option) and plans rank `rank`'s stages.
+// activation_tokens: tokens per sample between stages (seq_len / cp, / tp under SP).
+PipelinePlan plan_pipeline(const PipelineConfig& config, int64_t n_layers, const contract::MeshShape& shape, int rank,
+                           int64_t local_batch_size, int64_t activation_tokens, torch::ScalarType activation_dtype);
 
 }  // namespace meshtrain::pp

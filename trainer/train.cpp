@@ -8,22 +8,20 @@
 #include <cmath>
 #include <optional>
 #include <cstdio>
-#include <filesystem>
-#include <sstream>
 #include <stdexcept>
 
 #include "checkpoint.h"
-#include "ckpt_tools.h"
-#include "hf_checkpoint.h"
-#include "pipeline.h"
 #include "comm.h"
 #include "compat.h"
 #include "data.h"
+#include "generate.h"
 #include "model.h"
 #include "optim.h"
-#include "parallelize.h"
-#include "profile.h"
 #include "outputs.h"
+#include "parallelize.h"
+#include "pipeline.h"
+#include "profile.h"
+#include "train_state.h"
 
 namespace meshtrain {
 
@@ -34,53 +32,10 @@ torch::Tensor to_tensor(const std::vector<int64_t>& ids, int64_t rows, int64_t c
   return torch::tensor(ids, torch::kInt64).view({rows, cols}).to(device);
 }
 
-// Which pipeline stages this rank runs and how, checked before any rendezvous; no
-// stages without pp.
-struct PipelinePlan {
-  std::optional<pp::StageMap> stages;
-  pp::PipelineOptions options;
-};
-
-PipelinePlan plan_pipeline(const TrainConfig& cfg, const ModelArgs& args, const MeshShape& shape,
-                           const ParallelConfig& parallel, int rank) {
-  PipelinePlan plan;
-  if (shape.pp == 1) return plan;
-  auto& o = plan.options;
-  o.schedule = pp::parse_schedule(cfg.pp_schedule);
-  const bool interleaved = o.schedule == pp::Schedule::kInterleaved1F1B;
-  const int64_t chunks = cfg.pp_virtual_stages > 0 ? cfg.pp_virtual_stages : interleaved ? 2 : 1;
-  if (chunks > 1 && !interleaved)
-    throw std::invalid_argument("--pp.virtual-stages " + std::to_string(chunks) + " needs --pp.schedule interleaved_1f1b");
-  o.microbatches = cfg.pp_microbatches > 0 ? cfg.pp_microbatches : shape.pp;
-  if (cfg.local_batch_size % o.microbatches != 0)
-    throw std::invalid_argument("--pp.microbatches " + std::to_string(o.microbatches) +
-                                (cfg.pp_microbatches > 0 ? "" : " (the default: pp)") +
-                                " does not divide --local-batch-size " + std::to_string(cfg.local_batch_size));
-  if (interleaved && o.microbatches % shape.pp != 0)
-    throw std::invalid_argument("interleaved_1f1b needs --pp.microbatches divisible by pp (" +
-                                std::to_string(o.microbatches) + " over pp " + std::to_string(shape.pp) + ")");
-  o.activation_dtype = parallel.param_dtype;
-  o.activation_tokens = cfg.seq_len / shape.cp / (parallel.sequence_parallel ? shape.tp : 1);
-  std::vector<int64_t> split;
-  std::stringstream in(cfg.pp_split);
-  for (std::string item; std::getline(in, item, ',');) {
-    size_t used = 0;
-    try {
-      split.push_back(std::stoll(item, &used));
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used == 0 || used != item.size())
-      throw std::invalid_argument("--pp.split '" + cfg.pp_split + "': '" + item + "' is not a layer count");
-  }
-  plan.stages = pp::stage_map(args.n_layers, shape.pp, coord_of(rank, shape).pp, chunks, split);
-  return plan;
-}
-
 // torchtitan's validator: the mean loss over the first `steps` global batches of held-out
 // text, under the run's mesh and without gradients (pipeline stages run forwards only).
 // Every validation sees the same batches. Collective: every rank calls it.
-double validation_loss(ParallelModel& pm, const PipelinePlan& pipeline, const DataLoader& held_out, int64_t steps,
+double validation_loss(ParallelModel& pm, const pp::PipelinePlan& pipeline, const DataLoader& held_out, int64_t steps,
                        int64_t global_batch, int64_t accum_steps) {
   torch::NoGradGuard no_grad;
   const MeshGroups& g = pm.groups;
@@ -103,32 +58,6 @@ double validation_loss(ParallelModel& pm, const PipelinePlan& pipeline, const Da
   return loss.item<double>();
 }
 
-// The weights a run starts from when it resumes nothing: a step folder of meshtrain's format
-// or a Hugging Face checkpoint, each rank reading only its chunks. Returns the bytes read.
-int64_t load_initial_weights(const CheckpointConfig& config, const ModelArgs& args, MeshGroups& groups, int rank,
-                             const std::vector<CheckpointTensor>& model_state) {
-  if (config.initial_load_in_hf) return hf::load(config.initial_load_path, args, model_state);
-  const std::filesystem::path dir = std::filesystem::absolute(config.initial_load_path).lexically_normal();
-  const std::string name = dir.filename().string();
-  int64_t step = -1;
-  try {
-    if (name.rfind("step-", 0) == 0) step = std::stoll(name.substr(5));
-  } catch (const std::exception&) {
-  }
-  if (step < 0)
-    throw std::invalid_argument("--checkpoint.initial-load-path '" + config.initial_load_path +
-                                "' is not a step-<N> folder (for a Hugging Face checkpoint add "
-                                "--checkpoint.initial-load-in-hf)");
-  CheckpointConfig from;
-  from.folder = dir.parent_path().string();
-  Checkpointer reader(from, groups, rank);
-  reader.load(step, model_state);
-  return reader.io().bytes_read;
-}
-
-}  // namespace
-
-namespace {
 // The optimizer in backward: steps each bucket's parameters when their gradients are final
 // (ParallelModel::on_gradients_ready), adding their squared norms to the step's grad norm
 // first and freeing the gradients after; finish() steps the parameters no bucket covers.
@@ -169,24 +98,21 @@ void balance_experts(ParallelModel& pm, double speed) {
   if (!injected(Fault::kExpertBiasLocalCounts)) pm.groups.dp_cp->all_reduce_sum(total);
   for (size_t i = 0; i < layers.size(); ++i) layers[i]->update_expert_bias(total[static_cast<int64_t>(i)], speed);
 }
-}  // namespace
 
-int train(const TrainConfig& cfg) {
-  inject_fault(parse_fault(cfg.inject_fault));
-  // ---- configuration, checked before anything expensive
-  const LaunchEnv env = LaunchEnv::from_environment();
-  const Backend backend = parse_backend(cfg.backend);
-  ModelArgs args = model_flavor(cfg.model);
-  if (injected(Fault::kRopeTheta10k)) args.rope_theta = 10000.0;
-  validate(args, cfg.seq_len);
-  if (cfg.steps < 0) throw std::invalid_argument("--steps must be >= 0");
-  if (cfg.validation_freq < 0) throw std::invalid_argument("--validation.freq must be >= 0");
-  if (cfg.validation_steps == 0 || cfg.validation_steps < -1)
-    throw std::invalid_argument("--validation.steps must be >= 1, or -1 for the whole validation corpus");
-  if (cfg.local_batch_size < 1) throw std::invalid_argument("--local-batch-size must be >= 1");
-  if (cfg.profile_step >= 0 && !tracing_available())
-    throw std::invalid_argument("--profile-step needs the CUDA build (Kineto)");
-  const MeshShape shape = parse_mesh(cfg.mesh, env.world_size);
+// The run as the options describe it, every option checked before anything expensive
+// (and before any rendezvous, so a bad flag fails on every rank alike).
+struct RunPlan {
+  Backend backend;
+  ModelArgs args;
+  MeshShape shape;
+  ParallelConfig parallel;
+  int64_t global_batch = 0;
+  int64_t accum_steps = 1;  // micro-batches per step
+  pp::PipelinePlan pipeline;
+  float8::Mode float8_mode;
+};
+
+ParallelConfig parallel_config(const TrainConfig& cfg) {
   ParallelConfig parallel;
   parallel.reshard_after_forward = parse_reshard(cfg.reshard_after_forward);
   parallel.ac = parse_ac(cfg.ac);
@@ -199,46 +125,198 @@ int train(const TrainConfig& cfg) {
   parallel.bucketing = parse_bucketing(cfg.fsdp_bucketing);
   parallel.cpu_offload = cfg.cpu_offload;
   parallel.bucket_bytes = static_cast<int64_t>(cfg.fsdp_bucket_mb * (1 << 20));
-  validate_tp(args, shape, parallel.sequence_parallel, parallel.seq_len);
-  validate_ep(args, shape, cfg.ep);
+  return parallel;
+}
+
+RunPlan plan_run(const TrainConfig& cfg, const LaunchEnv& env) {
+  RunPlan plan;
+  plan.backend = parse_backend(cfg.backend);
+  plan.args = model_flavor(cfg.model);
+  if (injected(Fault::kRopeTheta10k)) plan.args.rope_theta = 10000.0;
+  validate(plan.args, cfg.seq_len);
+  if (cfg.steps < 0) throw std::invalid_argument("--steps must be >= 0");
+  if (cfg.validation_freq < 0) throw std::invalid_argument("--validation.freq must be >= 0");
+  if (cfg.validation_steps == 0 || cfg.validation_steps < -1)
+    throw std::invalid_argument("--validation.steps must be >= 1, or -1 for the whole validation corpus");
+  if (cfg.local_batch_size < 1) throw std::invalid_argument("--local-batch-size must be >= 1");
+  if (cfg.profile_step >= 0 && !tracing_available())
+    throw std::invalid_argument("--profile-step needs the CUDA build (Kineto)");
+  const MeshShape shape = plan.shape = parse_mesh(cfg.mesh, env.world_size);
+  plan.parallel = parallel_config(cfg);
+  validate_tp(plan.args, shape, plan.parallel.sequence_parallel, plan.parallel.seq_len);
+  validate_ep(plan.args, shape, cfg.ep);
   const int64_t dp_degree = shape.dp();
-  const int64_t global_batch =
-      cfg.global_batch_size > 0 ? cfg.global_batch_size : cfg.local_batch_size * dp_degree;
-  if (global_batch % (cfg.local_batch_size * dp_degree) != 0)
-    throw std::invalid_argument("--global-batch-size " + std::to_string(global_batch) +
+  plan.global_batch = cfg.global_batch_size > 0 ? cfg.global_batch_size : cfg.local_batch_size * dp_degree;
+  if (plan.global_batch % (cfg.local_batch_size * dp_degree) != 0)
+    throw std::invalid_argument("--global-batch-size " + std::to_string(plan.global_batch) +
                                 " is not a multiple of local batch x dp degree " +
                                 std::to_string(cfg.local_batch_size * dp_degree));
-  const int64_t accum_steps = global_batch / (cfg.local_batch_size * dp_degree);
-  const PipelinePlan pipeline = plan_pipeline(cfg, args, shape, parallel, env.rank);
-  const float8::Mode float8_mode = float8::parse_mode(cfg.float8);
-  if (float8_mode == float8::Mode::kScaledMm && backend != Backend::kNccl)
+  plan.accum_steps = plan.global_batch / (cfg.local_batch_size * dp_degree);
+  const int64_t activation_tokens = cfg.seq_len / shape.cp / (plan.parallel.sequence_parallel ? shape.tp : 1);
+  plan.pipeline = pp::plan_pipeline(cfg.pp, plan.args.n_layers, shape, env.rank, cfg.local_batch_size,
+                                    activation_tokens, plan.parallel.param_dtype);
+  plan.float8_mode = float8::parse_mode(cfg.float8);
+  if (plan.float8_mode == float8::Mode::kScaledMm && plan.backend != Backend::kNccl)
     throw std::invalid_argument("--float8 scaled_mm needs the CUDA build and --backend nccl; --float8 emulate runs on CPU");
+  return plan;
+}
+
+// Full tensors from the seed on every rank (so every layout cuts the same tensors), then
+// this rank's pipeline stage, float8 and parallelize keep its part. `shapes` gets the whole
+// model's names and shapes first.
+std::unique_ptr<ParallelModel> build_model(const TrainConfig& cfg, const RunPlan& plan, MeshGroups& groups,
+                                           ModelShapes& shapes) {
+  Transformer full_model(plan.args);
+  init_weights(full_model, cfg.seed);
+  for (const auto& item : full_model->named_parameters()) shapes.params.emplace_back(item.key(), item.value().sizes().vec());
+  for (const auto& item : full_model->named_buffers())
+    if (item.key().find(".expert_bias") != std::string::npos) shapes.buffers.emplace_back(item.key(), item.value().sizes().vec());
+  if (plan.pipeline.stages) {
+    const auto& st = *plan.pipeline.stages;
+    full_model->keep_only(st.layers_held(), /*embedding=*/st.rank == 0, /*head=*/st.rank == st.pp - 1);
+  }
+  full_model->to(groups.device);
+  float8::convert(full_model, plan.float8_mode);
+  return parallelize(full_model, groups, plan.parallel);
+}
+
+// Optimizer in backward (torchtitan's early_step_in_backward): each bucket's parameters
+// take their AdamW step as soon as their reduced gradients land, and the gradients go.
+std::unique_ptr<EarlyStep> early_step_if_asked(const TrainConfig& cfg, const RunPlan& plan, ParallelModel& pm,
+                                               AdamW& optimizer) {
+  if (!cfg.early_step_in_backward) return nullptr;
+  if (cfg.max_norm > 0)
+    throw std::invalid_argument("--optimizer.early-step-in-backward cannot clip gradients (the global norm is known "
+                                "only after every parameter has stepped); pass --max-norm 0");
+  if (plan.accum_steps > 1)
+    throw std::invalid_argument("--optimizer.early-step-in-backward needs one micro-batch per step (global batch = "
+                                "local batch x data-parallel degree): accumulated gradients are not final in backward");
+  if (plan.pipeline.stages) throw std::invalid_argument("--optimizer.early-step-in-backward is not supported with pp > 1");
+  return std::make_unique<EarlyStep>(pm, optimizer);
+}
+
+// `meshtrain generate`: the weights are loaded; decode and write generate.json.
+int run_generate(const TrainConfig& cfg, const RunPlan& plan, const TrainState& state, const StartPoint& start,
+                 ParallelModel& pm, bool is_logger) {
+  const CheckpointConfig& c = state.config();
+  check_can_generate(start.resume_step || !c.initial_load_path.empty(), c.folder, plan.parallel.sequence_parallel,
+                     plan.pipeline.stages.has_value());
+  const Generation g = generate(pm.model, pm.groups.device, cfg.prompt, cfg.max_new_tokens);
+  if (is_logger) {
+    const std::string text = ByteTokenizer::decode(g.generated_ids);
+    write_generate_report(cfg.dump_folder,
+                          {start.resume_step ? state.checkpointer().step_dir(*start.resume_step) : c.initial_load_path,
+                           plan.shape.to_string(), cfg.prompt, g.prompt_ids, g.generated_ids, text, g.prompt_loss});
+    if (!cfg.quiet) std::printf("%s%s\n", cfg.prompt.c_str(), text.c_str());
+  }
+  pm.groups.world->barrier();
+  return 0;
+}
+
+// One row of metrics.jsonl (and of the console table).
+struct StepFacts {
+  int64_t step;
+  double loss, grad_norm, lr;
+  int64_t tokens;
+  std::vector<int64_t> windows;  // the global batch's sample windows
+  double step_time_s;
+  std::optional<double> validation;
+};
+
+void log_step(MetricsWriter& metrics, const StepFacts& f, const torch::Device& device, bool quiet) {
+  nlohmann::json row = {{"step", f.step},
+                        {"loss", f.loss},
+                        {"grad_norm", f.grad_norm},
+                        {"lr", f.lr},
+                        {"tokens", f.tokens},
+                        {"sample_windows", f.windows},
+                        {"step_time_s", f.step_time_s},
+                        {"tokens_per_s", f.tokens / f.step_time_s},
+                        {"host_peak_rss_bytes", host_peak_rss_bytes()},
+                        {"comm_bytes", {{"all_gather", comm_volume().all_gather_bytes},
+                                        {"reduce_scatter", comm_volume().reduce_scatter_bytes},
+                                        {"all_reduce", comm_volume().all_reduce_bytes}}},
+                        {"comm_calls", {{"all_gather", comm_volume().all_gather_calls},
+                                        {"reduce_scatter", comm_volume().reduce_scatter_calls},
+                                        {"all_reduce", comm_volume().all_reduce_calls}}}};
+  if (device.is_cuda()) row["device_peak_bytes"] = compat::device_peak_bytes(device);
+  if (f.validation) row["validation_loss"] = *f.validation;
+  metrics.write(row);
+  if (!quiet)
+    std::printf("%6lld %12.6f %12.6f %10.3g %12.0f%s\n", static_cast<long long>(f.step), f.loss, f.grad_norm, f.lr,
+                f.tokens / f.step_time_s,
+                f.validation ? ("   validation loss " + std::to_string(*f.validation)).c_str() : "");
+  std::fflush(stdout);
+}
+
+// The first step pays for allocation and kernel selection: leave it out.
+void print_median_throughput(const std::vector<double>& tokens_per_s, int64_t first_step, int64_t last_step) {
+  std::vector<double> steady(tokens_per_s.begin() + 1, tokens_per_s.end());
+  std::nth_element(steady.begin(), steady.begin() + steady.size() / 2, steady.end());
+  std::printf("meshtrain: median tokens/s over steps %lld..%lld: %.0f\n", static_cast<long long>(first_step),
+              static_cast<long long>(last_step), steady[steady.size() / 2]);
+}
+
+// param_digest.json: every parameter of the whole model, summed over the stages.
+void write_digests(const TrainConfig& cfg, const ParallelModel& pm, const ModelShapes& shapes, int64_t step,
+                   bool is_logger) {
+  std::vector<std::string> names;
+  for (const auto& [name, dims] : shapes.params) names.push_back(name);
+  const auto sums = global_sums(pm, names);  // collective
+  std::vector<Digest> digests;
+  for (const auto& [name, dims] : shapes.params) {
+    const auto& [sum, sum_sq] = sums.at(name);
+    int64_t numel = 1;
+    for (auto d : dims) numel *= d;
+    digests.push_back(Digest{state_keys::model(name), sum, std::sqrt(sum_sq), numel});
+  }
+  if (is_logger) write_param_digest(cfg.dump_folder + "/param_digest.json", step, digests);
+}
+
+RankReport rank_report(const LaunchEnv& env, ParallelModel& pm, const AdamW& optimizer, const TrainState& state,
+                       int64_t grad_bytes) {
+  RankReport r;
+  r.rank = env.rank, r.world_size = env.world_size;
+  r.mesh = pm.groups.shape, r.coord = pm.groups.coord;
+  r.device = pm.groups.device.str();
+  for (const auto& item : pm.model->named_parameters()) r.param_bytes += item.value().nbytes();
+  r.grad_bytes = grad_bytes;
+  r.optimizer_bytes = optimizer.state_bytes();
+  r.device_peak_bytes = compat::device_peak_bytes(pm.groups.device);
+  const CheckpointIo& io = state.checkpointer().io();
+  r.checkpoint_bytes_written = io.bytes_written, r.checkpoint_tensor_bytes_written = io.tensor_bytes_written;
+  r.checkpoint_steps_saved = io.steps_saved, r.checkpoint_bytes_read = io.bytes_read;
+  r.checkpoint_folder = state.config().folder;
+  r.initial_load_bytes_read = state.initial_load_bytes();
+  r.checkpoint_save_s = state.save_s(), r.checkpoint_load_s = state.load_s();
+  for (const auto& l : pm.layouts())
+    r.local_params[state_keys::model(l.name)] =
+        local_digest(pm.model->named_parameters()[l.name], l.chunk.offsets, l.chunk.sizes);
+  return r;
+}
+
+}  // namespace
+
+int train(const TrainConfig& cfg) {
+  inject_fault(parse_fault(cfg.inject_fault));
+  // ---- configuration, checked before anything expensive
+  const LaunchEnv env = LaunchEnv::from_environment();
+  const RunPlan plan = plan_run(cfg, env);
+  const MeshShape& shape = plan.shape;
+  const int64_t global_batch = plan.global_batch, accum_steps = plan.accum_steps;
+  const pp::PipelinePlan& pipeline = plan.pipeline;
   prepare_dump_folder(cfg.dump_folder);
   torch::set_num_threads(cfg.threads);
   if (cfg.deterministic) compat::use_deterministic_algorithms();
 
   // ---- the job: peers, model, data, optimizer
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.timeout_s * 1000));
-  MeshGroups groups = join_mesh(env, shape, backend, timeout, cfg.ep);
+  MeshGroups groups = join_mesh(env, shape, plan.backend, timeout, cfg.ep);
   const torch::Device device = groups.device;
-  const int64_t dp_rank = dp_rank_of(groups.coord, shape);
+  const int64_t dp_rank = dp_rank_of(groups.coord, shape), dp_degree = shape.dp();
   const bool is_logger = env.rank == 0;
-
-  // Full tensors from the seed on every rank, then each keeps its part.
-  Transformer full_model(args);
-  init_weights(full_model, cfg.seed);
-  std::vector<std::pair<std::string, std::vector<int64_t>>> all_params;  // the whole model's, whatever the stage
-  std::vector<std::pair<std::string, std::vector<int64_t>>> all_buffers;  // state buffers (MoE routing bias)
-  for (const auto& item : full_model->named_parameters()) all_params.emplace_back(item.key(), item.value().sizes().vec());
-  for (const auto& item : full_model->named_buffers())
-    if (item.key().find(".expert_bias") != std::string::npos) all_buffers.emplace_back(item.key(), item.value().sizes().vec());
-  if (pipeline.stages) {
-    const auto& st = *pipeline.stages;
-    full_model->keep_only(st.layers_held(), /*embedding=*/st.rank == 0, /*head=*/st.rank == st.pp - 1);
-  }
-  full_model->to(device);
-  float8::convert(full_model, float8_mode);
-  auto pm = parallelize(full_model, groups, parallel);
+  ModelShapes shapes;
+  auto pm = build_model(cfg, plan, groups, shapes);
   Transformer& model = pm->model;
 
   DataLoader loader(load_corpus(cfg.corpus), cfg.seq_len, cfg.seed);
@@ -254,192 +332,24 @@ int train(const TrainConfig& cfg) {
   AdamWConfig adamw;
   adamw.lr = cfg.lr;
   AdamW optimizer(named_params, adamw);
+  const auto early_step = early_step_if_asked(cfg, plan, *pm, optimizer);
 
-  // Optimizer in backward (torchtitan's early_step_in_backward): each bucket's parameters
-  // take their AdamW step as soon as their reduced gradients land, and the gradients go.
-  std::unique_ptr<EarlyStep> early_step;
-  if (cfg.early_step_in_backward) {
-    if (cfg.max_norm > 0)
-      throw std::invalid_argument("--optimizer.early-step-in-backward cannot clip gradients (the global norm is known "
-                                  "only after every parameter has stepped); pass --max-norm 0");
-    if (accum_steps > 1)
-      throw std::invalid_argument("--optimizer.early-step-in-backward needs one micro-batch per step (global batch = "
-                                  "local batch x data-parallel degree): accumulated gradients are not final in backward");
-    if (pipeline.stages) throw std::invalid_argument("--optimizer.early-step-in-backward is not supported with pp > 1");
-    early_step = std::make_unique<EarlyStep>(*pm, optimizer);
-  }
-
-  // ---- checkpoint: what this rank saves and loads, in canonical keys
-  CheckpointConfig ckpt_config;
-  ckpt_config.enable = cfg.checkpoint_enable;
-  ckpt_config.folder = cfg.checkpoint_folder.empty() ? cfg.dump_folder + "/checkpoint" : cfg.checkpoint_folder;
-  ckpt_config.interval = cfg.checkpoint_interval;
-  ckpt_config.keep_latest_k = cfg.checkpoint_keep_latest_k;
-  ckpt_config.load_step = cfg.checkpoint_load_step;
-  ckpt_config.exclude_from_loading = parse_exclusions(cfg.checkpoint_exclude);
-  ckpt_config.key_style = cfg.checkpoint_key_style;
-  ckpt_config.key_map = cfg.checkpoint_key_map;
-  ckpt_config.last_save_model_only = cfg.checkpoint_last_save_model_only;
-  ckpt_config.export_dtype = parse_dtype(cfg.checkpoint_export_dtype);
-  ckpt_config.last_save_in_hf = cfg.checkpoint_last_save_in_hf;
-  ckpt_config.initial_load_path = cfg.checkpoint_initial_load_path;
-  ckpt_config.initial_load_in_hf = cfg.checkpoint_initial_load_in_hf;
-  if (ckpt_config.last_save_in_hf && !ckpt_config.last_save_model_only)
-    throw std::invalid_argument("--checkpoint.last-save-in-hf needs --checkpoint.last-save-model-only (a Hugging "
-                                "Face checkpoint holds model weights only)");
-  if ((ckpt_config.last_save_in_hf || ckpt_config.initial_load_in_hf) && args.moe_experts > 0)
-    throw std::invalid_argument("Hugging Face checkpoints (--checkpoint.last-save-in-hf, --checkpoint.initial-load-in-hf) "
-                                "cover the dense Llama flavors only, not MoE model '" + args.flavor + "'");
-  if (ckpt_config.initial_load_in_hf && ckpt_config.initial_load_path.empty())
-    throw std::invalid_argument("--checkpoint.initial-load-in-hf needs --checkpoint.initial-load-path");
-  Checkpointer checkpointer(ckpt_config, groups, env.rank);
-  if (ckpt_config.enable && !cfg.generate) checkpointer.check_writable();
-  std::vector<CheckpointTensor> model_state, optimizer_state;
-  for (const auto& l : pm->buffer_layouts()) model_state.push_back({"model." + l.name, &l, model->named_buffers()[l.name]});
-  for (const auto& l : pm->layouts()) {
-    model_state.push_back({"model." + l.name, &l, model->named_parameters()[l.name]});
-    const auto& s = optimizer.state().at(l.name);
-    optimizer_state.push_back({"optimizer.state." + l.name + ".exp_avg", &l, s.exp_avg});
-    optimizer_state.push_back({"optimizer.state." + l.name + ".exp_avg_sq", &l, s.exp_avg_sq});
-  }
-
-  // ---- the keys this run saves, written before any load so a failed load still shows them
-  std::vector<KeyInfo> keys;
-  for (const auto& [name, dims] : all_buffers) keys.push_back({checkpointer.saved_key("model." + name), dims, "float32"});
-  for (const auto& [name, dims] : all_params) keys.push_back({checkpointer.saved_key("model." + name), dims, "float32"});
-  for (const auto& [name, dims] : all_params)
-    for (const char* moment : {".exp_avg", ".exp_avg_sq"})
-      keys.push_back({checkpointer.saved_key("optimizer.state." + name + moment), dims, "float32"});
-  std::vector<std::string> object_keys{"lr_scheduler", "train_state"};
-  for (int64_t r = 0; r < dp_degree; ++r) object_keys.push_back("dataloader.dp_rank_" + std::to_string(r));
-  if (is_logger) write_state_dict_keys(cfg.dump_folder + "/state_dict_keys.json", keys, object_keys);
-
-  int64_t start_step = 0, lr_step_offset = 0;
-  double checkpoint_load_s = 0, checkpoint_save_s = 0;  // this rank's wall time in load / all saves
-  const auto resume_step = ckpt_config.load_step >= 0 ? std::optional<int64_t>(ckpt_config.load_step)
-                                                      : checkpointer.latest_step();
-  if (ckpt_config.enable && resume_step) {
-    const auto& excluded = ckpt_config.exclude_from_loading;
-    auto wanted = model_state;
-    const bool load_optimizer = !excluded.count("optimizer") && !injected(Fault::kOptimizerNotRestored);
-    if (load_optimizer) wanted.insert(wanted.end(), optimizer_state.begin(), optimizer_state.end());
-    const auto load_t0 = std::chrono::steady_clock::now();
-    const auto objects = checkpointer.load(*resume_step, wanted);
-    checkpoint_load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - load_t0).count();
-    const auto& train_state = objects.at("train_state");
-    start_step = train_state.at("step").get<int64_t>();
-    if (load_optimizer) optimizer.set_steps_taken(train_state.at("optimizer_steps").get<int64_t>());
-    if (excluded.count("lr_scheduler")) lr_step_offset = start_step;  // a fresh schedule
-    if (excluded.count("dataloader")) {
-      // meshtrain's data order is a function of the step: the position follows from it.
-      auto state = loader.state();
-      state["samples_consumed"] = start_step * global_batch;
-      loader.load_state(state);
-    } else {
-      const int64_t saved_dp = train_state.at("dp_degree").get<int64_t>();
-      if (saved_dp != dp_degree)
-        throw std::runtime_error("checkpoint step-" + std::to_string(*resume_step) +
-                                 ": dataloader state was saved for data-parallel degree " + std::to_string(saved_dp) +
-                                 ", this run has " + std::to_string(dp_degree) +
-                                 "; pass --checkpoint.exclude-from-loading dataloader (meshtrain's data order "
-                                 "follows from the step)");
-      if (!injected(Fault::kDataloaderNotRestored))
-        loader.load_state(objects.at("dataloader.dp_rank_" + std::to_string(dp_rank)));
-    }
-    if (is_logger && !cfg.quiet)
-      std::printf("meshtrain: resumed from %s (written under %s)\n", checkpointer.step_dir(*resume_step).c_str(),
-                  train_state.value("mesh", std::string("?")).c_str());
-  }
-  int64_t initial_load_bytes = 0;
-  if (!(ckpt_config.enable && resume_step) && !ckpt_config.initial_load_path.empty()) {
-    initial_load_bytes = load_initial_weights(ckpt_config, args, groups, env.rank, model_state);
-    if (is_logger && !cfg.quiet)
-      std::printf("meshtrain: initial weights from %s\n", ckpt_config.initial_load_path.c_str());
-  }
-  if (cfg.generate) {
-    if (!resume_step && ckpt_config.initial_load_path.empty())
-      throw std::runtime_error("generate: no complete checkpoint in '" + ckpt_config.folder +
-                               "' (or weights from --checkpoint.initial-load-path)");
-    if (parallel.sequence_parallel) throw std::invalid_argument("generate: --sequence-parallel needs a fixed seq_len");
-    if (pipeline.stages)
-      throw std::invalid_argument("generate: pp > 1 is not supported; generate under a mesh without pp (checkpoints "
-                                  "load under any mesh)");
-    // Every cp rank decodes the whole prefix itself (the weights stay sharded over dp_shard x cp).
-    for (int64_t id : model->layer_ids()) model->block(id)->attention->core = nullptr;
-    // Greedy decoding without a cache: every token re-runs the whole prefix. All ranks
-    // see the same logits (gathered over tp, replicated over dp) and pick the same token.
-    torch::NoGradGuard no_grad;
-    const auto prompt_ids = ByteTokenizer::encode(cfg.prompt, /*bos=*/true, /*eos=*/false);
-    std::vector<int64_t> ids(prompt_ids.begin(), prompt_ids.end());
-    const size_t prompt_len = ids.size();
-    // The mean next-token loss over the prompt: a number to compare with other
-    // implementations of the same model (tests/hf/).
-    double prompt_loss = 0;
-    {
-      auto tokens = torch::tensor(ids, torch::kInt64).view({1, -1}).to(device);
-      auto logits = model(tokens).to(torch::kFloat32).squeeze(0);  // [T, V]
-      const int64_t T = tokens.size(1);
-      if (T > 1)
-        prompt_loss = torch::nn::functional::cross_entropy(logits.narrow(0, 0, T - 1), tokens.squeeze(0).narrow(0, 1, T - 1))
-                          .item<double>();
-    }
-    for (int64_t i = 0; i < cfg.max_new_tokens; ++i) {
-      auto tokens = torch::tensor(ids, torch::kInt64).view({1, -1}).to(device);
-      auto logits = model(tokens).select(1, tokens.size(1) - 1).to(torch::kFloat32);  // [1, V]
-      const int64_t next = logits.argmax(-1).item<int64_t>();
-      if (next >= ByteTokenizer::kVocabSize || next == ByteTokenizer::kEos) break;
-      ids.push_back(next);
-    }
-    std::vector<int64_t> generated(ids.begin() + static_cast<int64_t>(prompt_len), ids.end());
-    if (is_logger) {
-      write_json(cfg.dump_folder + "/generate.json",
-                 {{"format_version", kOutputsFormatVersion},
-                  {"checkpoint", resume_step ? checkpointer.step_dir(*resume_step) : ckpt_config.initial_load_path},
-                  {"mesh", shape.to_string()}, {"prompt", cfg.prompt},
-                  {"prompt_ids", std::vector<int64_t>(ids.begin(), ids.begin() + static_cast<int64_t>(prompt_len))},
-                  {"generated_ids", generated}, {"text", ByteTokenizer::decode(generated)},
-                  {"prompt_loss", prompt_loss}});
-      if (!cfg.quiet) std::printf("%s%s\n", cfg.prompt.c_str(), ByteTokenizer::decode(generated).c_str());
-    }
-    groups.world->barrier();
-    return 0;
-  }
-
-  auto save_checkpoint = [&](int64_t step) {
-    nlohmann::json objects = nlohmann::json::object();
-    const auto t0 = std::chrono::steady_clock::now();
-    if (step == cfg.steps && ckpt_config.last_save_model_only) {
-      // An export: weights only, nothing to resume a run from (train_state says so).
-      if (env.rank == 0)
-        objects["train_state"] = {{"step", step}, {"model_only", true}, {"dp_degree", dp_degree}, {"mesh", shape.to_string()}};
-      checkpointer.save(step, model_state, objects, ckpt_config.export_dtype);
-      if (ckpt_config.last_save_in_hf && env.rank == 0) {
-        const std::string dir = checkpointer.step_dir(step);
-        ckpt_consolidate(dir, dir + "/model.safetensors", cfg.model);
-      }
-      groups.world->barrier();
-      checkpoint_save_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      return;
-    }
-    if (env.rank == 0) {
-      objects["train_state"] = {{"step", step}, {"optimizer_steps", optimizer.steps_taken()},
-                                {"dp_degree", dp_degree}, {"mesh", shape.to_string()}};
-      objects["lr_scheduler"] = {{"step", step - lr_step_offset}, {"warmup_steps", cfg.warmup_steps}, {"lr", cfg.lr}};
-    }
-    if (groups.coord.tp == 0 && groups.coord.cp == 0 && groups.coord.pp == 0) objects["dataloader.dp_rank_" + std::to_string(dp_rank)] = loader.state();
-    auto tensors = model_state;
-    tensors.insert(tensors.end(), optimizer_state.begin(), optimizer_state.end());
-    checkpointer.save(step, tensors, objects);
-    checkpoint_save_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  };
+  // ---- checkpoint: what this rank saves and loads; resume or initial weights
+  TrainState state(checkpoint_config(cfg, plan.args), groups, env.rank, *pm, optimizer, loader,
+                   RunFacts{cfg.steps, cfg.warmup_steps, cfg.lr, cfg.model, plan.args, global_batch,
+                            is_logger && !cfg.quiet});
+  const CheckpointConfig& ckpt = state.config();
+  if (ckpt.enable && !cfg.generate) state.checkpointer().check_writable();
+  if (is_logger) state.write_keys(cfg.dump_folder + "/state_dict_keys.json", shapes);
+  const StartPoint start = state.restore();
+  if (cfg.generate) return run_generate(cfg, plan, state, start, *pm, is_logger);
 
   std::unique_ptr<MetricsWriter> metrics;
   if (is_logger) metrics = std::make_unique<MetricsWriter>(cfg.dump_folder + "/metrics.jsonl");
-
   if (is_logger && !cfg.quiet) {
     std::printf("meshtrain: model %s (%.2fM parameters), %s, mesh %s, data parallel %s, seq %lld, "
                 "global batch %lld, %lld steps\n",
-                args.flavor.c_str(), args.num_parameters() / 1e6, device.str().c_str(),
+                plan.args.flavor.c_str(), plan.args.num_parameters() / 1e6, device.str().c_str(),
                 shape.to_string().c_str(), to_string(pm->mode()).c_str(), static_cast<long long>(cfg.seq_len),
                 static_cast<long long>(global_batch), static_cast<long long>(cfg.steps));
     std::printf("%6s %12s %12s %10s %12s\n", "step", "loss", "grad_norm", "lr", "tokens/s");
@@ -449,9 +359,10 @@ int train(const TrainConfig& cfg) {
   int64_t grad_bytes = 0;
   std::vector<double> tokens_per_s;
   const int64_t last_step = cfg.stop_at >= 0 ? std::min(cfg.stop_at, cfg.steps) : cfg.steps;
+  const int64_t lr_step_offset = start.lr_step_offset;
   // A fresh run with nothing to train (--stop-at 0) still saves: its initial weights.
-  if (ckpt_config.enable && !resume_step && last_step == 0) save_checkpoint(0);
-  for (int64_t step = start_step + 1; step <= last_step; ++step) {
+  if (ckpt.enable && !start.resume_step && last_step == 0) state.save(0, lr_step_offset);
+  for (int64_t step = start.step + 1; step <= last_step; ++step) {
     const bool traced = step == cfg.profile_step;
     if (traced) {
       compat::synchronize(device);
@@ -495,7 +406,7 @@ int train(const TrainConfig& cfg) {
     grad_bytes = 0;
     for (const auto& p : params) grad_bytes += p.grad().defined() ? p.grad().nbytes() : 0;
     if (!early_step || injected(Fault::kOptInBwdStepsTwice)) optimizer.update(lr, params);
-    balance_experts(*pm, args.moe_bias_update_speed);
+    balance_experts(*pm, plan.args.moe_bias_update_speed);
     std::vector<int64_t> windows;  // the global batch, for whoever checks the data or replays the step
     if (is_logger)
       for (int64_t i = 0; i < global_batch; ++i) windows.push_back(loader.window_of_sample(loader.samples_consumed() + i));
@@ -510,85 +421,15 @@ int train(const TrainConfig& cfg) {
     std::optional<double> validation;
     if (held_out && step % cfg.validation_freq == 0)
       validation = validation_loss(*pm, pipeline, *held_out, cfg.validation_steps, global_batch, accum_steps);
-    if (is_logger) {
-      nlohmann::json row = {{"step", step},
-                            {"loss", loss_value},
-                            {"grad_norm", norm},
-                            {"lr", lr},
-                            {"tokens", tokens},
-                            {"sample_windows", windows},
-                            {"step_time_s", step_time},
-                            {"tokens_per_s", tokens / step_time},
-                            {"host_peak_rss_bytes", host_peak_rss_bytes()},
-                            {"comm_bytes", {{"all_gather", comm_volume().all_gather_bytes},
-                                            {"reduce_scatter", comm_volume().reduce_scatter_bytes},
-                                            {"all_reduce", comm_volume().all_reduce_bytes}}},
-                            {"comm_calls", {{"all_gather", comm_volume().all_gather_calls},
-                                            {"reduce_scatter", comm_volume().reduce_scatter_calls},
-                                            {"all_reduce", comm_volume().all_reduce_calls}}}};
-      if (device.is_cuda()) row["device_peak_bytes"] = compat::device_peak_bytes(device);
-      if (validation) row["validation_loss"] = *validation;
-      metrics->write(row);
-      if (!cfg.quiet)
-        std::printf("%6lld %12.6f %12.6f %10.3g %12.0f%s\n", static_cast<long long>(step), loss_value,
-                    norm, lr, tokens / step_time,
-                    validation ? ("   validation loss " + std::to_string(*validation)).c_str() : "");
-      std::fflush(stdout);
-    }
-    if (ckpt_config.enable && ((ckpt_config.interval > 0 && step % ckpt_config.interval == 0) || step == last_step))
-      save_checkpoint(step);
+    if (is_logger) log_step(*metrics, {step, loss_value, norm, lr, tokens, windows, step_time, validation}, device, cfg.quiet);
+    if (ckpt.enable && ((ckpt.interval > 0 && step % ckpt.interval == 0) || step == last_step))
+      state.save(step, lr_step_offset);
   }
-
-  if (is_logger && !cfg.quiet && tokens_per_s.size() > 1) {
-    // The first step pays for allocation and kernel selection: leave it out.
-    std::vector<double> steady(tokens_per_s.begin() + 1, tokens_per_s.end());
-    std::nth_element(steady.begin(), steady.begin() + steady.size() / 2, steady.end());
-    std::printf("meshtrain: median tokens/s over steps %lld..%lld: %.0f\n", static_cast<long long>(start_step + 2),
-                static_cast<long long>(last_step), steady[steady.size() / 2]);
-  }
+  if (is_logger && !cfg.quiet && tokens_per_s.size() > 1) print_median_throughput(tokens_per_s, start.step + 2, last_step);
 
   // ---- final facts: parameter digests and this rank's memory
-  std::vector<Digest> digests;
-  std::vector<std::string> names;
-  for (const auto& [name, dims] : all_params) names.push_back(name);
-  const auto sums = global_sums(*pm, names);
-  for (const auto& [name, dims] : all_params) {
-    const auto& [sum, sum_sq] = sums.at(name);
-    int64_t numel = 1;
-    for (auto d : dims) numel *= d;
-    digests.push_back(Digest{"model." + name, sum, std::sqrt(sum_sq), numel});
-  }
-  if (is_logger) write_param_digest(cfg.dump_folder + "/param_digest.json", last_step, digests);
-
-  nlohmann::json local = nlohmann::json::object();
-  for (const auto& l : pm->layouts())
-    local["model." + l.name] = local_digest(model->named_parameters()[l.name], l.chunk.offsets, l.chunk.sizes);
-
-  int64_t param_bytes = 0;
-  for (const auto& p : params) param_bytes += p.nbytes();
-  write_json(cfg.dump_folder + "/rank" + std::to_string(env.rank) + ".json",
-             {{"format_version", kOutputsFormatVersion},
-              {"rank", env.rank},
-              {"world_size", env.world_size},
-              {"mesh", shape.to_string()},
-              {"coord", {{"pp", groups.coord.pp}, {"dp_replicate", groups.coord.dp_replicate}, {"dp_shard", groups.coord.dp_shard},
-                         {"cp", groups.coord.cp}, {"tp", groups.coord.tp}}},
-              {"device", device.str()},
-              {"param_bytes", param_bytes},
-              {"grad_bytes", grad_bytes},
-              {"optimizer_bytes", optimizer.state_bytes()},
-              {"host_peak_rss_bytes", host_peak_rss_bytes()},
-              {"device_peak_bytes", compat::device_peak_bytes(device)},
-              {"checkpoint_bytes_written", checkpointer.io().bytes_written},
-              {"checkpoint_tensor_bytes_written", checkpointer.io().tensor_bytes_written},
-              {"checkpoint_steps_saved", checkpointer.io().steps_saved},
-              {"checkpoint_folder", std::filesystem::absolute(ckpt_config.folder).lexically_normal().string()},
-              {"checkpoint_bytes_read", checkpointer.io().bytes_read},
-              {"initial_load_bytes_read", initial_load_bytes},
-              {"checkpoint_save_s", checkpoint_save_s},
-              {"checkpoint_load_s", checkpoint_load_s},
-              {"local_state_bytes", param_bytes + optimizer.state_bytes()},
-              {"local_params", local}});
+  write_digests(cfg, *pm, shapes, last_step, is_logger);
+  write_rank_report(cfg.dump_folder, rank_report(env, *pm, optimizer, state, grad_bytes));
   groups.world->barrier();
   return 0;
 }

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "data.h"
+#include "pipeline.h"
 
 namespace meshtrain {
 
@@ -29,14 +30,11 @@ struct TrainConfig {
   bool loss_parallel = false;
   bool sequence_parallel = false;
   std::string cp_rotate = "allgather";
-  int64_t ep = 1;
+  int64_t ep = 1;  // expert parallel: MoE experts split over this many dp_shard ranks
   std::string fsdp_bucketing = "block";  // none | block | auto (parallelize.h: Bucketing)
   double fsdp_bucket_mb = 64;             // auto: the size a bucket grows to
-  bool cpu_offload = false;               // parallelize.h: ParallelConfig::cpu_offload  // expert parallel: MoE experts split over this many dp_shard ranks
-  std::string pp_schedule = "1f1b";
-  int64_t pp_microbatches = -1;    // -1: pp
-  int64_t pp_virtual_stages = -1;  // stages per pp rank; -1: 2 for interleaved_1f1b, else 1
-  std::string pp_split;            // layers per stage, "3,2,2"; empty: as even as possible
+  bool cpu_offload = false;               // parallelize.h: ParallelConfig::cpu_offload
+  pp::PipelineConfig pp;           // --pp.*
   bool checkpoint_enable = false;
   std::string checkpoint_folder;  // empty: <dump-folder>/checkpoint
   int64_t checkpoint_interval = 0;

@@ -12,14 +12,10 @@
 #include "model.h"
 
 using namespace meshtrain;
+using meshtrain_test::randn;
 using meshtrain_test::run_ranks;
 
 namespace {
-
-torch::Tensor randn(at::IntArrayRef shape, uint64_t seed) {
-  auto gen = at::detail::createCPUGenerator(seed);
-  return torch::empty(shape, torch::kFloat64).normal_(0, 1, gen);
-}
 
 double max_diff(const torch::Tensor& a, const torch::Tensor& b) { return (a - b).abs().max().item<double>(); }
 

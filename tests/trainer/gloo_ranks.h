@@ -1,5 +1,6 @@
 // Ranks as threads of one test process: body(rank, group) on `n` threads, each a rank of
-// one Gloo group over an in-memory store. Fails the test with each rank's error.
+// one Gloo group over an in-memory store. Fails the test with each rank's error. Also the
+// seeded float64 tensors the multi-rank tests compare against plain autograd with.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -30,6 +31,12 @@ inline void run_ranks(int n, const std::function<void(int, meshtrain::Comm&)>& b
     });
   for (auto& t : threads) t.join();
   for (int r = 0; r < n; ++r) ASSERT_EQ(errors[r], "") << "rank " << r;
+}
+
+// A float64 tensor of standard normals that depends only on `seed` (every rank draws the same).
+inline torch::Tensor randn(at::IntArrayRef shape, uint64_t seed) {
+  auto gen = at::detail::createCPUGenerator(seed);
+  return torch::empty(shape, torch::kFloat64).normal_(0, 1, gen);
 }
 
 }  // namespace meshtrain_test

@@ -13,14 +13,10 @@
 
 using namespace meshtrain;
 using namespace contract;
+using meshtrain_test::randn;
 using meshtrain_test::run_ranks;
 
 namespace {
-
-torch::Tensor randn(at::IntArrayRef shape, uint64_t seed) {
-  auto gen = at::detail::createCPUGenerator(seed);
-  return torch::empty(shape, torch::kFloat64).normal_(0, 1, gen);
-}
 
 torch::Tensor piece(const torch::Tensor& t, int dim, int64_t parts, int64_t index) {
   auto c = local_chunk(t.sizes().vec(), {{dim, parts, index}});

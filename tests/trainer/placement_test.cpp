@@ -79,3 +79,35 @@ TEST(Placement, StridedShardWorkedTable) {
   EXPECT_EQ(empty.sizes[0], 0);
   EXPECT_EQ(empty.offsets[0], 3);
 }
+
+TEST(Placement, BoxesOverlapOnlyWhenEveryExtentDoes) {
+  const Box a = box_of({0, 0}, {2, 4}), b = box_of({1, 3}, {2, 2}), c = box_of({2, 0}, {1, 4});
+  EXPECT_FALSE(intersect(a, b).empty());
+  EXPECT_EQ(intersect(a, b).lo, (std::vector<int64_t>{1, 3}));
+  EXPECT_EQ(intersect(a, b).hi, (std::vector<int64_t>{2, 4}));
+  EXPECT_TRUE(intersect(a, c).empty());         // rows 0..1 and row 2 only touch
+  EXPECT_TRUE(box_of({5}, {0}).empty());        // an empty piece overlaps nothing
+}
+
+TEST(Placement, OneRankWritesEachReplicatedChunk) {
+  ParamLayout l;
+  l.sharded_over = {MeshDim::kTp};  // replicated over data parallel and cp
+  MeshCoord c;
+  c.tp = 1, c.pp = 1;
+  EXPECT_TRUE(writes_chunk(l, c));  // tp holds different pieces; pp stages hold different params
+  c.dp_shard = 1;
+  EXPECT_FALSE(writes_chunk(l, c));
+  l.sharded_over = {MeshDim::kDpShard, MeshDim::kTp};
+  EXPECT_TRUE(writes_chunk(l, c));
+  c.dp_replicate = 1;
+  EXPECT_FALSE(writes_chunk(l, c));
+}
+
+TEST(Placement, FirstSplitStartIsTheVocabularyOffsetOfATpPiece) {
+  ParamLayout l;
+  l.global_shape = {10, 4};
+  l.splits = {{0, 4, 3}, {0, 2, 1}};  // tp piece 3 of 4 (row 9), then an FSDP split of it
+  EXPECT_EQ(first_split_start(l), 9);
+  l.splits = {{0, 4, 1}};
+  EXPECT_EQ(first_split_start(l), 3);
+}

@@ -1,0 +1,104 @@
+// What a run saves, resumes and starts from (docs/checkpoint.md). Promises:
+//  - the trainer spells state-dict keys in one place: state_keys below ("model.<fqn>",
+//    "optimizer.state.<fqn>.exp_avg", "lr_scheduler", "train_state", "dataloader.dp_rank_<i>");
+//    the checkpoint room only styles them (--checkpoint.key-style);
+//  - state_dict_keys.json lists exactly the keys a save of this run writes, whatever the
+//    pipeline stage, and is written before any load, so a failed load still shows them;
+//  - a resumed run continues the step, the optimizer's step count, the learning-rate
+//    schedule and the data position of the saved one, each unless excluded from loading.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "checkpoint.h"
+#include "data.h"
+#include "flavors.h"
+#include "optim.h"
+
+namespace meshtrain {
+
+class ParallelModel;
+struct TrainConfig;
+
+namespace state_keys {
+std::string model(const std::string& fqn);                           // "model.<fqn>"
+std::string optimizer(const std::string& fqn, const std::string& moment);  // moment: "exp_avg" | "exp_avg_sq"
+std::string dataloader(int64_t dp_rank);                             // "dataloader.dp_rank_<i>"
+inline const std::string kLrScheduler = "lr_scheduler";
+inline const std::string kTrainState = "train_state";
+inline const std::vector<std::string> kMoments = {"exp_avg", "exp_avg_sq"};
+// The non-tensor entries of a full save, in state_dict_keys.json's order.
+std::vector<std::string> objects(int64_t dp_degree);
+}  // namespace state_keys
+
+// The whole model's names and global shapes, whatever this rank's pipeline stage holds.
+struct ModelShapes {
+  std::vector<std::pair<std::string, std::vector<int64_t>>> params;
+  std::vector<std::pair<std::string, std::vector<int64_t>>> buffers;  // state buffers (MoE routing bias)
+};
+
+// What the rest of the run needs to know about how it started.
+struct StartPoint {
+  int64_t step = 0;             // the last step already taken
+  int64_t lr_step_offset = 0;   // > 0: the schedule restarts there (lr_scheduler excluded)
+  // The newest (or --checkpoint.load-step) step folder, whether or not it was loaded:
+  // it is resumed only with checkpointing on.
+  std::optional<int64_t> resume_step;
+};
+
+// The facts a save records besides the tensors.
+struct RunFacts {
+  int64_t steps = 0;         // the schedule's length: the save after it may be an export
+  int64_t warmup_steps = 0;
+  double lr = 0;
+  std::string model;         // flavor name, for a Hugging Face export's config.json
+  ModelArgs args;            // for a Hugging Face initial load
+  int64_t global_batch = 0;  // samples per step: the data position when the dataloader is excluded
+  bool log = false;          // print what was loaded
+};
+
+// This rank's state: the model's and the optimizer's chunks, the schedule and the data
+// position, through one Checkpointer. Collective where the Checkpointer is.
+class TrainState {
+ public:
+  TrainState(CheckpointConfig config, MeshGroups& groups, int rank, ParallelModel& pm, AdamW& optimizer,
+             DataLoader& loader, RunFacts facts);
+
+  void write_keys(const std::string& path, const ModelShapes& shapes) const;  // state_dict_keys.json
+  // Resumes the newest (or --checkpoint.load-step) step folder when checkpointing is on and
+  // one exists; otherwise loads --checkpoint.initial-load-path's weights if given.
+  StartPoint restore();
+  // Saves `step` (after the last step with --checkpoint.last-save-model-only: weights only).
+  void save(int64_t step, int64_t lr_step_offset);
+
+  const Checkpointer& checkpointer() const { return checkpointer_; }
+  const CheckpointConfig& config() const { return checkpointer_.config(); }
+  double load_s() const { return load_s_; }  // this rank's wall time in the resume
+  double save_s() const { return save_s_; }  // and in all saves
+  int64_t initial_load_bytes() const { return initial_load_bytes_; }
+
+ private:
+  StartPoint resume(int64_t step);
+  void restore_data_position(const nlohmann::json& objects, int64_t step, int64_t resumed_step);
+  void export_model(int64_t step);
+
+  Checkpointer checkpointer_;
+  MeshGroups& groups_;
+  int rank_;
+  AdamW& optimizer_;
+  DataLoader& loader_;
+  RunFacts facts_;
+  std::vector<CheckpointTensor> model_state_, optimizer_state_;
+  double load_s_ = 0, save_s_ = 0;
+  int64_t initial_load_bytes_ = 0;
+};
+
+// Builds the checkpoint options from the CLI's strings and checks they go together
+// (throws std::invalid_argument naming the options).
+CheckpointConfig checkpoint_config(const TrainConfig& cfg, const ModelArgs& args);
+
+}  // namespace meshtrain
