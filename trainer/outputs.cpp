@@ -102,8 +102,9 @@ int64_t host_peak_rss_bytes() {
 
 void write_rank_report(const std::string& dump_folder, const RankReport& r) {
   const auto& c = r.coord;
-  write_json(dump_folder + "/rank" + std::to_string(r.rank) + ".json",
-             {{"format_version", kOutputsFormatVersion},
+  namespace f = dump_files::rank_file;
+  write_json(dump_folder + "/" + dump_files::rank_file_name(r.rank),
+             {{dump_files::kFormatVersionField, kOutputsFormatVersion},
               {"rank", r.rank},
               {"world_size", r.world_size},
               {"mesh", r.mesh.to_string()},
@@ -114,16 +115,16 @@ void write_rank_report(const std::string& dump_folder, const RankReport& r) {
               {"optimizer_bytes", r.optimizer_bytes},
               {"host_peak_rss_bytes", host_peak_rss_bytes()},
               {"device_peak_bytes", r.device_peak_bytes},
-              {"checkpoint_bytes_written", r.checkpoint_bytes_written},
-              {"checkpoint_tensor_bytes_written", r.checkpoint_tensor_bytes_written},
-              {"checkpoint_steps_saved", r.checkpoint_steps_saved},
-              {"checkpoint_folder", std::filesystem::absolute(r.checkpoint_folder).lexically_normal().string()},
-              {"checkpoint_bytes_read", r.checkpoint_bytes_read},
+              {f::kCheckpointBytesWritten, r.checkpoint_bytes_written},
+              {f::kCheckpointTensorBytesWritten, r.checkpoint_tensor_bytes_written},
+              {f::kCheckpointStepsSaved, r.checkpoint_steps_saved},
+              {f::kCheckpointFolder, std::filesystem::absolute(r.checkpoint_folder).lexically_normal().string()},
+              {f::kCheckpointBytesRead, r.checkpoint_bytes_read},
               {"initial_load_bytes_read", r.initial_load_bytes_read},
               {"checkpoint_save_s", r.checkpoint_save_s},
               {"checkpoint_load_s", r.checkpoint_load_s},
-              {"local_state_bytes", r.param_bytes + r.optimizer_bytes},
-              {"local_params", r.local_params}});
+              {f::kLocalStateBytes, r.param_bytes + r.optimizer_bytes},
+              {f::kLocalParams, r.local_params}});
 }
 
 void write_generate_report(const std::string& dump_folder, const GenerateReport& g) {

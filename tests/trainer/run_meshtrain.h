@@ -61,7 +61,7 @@ inline Result meshtrain(const std::vector<std::string>& args, const std::map<std
 }
 
 // One meshtest process (e.g. `meshtest ckpt inspect`), to look at what meshtrain wrote.
-inline Result meshtest(const std::vector<std::string>& args) {
+inline Result run_meshtest(const std::vector<std::string>& args) {
   auto dir = fresh_dir("meshtest_io");
   bp::child c(bp::exe = ::test_paths::kMeshtest, bp::args = args, bp::std_out > (dir / "out").string(),
               bp::std_err > (dir / "err").string(), clean_env({}));
