@@ -90,8 +90,9 @@ class ParallelModel {
   DataParallelMode mode_;
 };
 
-// Applies tensor parallelism, activation checkpointing and data parallelism (in torchtitan's order) to a
-// model initialised with full tensors on `groups.device`.
+// Applies, in torchtitan's order, tensor parallelism (apply_tp), context parallelism (apply_cp),
+// expert parallelism (apply_ep), activation checkpointing (apply_ac) and data parallelism
+// (apply_fsdp) to a model initialised with full tensors on `groups.device`.
 std::unique_ptr<ParallelModel> parallelize(Transformer model, MeshGroups& groups, const ParallelConfig& config);
 
 // Global L2 norm of all gradients: each piece's squared norm summed over the groups it
