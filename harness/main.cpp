@@ -27,6 +27,7 @@
 #include "report/report.h"
 #include "run/requirements.h"
 #include "run/runner.h"
+#include "run/slurm.h"
 #include "core/schedule.h"
 #include "report/summary.h"
 

@@ -8,11 +8,30 @@
 #include <utility>
 #include <vector>
 
-#include "run/launch.h"
 #include "core/matrix.h"
 #include "core/verdict.h"
 
 namespace meshtest {
+
+// How a rank ended: an exit code, or the signal that killed it.
+struct RankExit {
+  int rank = -1;
+  int exit_code = 0;
+  int signal = 0;
+  bool ok() const { return exit_code == 0 && signal == 0; }
+  std::string describe() const;  // "exit code 3", "signal 11 (SIGSEGV)"
+};
+
+// How a phase's ranks ended as a group.
+struct LaunchResult {
+  std::vector<RankExit> exits;  // by rank
+  RankExit first_failure;       // rank -1 when every rank exited 0
+  bool timed_out = false;
+  std::string stopped_because;  // "" unless stop() or a failure/timeout ended the group
+  bool killed = false;          // the grace period ran out and SIGKILL was sent
+  double duration_s = 0;
+  bool ok() const { return first_failure.rank < 0 && !timed_out && stopped_because.empty(); }
+};
 
 struct PhaseOutcome {
   std::string name;
@@ -22,7 +41,7 @@ struct PhaseOutcome {
   bool ran = false;               // false: an earlier phase failed, or the run was interrupted
   int attempts = 0;               // > 1 when MASTER_PORT was lost to another process
   std::string launch_error;       // the program could not be started
-  RankGroup::Result result;
+  LaunchResult result;
   // (step, loss, grad_norm or NaN) as its outputs say, read once the case is judged; for the report.
   struct Point {
     long long step;
@@ -87,5 +106,8 @@ struct CaseOutcome {
   // The rank log a person should read first: the failing rank of the failing phase.
   std::string failing_log() const;
 };
+
+// "12.3 s", "4m05s": durations in the terminal table, progress lines and reports.
+std::string human_seconds(double seconds);
 
 }  // namespace meshtest

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "core/outcome.h"
-#include "run/runner.h"
+#include "core/run_options.h"
 #include "core/schedule.h"
 
 namespace meshtest {

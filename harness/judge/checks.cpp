@@ -16,6 +16,7 @@
 #include "contract/checkpoint_format.h"
 #include "contract/dump_files.h"
 #include "readers/checkpoint_view.h"
+#include "readers/rank_files.h"
 #include "readers/dcp.h"
 #include "readers/log_metrics.h"
 #include "readers/tensorboard.h"
@@ -802,7 +803,7 @@ void check_error_matches(const CaseOutcome& o, const CheckSpec& spec, const Find
 }
 
 // Which rank to read first in a timed-out phase: the first still running when time ran out.
-int hung_rank(const RankGroup::Result& res) {
+int hung_rank(const LaunchResult& res) {
   for (const auto& e : res.exits)
     if (e.signal == SIGTERM || e.signal == SIGKILL) return e.rank;
   return -1;

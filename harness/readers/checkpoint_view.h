@@ -10,16 +10,12 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
-namespace meshtest {
+#include "readers/checkpoint_error.h"
 
-// Thrown for any unreadable checkpoint; the message names the file and, where known, the key.
-class CheckpointError : public std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
+namespace meshtest {
 
 struct CheckpointEntry {
   std::string key;

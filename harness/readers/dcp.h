@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "readers/checkpoint_view.h"
+#include "readers/checkpoint_error.h"
 #include "readers/pickle.h"
 
 namespace meshtest::dcp {

@@ -12,7 +12,8 @@
 #include <stdexcept>
 #include <vector>
 
-#include "report/report.h"  // xml_safe, human_seconds
+#include "core/outcome.h"  // human_seconds
+#include "report/report.h"  // xml_safe
 
 namespace fs = std::filesystem;
 using nlohmann::json;

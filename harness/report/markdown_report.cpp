@@ -4,7 +4,8 @@
 #include <map>
 #include <vector>
 
-#include "report/report.h"  // xml_safe, human_seconds
+#include "core/outcome.h"  // human_seconds
+#include "report/report.h"
 
 using nlohmann::json;
 

@@ -8,7 +8,8 @@
 #include <functional>
 #include <map>
 
-#include "run/launch.h"
+#include "core/outcome.h"
+#include "readers/rank_files.h"
 #include "readers/utf8.h"
 #include "core/verdict.h"
 
@@ -185,13 +186,6 @@ std::string surefire_file_name(const std::string& suite) {
 }
 
 }  // namespace
-
-std::string human_seconds(double s) {
-  char buf[32];
-  if (s < 60) std::snprintf(buf, sizeof(buf), "%.1f s", s);
-  else std::snprintf(buf, sizeof(buf), "%dm%02ds", static_cast<int>(s) / 60, static_cast<int>(s) % 60);
-  return buf;
-}
 
 std::string xml_safe(const std::string& raw, size_t cap) {
   std::string text = raw;

@@ -17,9 +17,6 @@ void write_surefire(const nlohmann::json& summary, const std::string& dir);
 // The table, then per failed case its reason, log and a command that reruns it.
 void print_report(const nlohmann::json& summary, FILE* out);
 
-// "12.3 s", "4m05s": durations in the terminal table and progress lines.
-std::string human_seconds(double seconds);
-
 // Text safe for any XML 1.0 consumer: ANSI escape sequences removed, invalid UTF-8
 // replaced by U+FFFD, other characters XML forbids (NUL, ESC, ...) written as \xNN,
 // and at most `cap` bytes kept (head and tail, with the count of bytes dropped).

@@ -8,7 +8,7 @@
 
 #include <string>
 
-#include "run/runner.h"
+#include "core/run_options.h"
 
 namespace meshtest {
 

@@ -16,16 +16,10 @@
 
 #include <sys/types.h>
 
-namespace meshtest {
+#include "core/outcome.h"
+#include "readers/rank_files.h"
 
-// How a rank ended: an exit code, or the signal that killed it.
-struct RankExit {
-  int rank = -1;
-  int exit_code = 0;
-  int signal = 0;
-  bool ok() const { return exit_code == 0 && signal == 0; }
-  std::string describe() const;  // "exit code 3", "signal 11 (SIGSEGV)"
-};
+namespace meshtest {
 
 struct LaunchSpec {
   std::vector<std::string> argv;  // argv[0]: a path, or a program on PATH
@@ -80,15 +74,7 @@ class RankGroup {
   // Stops the group (SIGTERM now, SIGKILL after the grace period), e.g. on Ctrl-C.
   void stop(const std::string& reason);
 
-  struct Result {
-    std::vector<RankExit> exits;  // by rank
-    RankExit first_failure;       // rank -1 when every rank exited 0
-    bool timed_out = false;
-    std::string stopped_because;  // "" unless stop() or a failure/timeout ended the group
-    bool killed = false;          // the grace period ran out and SIGKILL was sent
-    double duration_s = 0;
-    bool ok() const { return first_failure.rank < 0 && !timed_out && stopped_because.empty(); }
-  };
+  using Result = LaunchResult;
   const Result& result() const { return result_; }
   const LaunchSpec& spec() const { return spec_; }
   std::vector<pid_t> pids() const;
@@ -107,34 +93,13 @@ class RankGroup {
   bool done_ = false;
 };
 
-// A rank's files in a phase's log folder: rank<R>.log and error_rank<R>.json.
-std::string rank_log_path(const std::string& dir, int rank);
-std::string rank_error_file(const std::string& dir, int rank);
-
-// What a failed rank said: the message of its torchelastic error file, else the last
-// line of its log that names an error ("" when neither has one).
-std::string rank_error_message(const std::string& dir, int rank);
-
-// A rank's collective file (MESHTEST_COLLECTIVE_FILE, docs/contracts.md): one line
-// "collectives_entered=N last=OP group=G ranks=K" that the trainer keeps current.
-std::string rank_collective_file(const std::string& dir, int rank);
-
-// Who a hung phase waits for, from its ranks' collective files: the ranks that entered
-// fewer collectives than the others, and what the others wait in. `behind` gets the first
-// of those ranks. "" when the files do not say (a trainer that writes none, or no rank behind).
-std::string ranks_not_arrived(const std::string& dir, int nproc, int* behind);
-
 // True when a failed launch looks like it lost the race for MASTER_PORT.
 bool lost_port_race(const RankGroup& group);
-bool lost_port_race(const std::string& log_dir, int nproc);  // from its ranks' logs
 
 // Makes meshtest the reaper of orphaned descendants (a rank's child whose parent
 // died is re-parented to meshtest instead of init), so sweep_orphans can kill them.
 void become_subreaper();
 // Kills and reaps every child of meshtest not in `tracked`. Returns how many.
 int sweep_orphans(const std::set<pid_t>& tracked);
-
-// The last `lines` lines of a file (for failure reports), at most `max_bytes` read.
-std::string tail_of_file(const std::string& path, int lines, size_t max_bytes = 1 << 20);
 
 }  // namespace meshtest

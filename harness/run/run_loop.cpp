@@ -7,7 +7,6 @@
 #include <sstream>
 
 #include "judge/checks.h"
-#include "report/report.h"
 
 namespace fs = std::filesystem;
 

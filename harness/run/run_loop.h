@@ -23,7 +23,7 @@
 
 #include "run/launch.h"
 #include "core/plan.h"
-#include "run/runner.h"
+#include "core/run_options.h"
 #include "core/schedule.h"
 
 namespace meshtest {

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "run/run_loop.h"
+#include "run/slurm.h"
 
 namespace meshtest {
 
@@ -41,32 +42,6 @@ void install_stop_handlers() {
   for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &sa, nullptr);
 }
 
-std::string PhaseOutcome::log_path(int rank) const { return rank_log_path(dir, rank); }
-
-
-std::string CaseOutcome::failing_log() const {
-  for (const auto& p : phases) {
-    if (!p.ran || p.ok()) continue;
-    int rank = p.result.first_failure.rank >= 0 ? p.result.first_failure.rank : 0;
-    if (p.result.timed_out)  // the first rank still running when time ran out: the one to read
-      for (const auto& e : p.result.exits)
-        if (e.signal == SIGTERM || e.signal == SIGKILL) {
-          rank = e.rank;
-          break;
-        }
-    return p.log_path(rank);
-  }
-  for (auto it = phases.rbegin(); it != phases.rend(); ++it)
-    if (it->ran) return it->log_path(0);
-  return "";
-}
-
-bool RunResult::all_met() const {
-  if (interrupted_by != 0) return false;
-  for (const auto& c : cases)
-    if (!c.met_expectation()) return false;
-  return true;
-}
 
 RunResult run_cases(const Plan& plan, const RunOptions& opt) {
   const auto t0 = std::chrono::steady_clock::now();

@@ -17,22 +17,13 @@
 #include <string>
 #include <vector>
 
+#include "core/run_options.h"
 #include "run/launch.h"
 
 namespace meshtest {
 
 struct Plan;
 struct Launcher;
-
-struct SlurmOptions {
-  std::string partition;               // "" = the cluster's default
-  std::string account;
-  int gpus_per_node = 8;               // ranks per node; a wider case spans nodes
-  int time_limit_min = 0;              // per allocation; 0 = from the case's phase timeouts
-  int max_pending = 16;                // allocations waiting in the queue at once
-  std::vector<std::string> srun_args;  // passed to every srun as they are
-  bool gpus = false;                   // request GPUs (the nccl backend)
-};
 
 // What Slurm is asked for, for a case or phase of `nproc` ranks.
 struct SlurmShape {
