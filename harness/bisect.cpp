@@ -16,7 +16,7 @@
 #include <thread>
 #include <utility>
 
-#include "core/adapters.h"
+#include "meshtrain/adapter.h"
 #include "run/launch.h"
 #include "run/runner.h"
 

@@ -12,9 +12,11 @@
 #include <thread>
 #include <cmath>
 #include <fstream>
+#include <functional>
 #include <map>
+#include <memory>
 
-#include "core/adapters.h"
+#include "meshtrain/adapter.h"
 #include "bisect.h"
 #include "judge/checks.h"
 #include "ckpt_cli.h"
@@ -209,15 +211,12 @@ int run_matrix(Selection sel, RunOptions opt, bool dry_run, int ngpu, const char
   // files back from wherever meshtest was started. A bare program name is looked up in PATH.
   opt.out_dir = absolute_path(opt.out_dir);
   if (!opt.history.empty()) opt.history = absolute_path(opt.history);
-  if (opt.meshtrain.find('/') != std::string::npos) opt.meshtrain = absolute_path(opt.meshtrain);
-  if (!opt.meshtrain.empty()) ::setenv("MESHTEST_MESHTRAIN", opt.meshtrain.c_str(), 1);  // the adapter asks it
   auto suites = load_all(sel.matrices);
   apply_skip_tags(suites, skip_tags);
   // On a cluster the pool is what meshtest keeps in flight; Slurm packs it (and --max-pending bounds the queue).
   if (ngpu < 0) ngpu = opt.launcher == "slurm" ? 1024 : default_devices(opt.backend);
   opt.devices = ngpu;
   opt.slurm.gpus = opt.backend == "nccl";
-  if (opt.meshtrain.empty()) opt.meshtrain = meshtrain_binary();
   if (opt.history.empty()) opt.history = (fs::path(opt.out_dir) / "summary.json").string();
   const auto history = load_durations(opt.history);
   std::string files;
@@ -377,245 +376,314 @@ int export_golden(const std::string& dir, const std::string& id, const std::stri
   return 0;
 }
 
+
+// `meshtest list`: one line per selected case.
+int list_cases(const Selection& sel) {
+  const auto suites = load_all(sel.matrices);
+  RunOptions opt;
+  opt.devices = default_devices(opt.backend);
+  for (const Case* c : select_shard(suites, sel, opt, {})) {
+    std::string tags, needs;
+    for (const auto& x : c->tags) tags += (tags.empty() ? "  tags=" : ",") + x;
+    for (const auto& r : c->requirements) needs += (needs.empty() ? "  requires: " : "; ") + r.describe();
+    std::printf("%-50s ngpu=%d phases=%zu expect=%s%s%s\n", c->id.c_str(), c->ngpu, c->phases.size(),
+                c->expect.str().c_str(), tags.c_str(), needs.c_str());
+  }
+  return 0;
+}
+
+// `meshtest show ID`: the case as loaded, with each phase's command as it would run.
+int show_case(const std::vector<std::string>& files, const std::string& id) {
+  for (const auto& s : load_all(files))
+    for (const auto& c : s.cases) {
+      if (c.id != id) continue;
+      auto j = c.to_json();
+      const std::string case_dir = case_folder("meshtest-out", c);
+      for (size_t i = 0; i < c.phases.size(); ++i)
+        j["phases"][i]["command"] = join_argv(resolve_argv(
+            c.phases[i].argv, {"gloo", case_dir, case_dir + "/" + c.phases[i].name, trainer_adapters().placeholders()}));
+      std::cout << j.dump(2) << "\n";
+      return 0;
+    }
+  std::fprintf(stderr, "meshtest show: no case '%s' (meshtest list shows the ids)\n", id.c_str());
+  return 2;
+}
+
+// `meshtest rerun-failed`: the cases of an earlier run that missed their expectation, with its
+// backend, launcher and Slurm options.
+int rerun_failed(const std::string& from, const std::string& out, RunOptions o, const char* argv0) {
+  const json prior = read_summary(from);
+  Selection again;
+  for (const auto& m : prior.at("matrices")) again.matrices.push_back(m.get<std::string>());
+  for (const auto& c : prior.at("cases"))
+    if (!c.value("met_expectation", false)) again.ids.push_back(c.at("id").get<std::string>());
+  if (again.ids.empty()) {
+    std::printf("meshtest: every case in %s met its expectation; nothing to rerun\n", from.c_str());
+    return 0;
+  }
+  o.backend = prior.value("backend", "gloo");
+  o.launcher = prior.value("launcher", "local");
+  if (const auto sl = prior.value("slurm", json::object()); !sl.empty()) {
+    const SlurmOptions defaults;
+    o.slurm.partition = sl.value("partition", "");
+    o.slurm.account = sl.value("account", "");
+    o.slurm.gpus_per_node = sl.value("gpus_per_node", defaults.gpus_per_node);
+    o.slurm.time_limit_min = sl.value("time_limit_min", defaults.time_limit_min);
+    o.slurm.max_pending = sl.value("max_pending", defaults.max_pending);
+    o.slurm.srun_args = sl.value("srun_args", std::vector<std::string>{});
+  }
+  o.out_dir = out.empty() ? (fs::path(from) / "rerun").string() : out;
+  o.history = (fs::path(from) / "summary.json").string();
+  return run_matrix(again, o, false, prior.value("devices", -1), argv0);
+}
+
+// ---- the subcommands: each adds its options and says what it does when given ----------
+
+// A subcommand's action, run when the command line named it. Its options live in the closure.
+struct Subcommand {
+  CLI::App* cmd;
+  std::function<int()> action;
+};
+
+// `--meshtrain PATH` (run, rerun-failed): the binary the meshtrain adapter uses.
+void add_meshtrain_option(CLI::App& cmd, std::shared_ptr<std::string> path) {
+  cmd.add_option("--meshtrain", *path, "The meshtrain binary (default: next to meshtest)");
+  cmd.callback([path] { use_meshtrain_binary(*path); });
+}
+
+void add_slurm_options(CLI::App& run, SlurmOptions& slurm) {
+  run.add_option("--partition", slurm.partition, "slurm: the partition (default: the cluster's)");
+  run.add_option("--account", slurm.account, "slurm: the account to charge");
+  run.add_option("--gpus-per-node", slurm.gpus_per_node, "slurm: ranks (GPUs) per node; wider cases span nodes")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  run.add_option("--time-limit", slurm.time_limit_min,
+                 "slurm: minutes per case allocation (0: its phase timeouts plus a minute each)")
+      ->capture_default_str();
+  run.add_option("--max-pending", slurm.max_pending, "slurm: case allocations waiting in the queue at once")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  run.add_option("--srun-arg", slurm.srun_args, "slurm: an extra srun argument (repeatable), e.g. --srun-arg=--mpi=none");
+}
+
+Subcommand add_run(CLI::App& app, const char* argv0) {
+  struct Args {
+    Selection sel;
+    RunOptions opt;
+    bool dry_run = false;
+    int ngpu = -1;
+    std::vector<std::string> skip_tags;
+  };
+  auto a = std::make_shared<Args>();
+  auto* cmd = app.add_subcommand("run", "Run the selected cases and write <out>/summary.json");
+  cmd->add_option("MATRIX", a->sel.matrices, "Matrix YAML files (default: the built-in test_matrix/cpu.yaml)")
+      ->check(CLI::ExistingFile);
+  add_selection_options(*cmd, a->sel);
+  RunOptions& opt = a->opt;
+  cmd->add_option("--out", opt.out_dir, "Output folder")->capture_default_str();
+  cmd->add_option("--ngpu", a->ngpu, "Devices in the pool: GPUs (nccl) or CPU rank slots (gloo; default max(8, cores))");
+  cmd->add_option("--backend", opt.backend, "gloo (CPU) | nccl (GPU)")->check(CLI::IsMember({"gloo", "nccl"}))->capture_default_str();
+  cmd->add_option("--jobs", opt.jobs, "Cases at once (0: as many as the pool fits)")->capture_default_str();
+  cmd->add_option("--grace", opt.grace_s, "Seconds between SIGTERM and SIGKILL when a case is stopped")->capture_default_str();
+  add_meshtrain_option(*cmd, std::make_shared<std::string>());
+  cmd->add_option("--history", opt.history, "summary.json whose durations order the cases (default: <out>/summary.json)");
+  cmd->add_flag("--dry-run", a->dry_run, "Print the plan and the commands; run nothing");
+  cmd->add_option("--skip-tag", a->skip_tags,
+                  "TAG[=REASON]: report cases with this tag as skipped (repeatable), e.g. on a machine without "
+                  "what they need");
+  cmd->add_option("--retries", opt.retries, "Reruns of a case that misses its expectation (reported as flaky)")
+      ->capture_default_str();
+  cmd->add_option("--launcher", opt.launcher, "local (ranks on this host) | slurm (docs/slurm.md)")
+      ->check(CLI::IsMember({"local", "slurm"}))
+      ->capture_default_str();
+  add_slurm_options(*cmd, opt.slurm);
+  return {cmd, [a, argv0] { return run_matrix(a->sel, a->opt, a->dry_run, a->ngpu, argv0, a->skip_tags); }};
+}
+
+Subcommand add_list(CLI::App& app) {
+  auto sel = std::make_shared<Selection>();
+  auto* cmd = app.add_subcommand("list", "List the cases a selection expands to");
+  cmd->add_option("MATRIX", sel->matrices, "Matrix YAML files (default: the built-in cpu.yaml)")->check(CLI::ExistingFile);
+  add_selection_options(*cmd, *sel);
+  return {cmd, [sel] { return list_cases(*sel); }};
+}
+
+Subcommand add_show(CLI::App& app) {
+  auto id = std::make_shared<std::string>();
+  auto files = std::make_shared<std::vector<std::string>>();
+  auto* cmd = app.add_subcommand("show", "A case fully resolved, with the exact commands of its phases");
+  cmd->add_option("ID", *id, "Case id, e.g. resharding/save[dp_shard=4]-load[tp=4]")->required();
+  cmd->add_option("MATRIX", *files, "Matrix YAML files (default: the built-in cpu.yaml)")->check(CLI::ExistingFile);
+  return {cmd, [id, files] { return show_case(*files, *id); }};
+}
+
+Subcommand add_launch(CLI::App& app) {
+  struct Args {
+    int nproc = 1;
+    std::string log_dir;
+    double timeout_s = 0, grace_s = 30;
+    std::vector<std::string> command;
+  };
+  auto a = std::make_shared<Args>();
+  auto* cmd = app.add_subcommand("launch", "Run one command on N ranks with torchrun's environment and teardown");
+  cmd->add_option("--nproc", a->nproc, "Ranks")->required()->check(CLI::PositiveNumber);
+  cmd->add_option("--log-dir", a->log_dir, "rank<R>.log per rank here (default: ranks share this terminal)");
+  cmd->add_option("--timeout", a->timeout_s, "Stop all ranks after this many seconds (0: never)");
+  cmd->add_option("--grace", a->grace_s, "Seconds between SIGTERM and SIGKILL")->capture_default_str();
+  cmd->add_option("COMMAND", a->command, "Program and arguments (after --)")->required();
+  return {cmd, [a] { return run_launch(a->nproc, a->log_dir, a->timeout_s, a->grace_s, a->command); }};
+}
+
+Subcommand add_slurm_task(CLI::App& app) {
+  auto dir = std::make_shared<std::string>();
+  auto command = std::make_shared<std::vector<std::string>>();
+  auto* cmd = app.add_subcommand("slurm-task", "(run by srun) One rank of a Slurm step with torchrun's environment");
+  cmd->add_option("--dir", *dir, "The phase's folder: rank<R>.log and exit_rank<R>.json")->required();
+  cmd->add_option("COMMAND", *command, "Program and arguments (after --)")->required();
+  return {cmd, [dir, command] { return run_slurm_task(*dir, *command); }};
+}
+
+Subcommand add_merge(CLI::App& app) {
+  auto out = std::make_shared<std::string>();
+  auto in = std::make_shared<std::vector<std::string>>();
+  auto* cmd = app.add_subcommand("merge", "One summary.json, junit.xml and surefire/ from several runs (CI shards)");
+  cmd->add_option("OUT", *out, "Folder for the merged reports")->required();
+  cmd->add_option("IN", *in, "The shards' --out folders")->required();
+  return {cmd, [out, in] { return merge_runs(*out, *in); }};
+}
+
+Subcommand add_report(CLI::App& app) {
+  struct Args {
+    std::string dir, html;
+    bool markdown = false;
+  };
+  auto a = std::make_shared<Args>();
+  auto* cmd = app.add_subcommand("report", "Render report.html, junit.xml, surefire/ and the table again from DIR/summary.json");
+  cmd->add_option("DIR", a->dir, "A meshtest --out folder (or merge OUT)")->required();
+  cmd->add_option("--html", a->html, "Only write the HTML report, to FILE");
+  cmd->add_flag("--markdown", a->markdown, "Only print a Markdown summary (for $GITHUB_STEP_SUMMARY); exit 0 once printed");
+  return {cmd, [a] {
+            if (a->markdown) {
+              std::fputs(markdown_summary(read_summary(a->dir)).c_str(), stdout);
+              return 0;
+            }
+            if (a->html.empty()) return render_reports(a->dir, true);
+            const json summary = read_summary(a->dir);
+            write_html_report(summary, a->html);
+            std::printf("report: %s\n", a->html.c_str());
+            return summary.value("all_met", false) ? 0 : 1;
+          }};
+}
+
+Subcommand add_rerun_failed(CLI::App& app, const char* argv0) {
+  struct Args {
+    std::string from, out;
+    RunOptions opt;
+  };
+  auto a = std::make_shared<Args>();
+  auto* cmd = app.add_subcommand("rerun-failed", "Run again the cases of an earlier run that missed their expectation");
+  cmd->add_option("--from", a->from, "The earlier run's --out folder")->required();
+  cmd->add_option("--out", a->out, "Output folder (default: <from>/rerun)");
+  cmd->add_option("--grace", a->opt.grace_s, "Seconds between SIGTERM and SIGKILL")->capture_default_str();
+  cmd->add_option("--retries", a->opt.retries, "Reruns of a case that misses its expectation")->capture_default_str();
+  add_meshtrain_option(*cmd, std::make_shared<std::string>());
+  return {cmd, [a, argv0] { return rerun_failed(a->from, a->out, a->opt, argv0); }};
+}
+
+Subcommand add_diff(CLI::App& app) {
+  auto dir = std::make_shared<std::string>("meshtest-out");
+  auto ids = std::make_shared<std::pair<std::string, std::string>>();
+  auto* cmd = app.add_subcommand("diff", "Loss curves of two cases side by side, and their key differences");
+  cmd->add_option("ID_A", ids->first, "Case id")->required();
+  cmd->add_option("ID_B", ids->second, "Case id")->required();
+  cmd->add_option("--out", *dir, "The run's --out folder")->capture_default_str();
+  return {cmd, [dir, ids] { return diff_cases(*dir, ids->first, ids->second); }};
+}
+
+Subcommand add_golden(CLI::App& app) {
+  struct Args {
+    std::string dir = "meshtest-out", id, phase, metric = "loss";
+  };
+  auto a = std::make_shared<Args>();
+  auto* cmd = app.add_subcommand("golden", "Golden loss files for loss_matches");
+  cmd->require_subcommand(1);
+  auto* export_cmd = cmd->add_subcommand("export", "Print a case's losses (or grad norms) as '<step> <value>' lines");
+  export_cmd->add_option("ID", a->id, "Case id")->required();
+  export_cmd->add_option("--phase", a->phase, "Phase (default: the last)");
+  export_cmd->add_option("--out", a->dir, "The run's --out folder")->capture_default_str();
+  export_cmd->add_option("--metric", a->metric, "loss, grad_norm or validation_loss")->capture_default_str();
+  return {cmd, [a] { return export_golden(a->dir, a->id, a->phase, a->metric); }};
+}
+
+Subcommand add_ckpt(CLI::App& app) {
+  struct Args {
+    CkptOptions ckpt;
+    std::string a, b;
+  };
+  auto a = std::make_shared<Args>();
+  auto* cmd = app.add_subcommand("ckpt", "Look inside PyTorch DCP and meshtrain checkpoints");
+  cmd->require_subcommand(1);
+  auto* inspect = cmd->add_subcommand("inspect", "Keys, kinds, dtypes, global shapes, chunks, bytes");
+  inspect->add_option("PATH", a->a, "A step folder, or a folder of step-<N> (the newest is read)")->required();
+  inspect->add_option("--step", a->ckpt.step, "Which step-<N> of a folder of steps");
+  inspect->add_flag("--json", a->ckpt.json, "One JSON document");
+  auto* diff = cmd->add_subcommand("diff", "Keys, dtypes and shapes that differ (and values with --values); exit 1 if any");
+  diff->add_option("A", a->a, "Checkpoint A")->required();
+  diff->add_option("B", a->b, "Checkpoint B")->required();
+  diff->add_option("--step", a->ckpt.step, "Which step-<N> of a folder of steps");
+  diff->add_option("--model-prefix", a->ckpt.model_prefix,
+                   "Add this to keys outside model./optimizer./... on both sides (e.g. model. for torchtitan)");
+  diff->add_flag("--values", a->ckpt.values, "Compare common tensors element by element");
+  diff->add_option("--rtol", a->ckpt.rtol, "With --values: |A-B| <= atol + rtol x |B|")->capture_default_str();
+  diff->add_option("--atol", a->ckpt.atol, "With --values")->capture_default_str();
+  return {cmd, [a, inspect] {
+            return *inspect ? ckpt_inspect(a->a, a->ckpt, stdout) : ckpt_diff(a->a, a->b, a->ckpt, stdout);
+          }};
+}
+
+Subcommand add_bisect(CLI::App& app) {
+  auto o = std::make_shared<BisectOptions>();
+  o->build = kDefaultBisectBuild;
+  auto* cmd = app.add_subcommand(
+      "bisect", "Find the commit where a case started failing: git bisect, with a build and the case at each commit");
+  cmd->add_option("ID", o->case_id, "Case id")->required();
+  cmd->add_option("MATRIX", o->matrices, "Matrix YAML files (default: the built-in cpu.yaml)")->check(CLI::ExistingFile);
+  cmd->add_option("--good", o->good, "A commit where the case meets its expectation")->required();
+  cmd->add_option("--bad", o->bad, "A later commit where it does not")->capture_default_str();
+  cmd->add_option("--build", o->build,
+                  "Shell command run in the repository root at every commit; a failure skips the commit "
+                  "('' builds nothing)")
+      ->capture_default_str();
+  cmd->add_option("--repo", o->repo, "A folder inside the git work tree")->capture_default_str();
+  cmd->add_option("--out", o->out, "Output folder (default: a new one under $TMPDIR)");
+  cmd->add_option("--backend", o->backend, "gloo (CPU) | nccl (GPU)")->check(CLI::IsMember({"gloo", "nccl"}))->capture_default_str();
+  cmd->add_option("--ngpu", o->ngpu, "Devices in the pool, as for run");
+  cmd->add_option("--meshtrain", o->meshtrain, "The meshtrain binary (default: next to meshtest)");
+  cmd->add_option("--retries", o->retries, "Reruns of a failing case; one that then passes is flaky and its commit skipped")
+      ->capture_default_str();
+  cmd->add_flag("--json", o->json, "The result as one JSON document");
+  return {cmd, [o] { return bisect(*o); }};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  register_meshtrain_adapter(trainer_adapters());
   CLI::App app{"meshtest: a matrix runner for distributed-training CI (docs/matrix.md)", "meshtest"};
   app.require_subcommand(1);
-
-  Selection sel;
-  RunOptions opt;
-  bool dry_run = false;
-  int ngpu = -1;
-  std::vector<std::string> skip_tags;
-  auto* run_cmd = app.add_subcommand("run", "Run the selected cases and write <out>/summary.json");
-  run_cmd->add_option("MATRIX", sel.matrices, "Matrix YAML files (default: the built-in test_matrix/cpu.yaml)")
-      ->check(CLI::ExistingFile);
-  add_selection_options(*run_cmd, sel);
-  run_cmd->add_option("--out", opt.out_dir, "Output folder")->capture_default_str();
-  run_cmd->add_option("--ngpu", ngpu, "Devices in the pool: GPUs (nccl) or CPU rank slots (gloo; default max(8, cores))");
-  run_cmd->add_option("--backend", opt.backend, "gloo (CPU) | nccl (GPU)")->check(CLI::IsMember({"gloo", "nccl"}))->capture_default_str();
-  run_cmd->add_option("--jobs", opt.jobs, "Cases at once (0: as many as the pool fits)")->capture_default_str();
-  run_cmd->add_option("--grace", opt.grace_s, "Seconds between SIGTERM and SIGKILL when a case is stopped")->capture_default_str();
-  run_cmd->add_option("--meshtrain", opt.meshtrain, "The meshtrain binary (default: next to meshtest)");
-  run_cmd->add_option("--history", opt.history, "summary.json whose durations order the cases (default: <out>/summary.json)");
-  run_cmd->add_flag("--dry-run", dry_run, "Print the plan and the commands; run nothing");
-  run_cmd->add_option("--skip-tag", skip_tags,
-                      "TAG[=REASON]: report cases with this tag as skipped (repeatable), e.g. on a machine without "
-                      "what they need");
-  run_cmd->add_option("--retries", opt.retries, "Reruns of a case that misses its expectation (reported as flaky)")
-      ->capture_default_str();
-  run_cmd->add_option("--launcher", opt.launcher, "local (ranks on this host) | slurm (docs/slurm.md)")
-      ->check(CLI::IsMember({"local", "slurm"}))
-      ->capture_default_str();
-  run_cmd->add_option("--partition", opt.slurm.partition, "slurm: the partition (default: the cluster's)");
-  run_cmd->add_option("--account", opt.slurm.account, "slurm: the account to charge");
-  run_cmd->add_option("--gpus-per-node", opt.slurm.gpus_per_node, "slurm: ranks (GPUs) per node; wider cases span nodes")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  run_cmd->add_option("--time-limit", opt.slurm.time_limit_min,
-                      "slurm: minutes per case allocation (0: its phase timeouts plus a minute each)")
-      ->capture_default_str();
-  run_cmd->add_option("--max-pending", opt.slurm.max_pending, "slurm: case allocations waiting in the queue at once")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  run_cmd->add_option("--srun-arg", opt.slurm.srun_args, "slurm: an extra srun argument (repeatable), e.g. --srun-arg=--mpi=none");
-
-  Selection list_sel;
-  auto* list_cmd = app.add_subcommand("list", "List the cases a selection expands to");
-  list_cmd->add_option("MATRIX", list_sel.matrices, "Matrix YAML files (default: the built-in cpu.yaml)")
-      ->check(CLI::ExistingFile);
-  add_selection_options(*list_cmd, list_sel);
-
-  std::string show_id;
-  std::vector<std::string> show_files;
-  auto* show_cmd = app.add_subcommand("show", "A case fully resolved, with the exact commands of its phases");
-  show_cmd->add_option("ID", show_id, "Case id, e.g. resharding/save[dp_shard=4]-load[tp=4]")->required();
-  show_cmd->add_option("MATRIX", show_files, "Matrix YAML files (default: the built-in cpu.yaml)")
-      ->check(CLI::ExistingFile);
-
-  int nproc = 1;
-  std::string log_dir;
-  double timeout_s = 0, grace_s = 30;
-  std::vector<std::string> command;
-  auto* launch_cmd = app.add_subcommand("launch", "Run one command on N ranks with torchrun's environment and teardown");
-  launch_cmd->add_option("--nproc", nproc, "Ranks")->required()->check(CLI::PositiveNumber);
-  launch_cmd->add_option("--log-dir", log_dir, "rank<R>.log per rank here (default: ranks share this terminal)");
-  launch_cmd->add_option("--timeout", timeout_s, "Stop all ranks after this many seconds (0: never)");
-  launch_cmd->add_option("--grace", grace_s, "Seconds between SIGTERM and SIGKILL")->capture_default_str();
-  launch_cmd->add_option("COMMAND", command, "Program and arguments (after --)")->required();
-
-  std::string task_dir;
-  std::vector<std::string> task_command;
-  auto* task_cmd = app.add_subcommand("slurm-task", "(run by srun) One rank of a Slurm step with torchrun's environment");
-  task_cmd->add_option("--dir", task_dir, "The phase's folder: rank<R>.log and exit_rank<R>.json")->required();
-  task_cmd->add_option("COMMAND", task_command, "Program and arguments (after --)")->required();
-
-  std::string merge_out;
-  std::vector<std::string> merge_in;
-  auto* merge_cmd = app.add_subcommand("merge", "One summary.json, junit.xml and surefire/ from several runs (CI shards)");
-  merge_cmd->add_option("OUT", merge_out, "Folder for the merged reports")->required();
-  merge_cmd->add_option("IN", merge_in, "The shards' --out folders")->required();
-
-  std::string report_dir, report_html;
-  bool report_markdown = false;
-  auto* report_cmd =
-      app.add_subcommand("report", "Render report.html, junit.xml, surefire/ and the table again from DIR/summary.json");
-  report_cmd->add_option("DIR", report_dir, "A meshtest --out folder (or merge OUT)")->required();
-  report_cmd->add_option("--html", report_html, "Only write the HTML report, to FILE");
-  report_cmd->add_flag("--markdown", report_markdown,
-                       "Only print a Markdown summary (for $GITHUB_STEP_SUMMARY); exit 0 once printed");
-
-  std::string rerun_from, rerun_out;
-  auto* rerun_cmd = app.add_subcommand("rerun-failed", "Run again the cases of an earlier run that missed their expectation");
-  rerun_cmd->add_option("--from", rerun_from, "The earlier run's --out folder")->required();
-  rerun_cmd->add_option("--out", rerun_out, "Output folder (default: <from>/rerun)");
-  rerun_cmd->add_option("--grace", opt.grace_s, "Seconds between SIGTERM and SIGKILL")->capture_default_str();
-  rerun_cmd->add_option("--retries", opt.retries, "Reruns of a case that misses its expectation")->capture_default_str();
-  rerun_cmd->add_option("--meshtrain", opt.meshtrain, "The meshtrain binary (default: next to meshtest)");
-
-  std::string diff_dir = "meshtest-out", diff_a, diff_b;
-  auto* diff_cmd = app.add_subcommand("diff", "Loss curves of two cases side by side, and their key differences");
-  diff_cmd->add_option("ID_A", diff_a, "Case id")->required();
-  diff_cmd->add_option("ID_B", diff_b, "Case id")->required();
-  diff_cmd->add_option("--out", diff_dir, "The run's --out folder")->capture_default_str();
-
-  std::string golden_dir = "meshtest-out", golden_id, golden_phase, golden_metric = "loss";
-  auto* golden_cmd = app.add_subcommand("golden", "Golden loss files for loss_matches");
-  golden_cmd->require_subcommand(1);
-  auto* export_cmd = golden_cmd->add_subcommand("export", "Print a case's losses (or grad norms) as '<step> <value>' lines");
-  export_cmd->add_option("ID", golden_id, "Case id")->required();
-  export_cmd->add_option("--phase", golden_phase, "Phase (default: the last)");
-  export_cmd->add_option("--out", golden_dir, "The run's --out folder")->capture_default_str();
-  export_cmd->add_option("--metric", golden_metric, "loss, grad_norm or validation_loss")->capture_default_str();
-
-  CkptOptions ckpt;
-  std::string ckpt_a, ckpt_b;
-  auto* ckpt_cmd = app.add_subcommand("ckpt", "Look inside PyTorch DCP and meshtrain checkpoints");
-  ckpt_cmd->require_subcommand(1);
-  auto* ckpt_inspect_cmd = ckpt_cmd->add_subcommand("inspect", "Keys, kinds, dtypes, global shapes, chunks, bytes");
-  ckpt_inspect_cmd->add_option("PATH", ckpt_a, "A step folder, or a folder of step-<N> (the newest is read)")->required();
-  ckpt_inspect_cmd->add_option("--step", ckpt.step, "Which step-<N> of a folder of steps");
-  ckpt_inspect_cmd->add_flag("--json", ckpt.json, "One JSON document");
-  auto* ckpt_diff_cmd = ckpt_cmd->add_subcommand("diff", "Keys, dtypes and shapes that differ (and values with --values); exit 1 if any");
-  ckpt_diff_cmd->add_option("A", ckpt_a, "Checkpoint A")->required();
-  ckpt_diff_cmd->add_option("B", ckpt_b, "Checkpoint B")->required();
-  ckpt_diff_cmd->add_option("--step", ckpt.step, "Which step-<N> of a folder of steps");
-  ckpt_diff_cmd->add_option("--model-prefix", ckpt.model_prefix,
-                            "Add this to keys outside model./optimizer./... on both sides (e.g. model. for torchtitan)");
-  ckpt_diff_cmd->add_flag("--values", ckpt.values, "Compare common tensors element by element");
-  ckpt_diff_cmd->add_option("--rtol", ckpt.rtol, "With --values: |A-B| <= atol + rtol x |B|")->capture_default_str();
-  ckpt_diff_cmd->add_option("--atol", ckpt.atol, "With --values")->capture_default_str();
-
-  BisectOptions bisect_opt;
-  bisect_opt.build = kDefaultBisectBuild;
-  auto* bisect_cmd = app.add_subcommand(
-      "bisect", "Find the commit where a case started failing: git bisect, with a build and the case at each commit");
-  bisect_cmd->add_option("ID", bisect_opt.case_id, "Case id")->required();
-  bisect_cmd->add_option("MATRIX", bisect_opt.matrices, "Matrix YAML files (default: the built-in cpu.yaml)")
-      ->check(CLI::ExistingFile);
-  bisect_cmd->add_option("--good", bisect_opt.good, "A commit where the case meets its expectation")->required();
-  bisect_cmd->add_option("--bad", bisect_opt.bad, "A later commit where it does not")->capture_default_str();
-  bisect_cmd->add_option("--build", bisect_opt.build,
-                         "Shell command run in the repository root at every commit; a failure skips the commit "
-                         "('' builds nothing)")
-      ->capture_default_str();
-  bisect_cmd->add_option("--repo", bisect_opt.repo, "A folder inside the git work tree")->capture_default_str();
-  bisect_cmd->add_option("--out", bisect_opt.out, "Output folder (default: a new one under $TMPDIR)");
-  bisect_cmd->add_option("--backend", bisect_opt.backend, "gloo (CPU) | nccl (GPU)")
-      ->check(CLI::IsMember({"gloo", "nccl"}))->capture_default_str();
-  bisect_cmd->add_option("--ngpu", bisect_opt.ngpu, "Devices in the pool, as for run");
-  bisect_cmd->add_option("--meshtrain", bisect_opt.meshtrain, "The meshtrain binary (default: next to meshtest)");
-  bisect_cmd->add_option("--retries", bisect_opt.retries,
-                         "Reruns of a failing case; one that then passes is flaky and its commit skipped")
-      ->capture_default_str();
-  bisect_cmd->add_flag("--json", bisect_opt.json, "The result as one JSON document");
-
+  const std::vector<Subcommand> subcommands = {
+      add_run(app, argv[0]), add_list(app),  add_show(app),   add_launch(app), add_slurm_task(app),
+      add_merge(app),        add_report(app), add_rerun_failed(app, argv[0]),  add_diff(app),
+      add_golden(app),       add_ckpt(app),  add_bisect(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-
   try {
-    if (*launch_cmd) return run_launch(nproc, log_dir, timeout_s, grace_s, command);
-    if (*task_cmd) return run_slurm_task(task_dir, task_command);
-    if (*bisect_cmd) return bisect(bisect_opt);
-
-    if (*show_cmd) {
-      const auto suites = load_all(show_files);
-      for (const auto& s : suites)
-        for (const auto& c : s.cases) {
-          if (c.id != show_id) continue;
-          auto j = c.to_json();
-          const std::string case_dir = case_folder("meshtest-out", c);
-          for (size_t i = 0; i < c.phases.size(); ++i)
-            j["phases"][i]["command"] = join_argv(resolve_argv(
-                c.phases[i].argv, {meshtrain_binary(), "gloo", case_dir,
-                                   case_dir + "/" + c.phases[i].name}));
-          std::cout << j.dump(2) << "\n";
-          return 0;
-        }
-      std::fprintf(stderr, "meshtest show: no case '%s' (meshtest list shows the ids)\n", show_id.c_str());
-      return 2;
-    }
-
-    if (*list_cmd) {
-      const auto suites = load_all(list_sel.matrices);
-      RunOptions list_opt;
-      list_opt.devices = default_devices(list_opt.backend);
-      for (const Case* c : select_shard(suites, list_sel, list_opt, {})) {
-        std::string tags, needs;
-        for (const auto& x : c->tags) tags += (tags.empty() ? "  tags=" : ",") + x;
-        for (const auto& r : c->requirements) needs += (needs.empty() ? "  requires: " : "; ") + r.describe();
-        std::printf("%-50s ngpu=%d phases=%zu expect=%s%s%s\n", c->id.c_str(), c->ngpu, c->phases.size(),
-                    c->expect.str().c_str(), tags.c_str(), needs.c_str());
-      }
-      return 0;
-    }
-
-    if (*ckpt_inspect_cmd) return ckpt_inspect(ckpt_a, ckpt, stdout);
-    if (*ckpt_diff_cmd) return ckpt_diff(ckpt_a, ckpt_b, ckpt, stdout);
-    if (*report_cmd && report_markdown) {
-      std::fputs(markdown_summary(read_summary(report_dir)).c_str(), stdout);
-      return 0;
-    }
-    if (*report_cmd && !report_html.empty()) {
-      const json summary = read_summary(report_dir);
-      write_html_report(summary, report_html);
-      std::printf("report: %s\n", report_html.c_str());
-      return summary.value("all_met", false) ? 0 : 1;
-    }
-    if (*report_cmd) return render_reports(report_dir, true);
-    if (*merge_cmd) return merge_runs(merge_out, merge_in);
-    if (*rerun_cmd) {
-      const json prior = read_summary(rerun_from);
-      Selection again;
-      for (const auto& m : prior.at("matrices")) again.matrices.push_back(m.get<std::string>());
-      for (const auto& c : prior.at("cases"))
-        if (!c.value("met_expectation", false)) again.ids.push_back(c.at("id").get<std::string>());
-      if (again.ids.empty()) {
-        std::printf("meshtest: every case in %s met its expectation; nothing to rerun\n", rerun_from.c_str());
-        return 0;
-      }
-      RunOptions o = opt;
-      o.backend = prior.value("backend", "gloo");
-      o.launcher = prior.value("launcher", "local");
-      if (const auto sl = prior.value("slurm", json::object()); !sl.empty()) {
-        o.slurm.partition = sl.value("partition", "");
-        o.slurm.account = sl.value("account", "");
-        o.slurm.gpus_per_node = sl.value("gpus_per_node", 8);
-        o.slurm.time_limit_min = sl.value("time_limit_min", 0);
-        o.slurm.max_pending = sl.value("max_pending", 16);
-        o.slurm.srun_args = sl.value("srun_args", std::vector<std::string>{});
-      }
-      o.out_dir = rerun_out.empty() ? (fs::path(rerun_from) / "rerun").string() : rerun_out;
-      o.history = (fs::path(rerun_from) / "summary.json").string();
-      return run_matrix(again, o, false, prior.value("devices", -1), argv[0]);
-    }
-    if (*diff_cmd) return diff_cases(diff_dir, diff_a, diff_b);
-    if (*golden_cmd) return export_golden(golden_dir, golden_id, golden_phase, golden_metric);
-    return run_matrix(sel, opt, dry_run, ngpu, argv[0], skip_tags);
+    for (const auto& [cmd, action] : subcommands)
+      if (*cmd) return action();
+    return 2;
   } catch (const MatrixError& e) {
     for (const auto& line : e.errors()) std::fprintf(stderr, "%s\n", line.c_str());
     std::fprintf(stderr, "meshtest: %zu error%s in the matrix; nothing was run\n", e.errors().size(),

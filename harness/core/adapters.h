@@ -1,40 +1,82 @@
-// What the harness knows about a trainer, kept in one place per trainer. The core (matrix,
-// runner, checks) asks a case's adapter; it never names a trainer. A case without `command:`
-// runs meshtrain (the one built-in adapter); any other program is described by YAML alone:
-// `command:` plus `outputs:` (where its loss curve and checkpoint are, docs/foreign-trainers.md).
+// The door between the core and the trainers. The core (matrix, plan, checks) knows trainers
+// only through a TrainerAdapter found by name in the AdapterRegistry; it never names one.
+// A case says `adapter: NAME`; without it, a case with `command:` uses the `command` adapter
+// (any program, described by YAML alone: docs/foreign-trainers.md) and one without uses the
+// registry's default. main.cpp registers the built-in adapters (harness/meshtrain/ is one);
+// docs/architecture.md says how to add another.
 #pragma once
 
+#include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
-#include "core/matrix.h"
+#include "core/outputs.h"
 
 namespace meshtest {
+
+// A parallel layout as data: named axes and their sizes, in the order the case wrote them
+// (`mesh: {dp_shard: 2, tp: 2}` or "dp_shard=2,tp=2"). Which names are allowed is the adapter's.
+struct Layout {
+  std::vector<std::pair<std::string, int64_t>> axes;
+  int64_t ranks() const;                  // the product of the sizes
+  int64_t size(const std::string& axis) const;  // 1 when the layout does not name it
+  std::string to_compact_string() const;  // "dp_shard=2,tp=2": the sizes other than 1
+};
+
+// Reads "a=2,b=3" (sizes >= 1). Throws std::invalid_argument naming the bad part.
+Layout parse_layout(const std::string& spec);
 
 class TrainerAdapter {
  public:
   virtual ~TrainerAdapter() = default;
   virtual std::string name() const = 0;
   // The argv a phase runs when its case names no command; {action}, {model}, {mesh} are filled
-  // when the matrix loads, {meshtrain}, {backend}, {case_dir}, {phase_dir} when it runs.
+  // when the matrix loads, {backend}, {case_dir}, {phase_dir} and program placeholders when it runs.
+  // Empty: a case must give `command:`.
   virtual std::vector<std::string> default_command() const = 0;
   // Flags the default command already sets; a matrix's `options:` may not set them again.
   virtual std::vector<std::string> reserved_options() const = 0;
-  // Where the trainer writes its numbers.
+  // Where the trainer writes its numbers, when a phase's `outputs:` says nothing.
   virtual Outputs default_outputs() const = 0;
-  // The models it can train, or nullopt when it cannot be asked (then nothing is rejected).
+  // Whether a case must name a model (it fills {model} in the default command).
+  virtual bool needs_model() const = 0;
+  // The models it can train, or nullopt when it cannot say (then nothing is rejected).
   virtual std::optional<std::vector<std::string>> models() const = 0;
-  // Why `model` cannot run under `mesh` ("" when it can). `option` reads the case's options.
-  virtual std::string mesh_problem(const std::string& model, const contract::MeshShape& mesh,
-                                   const std::function<std::string(const std::string&)>& option) const = 0;
+  // The axes a layout may name, outermost first; empty: any name.
+  virtual std::vector<std::string> layout_axes() const = 0;
+  // The layout of a case that names none, for `nproc` ranks (nullopt: {mesh} stays unfilled).
+  virtual std::optional<Layout> default_layout(int nproc) const = 0;
+  // Why `model` cannot run under `layout` ("" when it can). `option` reads the case's options.
+  virtual std::string layout_problem(const std::string& model, const Layout& layout,
+                                     const std::function<std::string(const std::string&)>& option) const = 0;
+  // How many steps a phase with this argv trains, if the adapter can tell (for duration estimates).
+  virtual std::optional<double> steps(const std::vector<std::string>& argv) const = 0;
+  // Run-time placeholders it defines for every command, e.g. {"mytrainer", "/path/to/binary"}.
+  virtual std::vector<std::pair<std::string, std::string>> placeholders() const = 0;
 };
 
-// The meshtrain binary: $MESHTEST_MESHTRAIN when set (`meshtest run --meshtrain` sets it), else
-// `meshtrain` next to meshtest. Both {meshtrain} and the adapter use this one.
-std::string meshtrain_binary();
-// meshtrain, asked once per process with `meshtrain_binary() describe --json`.
-const TrainerAdapter& meshtrain_adapter();
+// The adapters this process knows, by name.
+class AdapterRegistry {
+ public:
+  AdapterRegistry();  // holds the `command` adapter; main.cpp adds the built-in trainers
+  void add(std::unique_ptr<TrainerAdapter> adapter);
+  void set_default(const std::string& name);  // the adapter of a case with neither `adapter:` nor `command:`
+  const TrainerAdapter* find(const std::string& name) const;  // nullptr when unknown
+  const std::string& default_name() const { return default_; }
+  std::vector<std::string> names() const;
+  // Every adapter's placeholders, for resolving any case's argv.
+  std::vector<std::pair<std::string, std::string>> placeholders() const;
+
+ private:
+  std::vector<std::unique_ptr<TrainerAdapter>> adapters_;
+  std::string default_;
+};
+
+// The process's registry (main.cpp fills it before loading a matrix).
+AdapterRegistry& trainer_adapters();
 
 }  // namespace meshtest

@@ -7,7 +7,6 @@
 #include <set>
 #include <stdexcept>
 
-#include "core/adapters.h"
 #include "core/check_kinds.h"
 #include "readers/log_metrics.h"
 
@@ -17,28 +16,31 @@ namespace {
 
 const std::vector<std::string> kFileKeys = {"suite", "description", "defaults", "cases"};
 // Keys a case and `defaults` share; a case adds name, phases and matrix.
-const std::vector<std::string> kCommonKeys = {"command", "model",  "mesh",   "ngpu",     "options", "tags",
-                                              "timeout", "env",    "expect", "checks",   "duration", "outputs",
-                                              "requires"};
+const std::vector<std::string> kCommonKeys = {"adapter", "command", "model",  "mesh",   "ngpu",     "options",
+                                              "tags",    "timeout", "env",    "expect", "checks",   "duration",
+                                              "outputs", "requires"};
 const std::vector<std::string> kPhaseKeys = {"name", "action", "command", "mesh", "options", "env", "timeout", "outputs"};
 const std::vector<std::string> kLoadTimePlaceholders = {"action", "model", "mesh", "nproc", "phase", "matrix_dir"};
-const std::vector<std::string> kRunTimePlaceholders = {"meshtrain", "backend", "case_dir", "phase_dir"};
+// Filled when a phase runs; each adapter adds the programs it names ({meshtrain}).
+std::vector<std::string> run_time_placeholders() {
+  std::vector<std::string> names = {"backend", "case_dir", "phase_dir"};
+  for (const auto& [name, value] : trainer_adapters().placeholders()) names.push_back(name);
+  return names;
+}
+
+bool is_run_time_placeholder(const std::string& name) {
+  const auto names = run_time_placeholders();
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
 
 constexpr double kDefaultTimeoutS = 600;
 
 // outputs.metrics.from, indexed by MetricsSource::Kind.
-const char* const kMetricsSourceNames[] = {"metrics-jsonl", "torchtitan-log", "log-pattern", "tensorboard"};
-
-std::optional<MetricsSource::Kind> metrics_source_kind(const std::string& name) {
-  for (size_t k = 0; k < std::size(kMetricsSourceNames); ++k)
-    if (name == kMetricsSourceNames[k]) return static_cast<MetricsSource::Kind>(k);
-  return std::nullopt;
-}
-
 struct OptionValue {
   bool is_flag = false;  // true/false in YAML: present as `--key` or left out
   bool flag = false;
   std::string text;
+  YAML::Node node;  // where it was written, for the adapter's reserved flags
 };
 using Options = std::vector<std::pair<std::string, OptionValue>>;
 
@@ -62,11 +64,13 @@ void set_env(std::vector<std::pair<std::string, std::string>>& env, const std::s
 
 // What `defaults`, a case and (in part) a phase may say. Unset fields inherit.
 struct Fields {
+  std::optional<std::string> adapter;
+  YAML::Node adapter_node;
   std::optional<std::vector<std::string>> command;
   YAML::Node command_node;
   std::optional<std::string> model;
   YAML::Node model_node;
-  std::optional<contract::MeshShape> mesh;
+  std::optional<Layout> mesh;  // as written; the adapter validates it (checked_layout)
   YAML::Node mesh_node;
   std::optional<int> ngpu;
   YAML::Node ngpu_node;
@@ -83,28 +87,76 @@ struct Fields {
   std::vector<Requirement> requirements;       // requires: a case's entries add to the defaults'
 };
 
-std::optional<contract::MeshShape> read_mesh(const ReadContext& ctx, const YAML::Node& node) {
-  std::string spec;
+std::optional<Layout> read_mesh(const ReadContext& ctx, const YAML::Node& node) {
   if (node.IsMap()) {
-    MapReader m(ctx, node, "mesh", {"pp", "dp_replicate", "dp_shard", "cp", "tp"});
+    MapReader m(ctx, node, "mesh", {});  // which axes exist is the adapter's to say
     if (!m.ok()) return std::nullopt;
-    for (const auto& [dim, size_node] : m.entries()) {
-      auto size = read_int(ctx, size_node, "mesh size " + dim, 1);
+    Layout layout;
+    for (const auto& [axis, size_node] : m.entries()) {
+      auto size = read_int(ctx, size_node, "mesh size " + axis, 1);
       if (!size) return std::nullopt;
-      spec += (spec.empty() ? "" : ",") + dim + "=" + std::to_string(*size);
+      layout.axes.emplace_back(axis, *size);
     }
-    if (spec.empty()) spec = "dp_shard=1";
-  } else {
-    auto text = read_string(ctx, node, "mesh");
-    if (!text) return std::nullopt;
-    spec = *text;
+    return layout;
   }
+  auto text = read_string(ctx, node, "mesh");
+  if (!text) return std::nullopt;
   try {
-    return contract::parse_mesh_sizes(spec);
+    return parse_layout(*text);
   } catch (const std::invalid_argument& e) {
     ctx.error(node, e.what());
     return std::nullopt;
   }
+}
+
+// The case's adapter: `adapter:`, else `command` for a case with a command, else the default.
+std::string adapter_name(const Fields& f) {
+  return f.adapter ? *f.adapter : f.command ? "command" : trainer_adapters().default_name();
+}
+
+const TrainerAdapter* adapter_of(const ReadContext& ctx, const Fields& f, const YAML::Node& where_node) {
+  const AdapterRegistry& registry = trainer_adapters();
+  const std::string name = adapter_name(f);
+  if (const TrainerAdapter* adapter = registry.find(name)) return adapter;
+  if (f.adapter) {
+    const std::string hint = did_you_mean(name, registry.names());
+    ctx.error(f.adapter_node, "unknown adapter '" + name + "'" + (hint.empty() ? "" : "; did you mean '" + hint + "'?"));
+  } else {
+    ctx.error(where_node, "case names no command and this meshtest has no default trainer adapter; add command:");
+  }
+  return nullptr;
+}
+
+// The layout as the adapter takes it: only its axes, in its order, sizes of 1 left out.
+std::optional<Layout> checked_layout(const ReadContext& ctx, const TrainerAdapter& adapter, const Fields& f) {
+  if (!f.mesh) return std::nullopt;
+  const std::vector<std::string> axes = adapter.layout_axes();
+  if (axes.empty()) return f.mesh;
+  if (f.mesh_node.IsMap()) {
+    MapReader(ctx, f.mesh_node, "mesh", axes);  // reports unknown axes where they are written
+  } else {
+    for (const auto& [axis, size] : f.mesh->axes)
+      if (std::find(axes.begin(), axes.end(), axis) == axes.end()) {
+        std::string known;
+        for (const auto& a : axes) known += (known.empty() ? "" : ", ") + a;
+        ctx.error(f.mesh_node, "mesh '" + f.mesh->to_compact_string() + "': unknown dimension '" + axis + "' (known: " +
+                                   known + ")");
+      }
+  }
+  Layout layout;
+  for (const auto& axis : axes)
+    if (const int64_t size = f.mesh->size(axis); size != 1) layout.axes.emplace_back(axis, size);
+  if (layout.axes.empty()) return adapter.default_layout(1).value_or(layout);
+  return layout;
+}
+
+// Flags the adapter's command sets itself may not come again from `options:`.
+void check_reserved_options(const ReadContext& ctx, const TrainerAdapter& adapter, const Options& options) {
+  const auto reserved = adapter.reserved_options();
+  for (const auto& [key, value] : options)
+    if (std::find(reserved.begin(), reserved.end(), key) != reserved.end())
+      ctx.error(value.node, "option '" + key + "' is set by meshtest; use the case's '" +
+                                (key == "dump-folder" || key == "backend" ? std::string("command") : key) + "' key");
 }
 
 void read_options(const ReadContext& ctx, const YAML::Node& node, Options& into) {
@@ -115,13 +167,8 @@ void read_options(const ReadContext& ctx, const YAML::Node& node, Options& into)
       ctx.error(value, "option '" + key + "' is not a flag name (letters, digits, '.', '_', '-')");
       continue;
     }
-    const auto reserved = meshtrain_adapter().reserved_options();
-    if (std::find(reserved.begin(), reserved.end(), key) != reserved.end()) {
-      ctx.error(value, "option '" + key + "' is set by meshtest; use the case's '" +
-                           (key == "dump-folder" || key == "backend" ? std::string("command") : key) + "' key");
-      continue;
-    }
     OptionValue v;
+    v.node = value;
     if (value.IsSequence()) {
       auto items = read_string_list(ctx, value, "option " + key);
       if (!items) continue;
@@ -276,7 +323,7 @@ std::optional<MetricsSource> read_metrics_source(const ReadContext& ctx, const Y
   MetricsSource src;
   const auto kind = metrics_source_kind(*name);
   if (!kind) {
-    const std::vector<std::string> names(std::begin(kMetricsSourceNames), std::end(kMetricsSourceNames));
+    const std::vector<std::string> names = metrics_source_names();
     const std::string hint = did_you_mean(*name, names);
     ctx.error(*from, "outputs.metrics.from '" + *name + "' is not one of torchtitan-log, log-pattern, tensorboard, "
                      "metrics-jsonl" + (hint.empty() ? "" : "; did you mean '" + hint + "'?"));
@@ -503,6 +550,9 @@ std::vector<CheckSpec> with_inherited_checks(std::vector<CheckSpec> inherited, c
 
 // Reads the keys a case and `defaults` share into `f`, on top of what it holds.
 void read_common(const ReadContext& ctx, const MapReader& m, Fields& f) {
+  if (auto* n = m.get("adapter")) {
+    if (auto s = read_string(ctx, *n, "adapter")) f.adapter = *s, f.adapter_node = *n;
+  }
   if (auto* n = m.get("command")) {
     if (auto argv = read_string_list(ctx, *n, "command")) {
       if (argv->empty()) ctx.error(*n, "command must not be empty");
@@ -570,11 +620,10 @@ std::vector<std::string> fill_command(const ReadContext& ctx, const YAML::Node& 
       last = it->position() + it->length();
       if (auto v = values.find(name); v != values.end()) {
         filled += v->second;
-      } else if (std::find(kRunTimePlaceholders.begin(), kRunTimePlaceholders.end(), name) !=
-                 kRunTimePlaceholders.end()) {
+      } else if (is_run_time_placeholder(name)) {
         filled += it->str();
       } else {
-        std::vector<std::string> known = kRunTimePlaceholders;
+        std::vector<std::string> known = run_time_placeholders();
         known.insert(known.end(), kLoadTimePlaceholders.begin(), kLoadTimePlaceholders.end());
         const bool loadtime = std::find(kLoadTimePlaceholders.begin(), kLoadTimePlaceholders.end(), name) !=
                               kLoadTimePlaceholders.end();
@@ -596,32 +645,36 @@ Phase build_phase(const ReadContext& ctx, const YAML::Node& where_node, const st
   p.name = name;
   p.where = ctx.where(where_node);
   p.where.file = file;
-  p.mesh = f.mesh;
   p.timeout_s = f.timeout.value_or(kDefaultTimeoutS);
   p.env = f.env;
-  if (!f.command) p.outputs = meshtrain_adapter().default_outputs();
+  const TrainerAdapter* adapter = adapter_of(ctx, f, where_node);
+  if (!adapter) return p;
+  p.mesh = checked_layout(ctx, *adapter, f);
+  p.outputs = adapter->default_outputs();
   if (f.metrics) p.outputs.metrics = *f.metrics;
   if (f.checkpoint) p.outputs.checkpoint = f.checkpoint;
   if (f.tokens) p.outputs.tokens = *f.tokens;
-  if (f.mesh) {
-    p.nproc = static_cast<int>(f.mesh->world_size());
+  if (p.mesh) {
+    p.nproc = static_cast<int>(p.mesh->ranks());
     if (f.ngpu && *f.ngpu != p.nproc)
       ctx.error(f.ngpu_node, "ngpu " + std::to_string(*f.ngpu) + " disagrees with mesh " +
-                                 f.mesh->to_compact_string() + " (" + std::to_string(p.nproc) + " ranks)");
+                                 p.mesh->to_compact_string() + " (" + std::to_string(p.nproc) + " ranks)");
   } else {
     p.nproc = f.ngpu.value_or(1);
   }
-  const bool meshtrain_command = !f.command;
-  if (meshtrain_command && !f.model)
-    ctx.error(where_node, "case runs meshtrain (no command) but names no model; add model: tiny (or a command)");
+  if (adapter->needs_model() && !f.model)
+    ctx.error(where_node, "case runs " + adapter->name() + " (no command) but names no model; add model: " +
+                              (adapter->models() && !adapter->models()->empty() ? adapter->models()->front() : "NAME") +
+                              " (or a command)");
+  check_reserved_options(ctx, *adapter, f.options);
   // {matrix_dir}: the matrix file's folder, so a matrix can name files kept beside it.
   std::map<std::string, std::string> values = {{"action", action}, {"nproc", std::to_string(p.nproc)}, {"phase", name},
                                                {"matrix_dir", std::filesystem::absolute(file).parent_path().string()}};
   if (f.model) values["model"] = *f.model;
-  if (f.mesh) values["mesh"] = f.mesh->to_compact_string();
-  if (meshtrain_command && !f.mesh) values["mesh"] = "dp_shard=" + std::to_string(p.nproc);
+  if (const auto layout = p.mesh ? p.mesh : adapter->default_layout(p.nproc)) values["mesh"] = layout->to_compact_string();
   const YAML::Node& command_node = f.command ? f.command_node : where_node;
-  p.argv = fill_command(ctx, command_node, f.command.value_or(meshtrain_adapter().default_command()), values);
+  p.argv = fill_command(ctx, command_node, f.command.value_or(adapter->default_command()), values);
+  if (p.argv.empty()) ctx.error(where_node, "adapter '" + adapter->name() + "' has no default command; add command:");
   for (const auto& [key, v] : f.options) {
     if (v.is_flag) {
       if (v.flag) p.argv.push_back("--" + key);
@@ -635,11 +688,17 @@ Phase build_phase(const ReadContext& ctx, const YAML::Node& where_node, const st
 
 // Rejects meshes the model cannot be split along (the adapter knows the rules).
 void check_mesh_fits(const ReadContext& ctx, const Fields& f, const YAML::Node& mesh_node) {
-  if (!f.model || !f.mesh || f.command) return;
-  const std::string problem = meshtrain_adapter().mesh_problem(
-      *f.model, *f.mesh, [&](const std::string& key) { return option_text(f.options, key); });
+  if (!f.model || !f.mesh) return;
+  Diagnostics quiet;  // an unknown adapter or axis is reported where the phase is built
+  const ReadContext silent{ctx.file, &quiet, ctx.vars};
+  const TrainerAdapter* adapter = adapter_of(silent, f, mesh_node);
+  if (!adapter) return;
+  const auto layout = checked_layout(silent, *adapter, f);
+  if (!layout || !quiet.empty()) return;
+  const std::string problem = adapter->layout_problem(
+      *f.model, *layout, [&](const std::string& key) { return option_text(f.options, key); });
   if (!problem.empty())
-    ctx.error(mesh_node, "mesh " + f.mesh->to_compact_string() + " does not fit the model: " + problem);
+    ctx.error(mesh_node, "mesh " + layout->to_compact_string() + " does not fit the model: " + problem);
 }
 
 std::string combination_label(const Combination& combo) {
@@ -691,8 +750,10 @@ std::optional<Case> build_case(const ReadContext& ctx, const YAML::Node& node, c
   c.checks = f.checks.value_or(std::vector<CheckSpec>{});
   c.requirements = f.requirements;
   c.duration_hint_s = f.duration.value_or(0);
-  if (f.model && !f.command) {
-    const auto known = meshtrain_adapter().models();
+  c.adapter = adapter_name(f);
+  const TrainerAdapter* adapter = trainer_adapters().find(c.adapter);
+  if (f.model && adapter) {
+    const auto known = adapter->models();
     if (known && std::find(known->begin(), known->end(), *f.model) == known->end()) {
       const std::string hint = did_you_mean(*f.model, *known);
       ctx.error(f.model_node, "unknown model '" + *f.model + "'" +
@@ -913,6 +974,7 @@ nlohmann::json Case::to_json() const {
   j["suite"] = suite;
   j["name"] = name;
   j["where"] = where.str();
+  j["adapter"] = adapter;
   j["model"] = model;
   j["ngpu"] = ngpu;
   j["tags"] = tags;
@@ -1053,10 +1115,9 @@ void validate_suites(const std::vector<Suite>& suites) {
 }
 
 std::vector<std::string> resolve_argv(const std::vector<std::string>& argv, const RunPaths& paths) {
-  const std::vector<std::pair<std::string, std::string>> values = {{"{meshtrain}", paths.meshtrain},
-                                                                   {"{backend}", paths.backend},
-                                                                   {"{case_dir}", paths.case_dir},
-                                                                   {"{phase_dir}", paths.phase_dir}};
+  std::vector<std::pair<std::string, std::string>> values = {
+      {"{backend}", paths.backend}, {"{case_dir}", paths.case_dir}, {"{phase_dir}", paths.phase_dir}};
+  for (const auto& [name, value] : paths.programs) values.emplace_back("{" + name + "}", value);
   std::vector<std::string> out;
   for (std::string arg : argv) {
     for (const auto& [key, value] : values)
@@ -1071,60 +1132,6 @@ std::string resolve_path(const std::string& text, const RunPaths& paths) {
   const std::string resolved = resolve_argv({text}, paths).front();
   if (resolved.empty() || resolved.front() == '/') return resolved;
   return paths.phase_dir + "/" + resolved;
-}
-
-nlohmann::json outputs_to_json(const Outputs& o) {
-  const MetricsSource& m = o.metrics;
-  nlohmann::json j;
-  j["metrics"] = {{"from", kMetricsSourceNames[m.kind]}};
-  if (m.kind == MetricsSource::kJsonl || m.kind == MetricsSource::kTensorboard) j["metrics"]["path"] = m.path;
-  if (m.kind == MetricsSource::kTorchtitanLog || m.kind == MetricsSource::kLogPattern) j["metrics"]["rank"] = m.rank;
-  if (m.kind == MetricsSource::kLogPattern) j["metrics"]["pattern"] = m.pattern;
-  if (!m.tags.empty()) j["metrics"]["tags"] = m.tags;
-  j["tokens"] = o.tokens;
-  if (const auto& ck = o.checkpoint) {
-    j["checkpoint"] = {{"path", ck->path}, {"step", ck->step}, {"model_prefix", ck->model_prefix},
-                       {"rename", nlohmann::json::array()}};
-    for (const auto& [from, to] : ck->rename) j["checkpoint"]["rename"].push_back({from, to});
-  }
-  return j;
-}
-
-Outputs outputs_from_json(const nlohmann::json& j) {
-  Outputs o;
-  if (!j.is_object()) return o;
-  try {
-    if (const auto m = j.value("metrics", nlohmann::json::object()); m.is_object()) {
-      o.metrics.kind = metrics_source_kind(m.value("from", "")).value_or(MetricsSource::kJsonl);
-      o.metrics.path = m.value("path", o.metrics.path);
-      o.metrics.rank = m.value("rank", 0);
-      o.metrics.pattern = m.value("pattern", "");
-      o.metrics.tags = m.value("tags", std::map<std::string, std::string>());
-    }
-    o.tokens = j.value("tokens", o.tokens);
-    if (j.contains("checkpoint") && j["checkpoint"].is_object()) {
-      const auto& c = j["checkpoint"];
-      CheckpointSource ck;
-      ck.path = c.value("path", "");
-      ck.step = c.value("step", -1LL);
-      ck.model_prefix = c.value("model_prefix", "");
-      for (const auto& r : c.value("rename", nlohmann::json::array())) ck.rename.emplace_back(r.at(0), r.at(1));
-      o.checkpoint = ck;
-    }
-  } catch (const nlohmann::json::exception&) {
-    // an older or hand-edited summary.json: what could be read stands
-  }
-  return o;
-}
-
-std::string MetricsSource::describe() const {
-  switch (kind) {
-    case kJsonl: return path;
-    case kTorchtitanLog: return "the torchtitan log of rank " + std::to_string(rank);
-    case kLogPattern: return "rank " + std::to_string(rank) + "'s log through pattern '" + pattern + "'";
-    case kTensorboard: return "TensorBoard scalars in " + path;
-  }
-  return "?";
 }
 
 }  // namespace meshtest

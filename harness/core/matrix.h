@@ -10,7 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "contract/mesh.h"
+#include "core/adapters.h"
+#include "core/outputs.h"
 #include "core/yaml_reader.h"
 
 namespace meshtest {
@@ -29,38 +30,6 @@ struct CheckSpec {
   nlohmann::json params = nlohmann::json::object();
   Where where;
 };
-
-// Where a phase's loss curve comes from (the `outputs.metrics` key, docs/matrix.md).
-struct MetricsSource {
-  enum Kind { kJsonl, kTorchtitanLog, kLogPattern, kTensorboard };
-  Kind kind = kJsonl;
-  std::string path = "metrics.jsonl";  // jsonl file or tensorboard folder; relative to the phase folder
-  int rank = 0;                        // log sources: whose rank<R>.log
-  std::string pattern;                 // log-pattern: ECMAScript with named groups
-  std::map<std::string, std::string> tags;  // tensorboard: metric name -> tag, over the defaults
-  std::string describe() const;        // "torchtitan log of rank 0", for messages
-};
-
-// Where a phase's state-dict keys and tensors come from (`outputs.checkpoint`). Without it,
-// keys come from the phase's state_dict_keys.json (meshtrain's contract file).
-struct CheckpointSource {
-  std::string path;      // a step folder or a folder of step-<N>; relative to the phase folder
-  long long step = -1;   // -1: the newest complete step
-  // Keys outside model./optimizer./lr_scheduler/dataloader/train_state get this prefix, so
-  // torchtitan's unprefixed model keys compare with meshtrain's `model.<fqn>`.
-  std::string model_prefix;
-  std::vector<std::pair<std::string, std::string>> rename;  // regex -> replacement, in order
-};
-
-struct Outputs {
-  MetricsSource metrics;
-  std::optional<CheckpointSource> checkpoint;
-  // Generated tokens: a JSON file with `generated_ids` (and `prompt`), as generate.json.
-  std::string tokens = "generate.json";
-};
-// As `show` and summary.json write them, so `meshtest diff` reads a finished run the same way.
-nlohmann::json outputs_to_json(const Outputs& outputs);
-Outputs outputs_from_json(const nlohmann::json& j);  // absent or malformed fields keep defaults
 
 // One thing a case needs from the machine it runs on (`requires:`, docs/matrix.md#requirements).
 // Probes are run by requirements.h; the matrix only reads and validates them.
@@ -82,11 +51,11 @@ struct Requirement {
 };
 
 // One launch of `nproc` ranks. argv may still hold the run-time placeholders
-// {meshtrain}, {backend}, {case_dir}, {phase_dir} (see resolve_argv).
+// {backend}, {case_dir}, {phase_dir} and the adapters' program placeholders (see resolve_argv).
 struct Phase {
   std::string name;
   int nproc = 1;
-  std::optional<contract::MeshShape> mesh;
+  std::optional<Layout> mesh;  // the case's `mesh:`, as its adapter allowed it
   std::vector<std::string> argv;
   std::vector<std::pair<std::string, std::string>> env;
   double timeout_s = 0;
@@ -100,7 +69,8 @@ struct Case {
   std::string name;
   std::string file;
   Where where;
-  std::string model;  // meshtrain flavor, "" for foreign commands
+  std::string adapter;  // the trainer adapter that reads this case (core/adapters.h)
+  std::string model;    // the adapter's model name, "" when it needs none
   std::string seed;   // options.seed as written, for reports
   int ngpu = 1;       // GPUs (or CPU slots) held for the whole case: the widest phase
   std::vector<Phase> phases;
@@ -140,10 +110,10 @@ std::vector<Combination> expand_axes(const std::vector<std::pair<std::string, st
 
 // Values for the run-time placeholders of Phase::argv.
 struct RunPaths {
-  std::string meshtrain;
   std::string backend;
   std::string case_dir;
   std::string phase_dir;
+  std::vector<std::pair<std::string, std::string>> programs;  // the adapters' placeholders
 };
 std::vector<std::string> resolve_argv(const std::vector<std::string>& argv, const RunPaths& paths);
 std::string resolve_path(const std::string& text, const RunPaths& paths);  // placeholders; relative → phase_dir

@@ -33,7 +33,7 @@ CaseOutcome prepared(const Case& c, const RunOptions& opt, double expected_s) {
     po.name = p.name;
     po.nproc = p.nproc;
     po.dir = (fs::path(o.dir) / p.name).string();
-    po.argv = resolve_argv(p.argv, {opt.meshtrain, opt.backend, o.dir, po.dir});
+    po.argv = resolve_argv(p.argv, {opt.backend, o.dir, po.dir, trainer_adapters().placeholders()});
     o.phases.push_back(po);
   }
   return o;
@@ -105,9 +105,8 @@ double estimate_seconds(const Case& c) {
   if (c.duration_hint_s > 0) return c.duration_hint_s;
   double total = 0;
   for (const auto& p : c.phases) {
-    double steps = 10;
-    for (size_t i = 0; i + 1 < p.argv.size(); ++i)
-      if (p.argv[i] == "--steps") steps = std::atof(p.argv[i + 1].c_str());
+    const TrainerAdapter* adapter = trainer_adapters().find(c.adapter);
+    const double steps = (adapter ? adapter->steps(p.argv) : std::nullopt).value_or(10);
     total += 2.0 + 0.05 * steps * p.nproc;  // start-up, then steps slow down with ranks on shared cores
   }
   return total;

@@ -26,7 +26,6 @@ struct RunOptions {
   int devices = 8;      // GPUs (nccl) or CPU rank slots (gloo)
   int jobs = 0;         // cases at once; 0 = as many as fit
   double grace_s = 30;  // SIGTERM to SIGKILL
-  std::string meshtrain;
   std::string history;  // an earlier summary.json for expected durations
   std::string repro_prefix;  // "meshtest run m.yaml --backend gloo --ngpu 8": + " --id <id>"
   bool progress = false;     // a live line on a TTY

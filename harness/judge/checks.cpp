@@ -149,7 +149,7 @@ struct Target {
   const PhaseOutcome* phase = nullptr;
   const Phase* spec = nullptr;  // where its outputs are (outputs: in the matrix)
   std::string case_dir;
-  RunPaths paths() const { return {"", "", case_dir, dir}; }
+  RunPaths paths() const { return {"", case_dir, dir, {}}; }
 };
 
 const Phase* phase_spec(const CaseOutcome& o, const std::string& name) {
@@ -923,7 +923,7 @@ std::map<long long, double> read_loss_curve(const std::string& phase_dir, const 
   try {
     check_metric_name(metric);
     std::map<long long, double> out;
-    const RunPaths paths{"", "", fs::path(phase_dir).parent_path().string(), phase_dir};
+    const RunPaths paths{"", fs::path(phase_dir).parent_path().string(), phase_dir, {}};
     for (const auto& [step, m] : read_curve(outputs.metrics, paths)) {
       if (metric == "grad_norm" && !m.has_grad_norm) throw std::runtime_error(phase_dir + " reports no grad_norm");
       if (auto v = metric_value(m, metric)) out[step] = *v;

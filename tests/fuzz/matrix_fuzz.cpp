@@ -7,12 +7,15 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "core/matrix.h"
+#include "flavors.h"
+#include "meshtrain/adapter.h"
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  // Model and mesh checks need `meshtrain describe`; without a binary they are left out,
-  // and the loader is fuzzed alone instead of spawning a process per input.
-  ::setenv("MESHTEST_MESHTRAIN", "/nonexistent/meshtrain", 1);
+  // Model and mesh checks from meshtrain's own flavor table: no process per input.
+  meshtest::register_meshtrain_adapter(meshtest::trainer_adapters(), nlohmann::json::parse(meshtrain::describe_json()));
   return 0;
 }
 

@@ -9,8 +9,7 @@
 
 using namespace meshtest;
 
-// The matrix loader asks meshtrain (the adapter) which models and meshes it takes.
-[[maybe_unused]] const int kMeshtrainForTheAdapter = ::setenv("MESHTEST_MESHTRAIN", MESHTRAIN_BIN, 0);
+// The meshtrain adapter knows meshtrain's models from its flavor table (meshtrain_adapter_fixture.cpp).
 
 namespace {
 
@@ -207,7 +206,7 @@ cases:
   EXPECT_EQ(c.expect.reason, "no 8 GPUs here");
   ASSERT_EQ(c.phases[0].env.size(), 2u);
   EXPECT_EQ(c.phases[0].env[1].second, "./llama3_debug.toml");
-  EXPECT_EQ(resolve_argv(c.phases[0].argv, {"/bin/mt", "gloo", "/o/c", "/o/c/train"})[4], "/o/c/train");
+  EXPECT_EQ(resolve_argv(c.phases[0].argv, {"gloo", "/o/c", "/o/c/train", {{"meshtrain", "/bin/mt"}}})[4], "/o/c/train");
 }
 
 TEST(MatrixValidate, UnknownKeyWithDidYouMeanAndPosition) {
@@ -439,8 +438,8 @@ cases:
   EXPECT_EQ(tb.outputs.metrics.path, "tb");
   EXPECT_EQ(tb.outputs.metrics.tags.at("loss"), "my/loss");
   EXPECT_FALSE(tb.outputs.checkpoint);
-  EXPECT_EQ(resolve_path("tb", {"", "", "/o/s/a", "/o/s/a/tb"}), "/o/s/a/tb/tb");
-  EXPECT_EQ(resolve_path("{case_dir}/checkpoint", {"", "", "/o/s/a", "/o/s/a/save"}), "/o/s/a/checkpoint");
+  EXPECT_EQ(resolve_path("tb", {"", "/o/s/a", "/o/s/a/tb", {}}), "/o/s/a/tb/tb");
+  EXPECT_EQ(resolve_path("{case_dir}/checkpoint", {"", "/o/s/a", "/o/s/a/save", {}}), "/o/s/a/checkpoint");
   // meshtrain's cases keep its contract files.
   const Suite m = load("suite: s\ncases:\n  - {name: a, model: tiny}\n");
   EXPECT_EQ(m.cases[0].phases[0].outputs.metrics.kind, MetricsSource::kJsonl);

@@ -1,4 +1,6 @@
-#include "core/adapters.h"
+#include "meshtrain/adapter.h"
+
+#include "contract/mesh.h"
 
 #include <boost/process.hpp>
 #include <nlohmann/json.hpp>
@@ -12,6 +14,7 @@
 #include <fstream>
 #include <functional>
 #include <mutex>
+#include <stdexcept>
 
 namespace meshtest {
 
@@ -85,6 +88,9 @@ nlohmann::json cached_description(const std::string& binary) {
 
 class MeshtrainAdapter : public TrainerAdapter {
  public:
+  // `description`: what `meshtrain describe --json` says, asked lazily; tests pass one instead.
+  explicit MeshtrainAdapter(std::function<nlohmann::json()> describe) : describe_(std::move(describe)) {}
+
   std::string name() const override { return "meshtrain"; }
 
   std::vector<std::string> default_command() const override {
@@ -94,8 +100,16 @@ class MeshtrainAdapter : public TrainerAdapter {
 
   std::vector<std::string> reserved_options() const override { return {"mesh", "backend", "dump-folder", "model"}; }
 
-  // metrics.jsonl and state_dict_keys.json in the phase folder (docs/contracts.md).
-  Outputs default_outputs() const override { return {}; }
+  // meshtrain writes meshtest's contract files in the phase folder (docs/contracts.md).
+  Outputs default_outputs() const override {
+    Outputs o;
+    o.metrics.kind = MetricsSource::kJsonl;
+    o.metrics.path = "metrics.jsonl";
+    o.tokens = "generate.json";
+    return o;
+  }
+
+  bool needs_model() const override { return true; }
 
   std::optional<std::vector<std::string>> models() const override {
     const nlohmann::json& d = description();
@@ -105,11 +119,17 @@ class MeshtrainAdapter : public TrainerAdapter {
     return names;
   }
 
-  std::string mesh_problem(const std::string& model, const contract::MeshShape& mesh,
-                           const std::function<std::string(const std::string&)>& option) const override {
+  // contract/mesh.h's axes, torchtitan's order.
+  std::vector<std::string> layout_axes() const override { return {"pp", "dp_replicate", "dp_shard", "cp", "tp"}; }
+
+  // All ranks shard the data and the weights (FSDP), as torchtitan's default.
+  std::optional<Layout> default_layout(int nproc) const override { return Layout{{{"dp_shard", nproc}}}; }
+
+  std::string layout_problem(const std::string& model, const Layout& layout,
+                             const std::function<std::string(const std::string&)>& option) const override {
     const nlohmann::json& d = description();
     if (d.is_null() || !d.at("flavors").contains(model)) return "";
-    const long long tp = mesh.tp;
+    const long long tp = layout.size("tp");
     const std::string prefix = "tp=" + std::to_string(tp) + ": ";
     for (const auto& rule : d["flavors"][model].at("tp_must_divide")) {
       const std::string what = rule.at(0);
@@ -129,17 +149,24 @@ class MeshtrainAdapter : public TrainerAdapter {
     return "";
   }
 
+  // meshtrain trains `--steps` steps (10 when the flag is absent).
+  std::optional<double> steps(const std::vector<std::string>& argv) const override {
+    double steps = 10;
+    for (size_t i = 0; i + 1 < argv.size(); ++i)
+      if (argv[i] == "--steps") steps = std::atof(argv[i + 1].c_str());
+    return steps;
+  }
+
+  std::vector<std::pair<std::string, std::string>> placeholders() const override {
+    return {{"meshtrain", meshtrain_binary()}};
+  }
+
  private:
   const nlohmann::json& description() const {
-    std::call_once(asked_, [this] {
-      const std::string binary = meshtrain_binary();
-      description_ = cached_description(binary);
-      if (description_.is_null())
-        std::fprintf(stderr, "meshtest: note: could not ask %s describe --json; model names and meshes are not "
-                             "checked before launch\n", binary.c_str());
-    });
+    std::call_once(asked_, [this] { description_ = describe_(); });
     return description_;
   }
+  std::function<nlohmann::json()> describe_;
   mutable std::once_flag asked_;
   mutable nlohmann::json description_;
 };
@@ -153,9 +180,28 @@ std::string meshtrain_binary() {
   return ((ec ? fs::path(".") : exe.parent_path()) / "meshtrain").string();
 }
 
-const TrainerAdapter& meshtrain_adapter() {
-  static const MeshtrainAdapter adapter;
-  return adapter;
+void use_meshtrain_binary(const std::string& path) {
+  if (path.empty()) return;
+  const std::string binary = path.find('/') == std::string::npos ? path : fs::absolute(path).lexically_normal().string();
+  ::setenv("MESHTEST_MESHTRAIN", binary.c_str(), 1);
+}
+
+void register_meshtrain_adapter(AdapterRegistry& registry) {
+  registry.add(std::make_unique<MeshtrainAdapter>([] {
+    const std::string binary = meshtrain_binary();
+    nlohmann::json d = cached_description(binary);
+    if (d.is_null())
+      std::fprintf(stderr, "meshtest: note: could not ask %s describe --json; model names and meshes are not "
+                           "checked before launch\n", binary.c_str());
+    return d;
+  }));
+  registry.set_default("meshtrain");
+}
+
+void register_meshtrain_adapter(AdapterRegistry& registry, const nlohmann::json& description) {
+  if (!understood(description)) throw std::invalid_argument("not a meshtrain describe document");
+  registry.add(std::make_unique<MeshtrainAdapter>([description] { return description; }));
+  registry.set_default("meshtrain");
 }
 
 }  // namespace meshtest

@@ -1,0 +1,76 @@
+#include "core/outputs.h"
+
+#include <iterator>
+
+namespace meshtest {
+
+namespace {
+const char* const kMetricsSourceNames[] = {"metrics-jsonl", "torchtitan-log", "log-pattern", "tensorboard"};
+
+}  // namespace
+
+std::vector<std::string> metrics_source_names() {
+  return {std::begin(kMetricsSourceNames), std::end(kMetricsSourceNames)};
+}
+
+std::optional<MetricsSource::Kind> metrics_source_kind(const std::string& name) {
+  for (size_t k = 0; k < std::size(kMetricsSourceNames); ++k)
+    if (name == kMetricsSourceNames[k]) return static_cast<MetricsSource::Kind>(k);
+  return std::nullopt;
+}
+
+nlohmann::json outputs_to_json(const Outputs& o) {
+  const MetricsSource& m = o.metrics;
+  nlohmann::json j;
+  j["metrics"] = {{"from", kMetricsSourceNames[m.kind]}};
+  if (m.kind == MetricsSource::kJsonl || m.kind == MetricsSource::kTensorboard) j["metrics"]["path"] = m.path;
+  if (m.kind == MetricsSource::kTorchtitanLog || m.kind == MetricsSource::kLogPattern) j["metrics"]["rank"] = m.rank;
+  if (m.kind == MetricsSource::kLogPattern) j["metrics"]["pattern"] = m.pattern;
+  if (!m.tags.empty()) j["metrics"]["tags"] = m.tags;
+  j["tokens"] = o.tokens;
+  if (const auto& ck = o.checkpoint) {
+    j["checkpoint"] = {{"path", ck->path}, {"step", ck->step}, {"model_prefix", ck->model_prefix},
+                       {"rename", nlohmann::json::array()}};
+    for (const auto& [from, to] : ck->rename) j["checkpoint"]["rename"].push_back({from, to});
+  }
+  return j;
+}
+
+Outputs outputs_from_json(const nlohmann::json& j) {
+  Outputs o;
+  if (!j.is_object()) return o;
+  try {
+    if (const auto m = j.value("metrics", nlohmann::json::object()); m.is_object()) {
+      o.metrics.kind = metrics_source_kind(m.value("from", "")).value_or(MetricsSource::kJsonl);
+      o.metrics.path = m.value("path", o.metrics.path);
+      o.metrics.rank = m.value("rank", 0);
+      o.metrics.pattern = m.value("pattern", "");
+      o.metrics.tags = m.value("tags", std::map<std::string, std::string>());
+    }
+    o.tokens = j.value("tokens", o.tokens);
+    if (j.contains("checkpoint") && j["checkpoint"].is_object()) {
+      const auto& c = j["checkpoint"];
+      CheckpointSource ck;
+      ck.path = c.value("path", "");
+      ck.step = c.value("step", -1LL);
+      ck.model_prefix = c.value("model_prefix", "");
+      for (const auto& r : c.value("rename", nlohmann::json::array())) ck.rename.emplace_back(r.at(0), r.at(1));
+      o.checkpoint = ck;
+    }
+  } catch (const nlohmann::json::exception&) {
+    // an older or hand-edited summary.json: what could be read stands
+  }
+  return o;
+}
+
+std::string MetricsSource::describe() const {
+  switch (kind) {
+    case kJsonl: return path;
+    case kTorchtitanLog: return "the torchtitan log of rank " + std::to_string(rank);
+    case kLogPattern: return "rank " + std::to_string(rank) + "'s log through pattern '" + pattern + "'";
+    case kTensorboard: return "TensorBoard scalars in " + path;
+  }
+  return "?";
+}
+
+}  // namespace meshtest
