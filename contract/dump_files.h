@@ -1,7 +1,7 @@
 // The names in the files meshtrain leaves in its dump folder for meshtest (docs/contracts.md):
-// metrics.jsonl, state_dict_keys.json, param_digest.json and rank<R>.json. meshtrain writes
-// these fields (trainer/outputs.cpp, trainer/train.cpp) and meshtest's checks read them
-// (harness/checks.cpp); a field renamed here is renamed for both.
+// metrics.jsonl, state_dict_keys.json, param_digest.json, rank<R>.json and generate.json.
+// meshtrain writes these fields (trainer/outputs.cpp, trainer/train.cpp) and meshtest reads them
+// (harness/judge/checks.cpp, harness/meshtrain/adapter.cpp); a field renamed here is renamed for both.
 //
 // Only names live here: what each field means is in docs/contracts.md, and checkpoint
 // contents are in checkpoint_format.h.
@@ -53,6 +53,9 @@ inline constexpr char kSum[] = "sum";
 inline constexpr char kL2[] = "l2";
 inline constexpr char kNumel[] = "numel";
 }  // namespace param_digest
+
+// ---- generate.json (`meshtrain generate`): the prompt and the tokens generated ----
+inline constexpr char kGenerateFile[] = "generate.json";
 
 // ---- rank<R>.json (every rank): this rank's facts at the end of the run ----
 inline std::string rank_file_name(int rank) { return "rank" + std::to_string(rank) + ".json"; }

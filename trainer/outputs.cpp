@@ -128,7 +128,7 @@ void write_rank_report(const std::string& dump_folder, const RankReport& r) {
 }
 
 void write_generate_report(const std::string& dump_folder, const GenerateReport& g) {
-  write_json(dump_folder + "/generate.json",
+  write_json(dump_folder + "/" + dump_files::kGenerateFile,
              {{"format_version", kOutputsFormatVersion},
               {"checkpoint", g.checkpoint},
               {"mesh", g.mesh},
