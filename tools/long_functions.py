@@ -15,6 +15,9 @@ import sys
 TAIL = re.compile(r"\)[\w\s:&>-]*\{\s*(//.*)?$")  # ") const {", ") override {"
 NOT_A_FUNCTION = re.compile(r"^\s*(\}\s*)?(if|for|while|switch|catch|else|do|return)\b|\[[^\]]*\]\s*\(|=\s*\[")
 FOLDERS = ("contract", "harness", "trainer")
+# Allowed to be longer, with why. train() is meshtrain's loop, kept whole so it reads top to
+# bottom like llm.c's (issue 35 allows it 150 lines).
+EXCEPTIONS = {("trainer/train.cpp", "train"): 150}
 
 
 def functions_in(path):
@@ -64,10 +67,11 @@ def main():
                     rel = os.path.relpath(path, args.root)
                     found += [(length, f"{rel}:{line}", name) for name, line, length in functions_in(path)]
     found.sort(reverse=True)
-    print(f"longest functions (limit {args.limit} lines):")
+    print(f"longest functions (limit {args.limit} lines; " +
+          ", ".join(f"{f}:{n} {limit}" for (f, n), limit in EXCEPTIONS.items()) + "):")
     for length, where, name in found[:args.top]:
         print(f"  {length:4}  {name}  {where}")
-    over = [f for f in found if f[0] > args.limit]
+    over = [f for f in found if f[0] > EXCEPTIONS.get((f[1].rsplit(":", 1)[0], f[2]), args.limit)]
     for length, where, name in over:
         print(f"over the limit: {where}: {name} is {length} lines")
     return 1 if over else 0

@@ -10,7 +10,7 @@
 #include "hf_checkpoint.h"
 #include "outputs.h"
 #include "parallelize.h"
-#include "train.h"
+#include "train_config.h"
 
 namespace meshtrain {
 

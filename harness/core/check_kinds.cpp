@@ -15,50 +15,98 @@ const CheckParam kAtol{"atol", ParamType::kNumber};
 const CheckParam kExact{"exact", ParamType::kBool};
 // A file of reference values from a vouched-for run, relative to the matrix file's folder.
 const CheckParam kGolden{"golden", ParamType::kString};
+
+// The parameters of `kind`. A switch with no default, built with -Werror=switch: a kind
+// added to MESHTEST_CHECK_KINDS without its parameters here does not compile.
+CheckSignature signature_of(CheckKind kind) {
+  const std::string name = check_kind_name(kind);
+  switch (kind) {
+    case CheckKind::kExit:
+      return {kind, name, {}, {}};
+    case CheckKind::kLossFinite:
+      return {kind, name, {kPhase}, {}};
+    case CheckKind::kLossDecreases:
+      return {kind, name, {kPhase, {"factor", ParamType::kNumber}}, {}};
+    case CheckKind::kLossMatches:
+      return {kind, name,
+              {kPhase, kAgainst, kBaseline, kBaselinePhase, kGolden, kRtol, kAtol, kExact, {"metric", ParamType::kString}},
+              {"baseline", "against", "golden"}};
+    case CheckKind::kKeysMatch:
+      return {kind, name,
+              {kPhase, kAgainst, kBaseline, kBaselinePhase, {"shapes", ParamType::kBool}, {"prefix", ParamType::kString}},
+              {"against", "baseline"}};
+    case CheckKind::kTokensMatch:
+      return {kind, name, {kPhase, kAgainst, kBaseline, kBaselinePhase}, {"against", "baseline"}};
+    case CheckKind::kResumeMatches:
+      return {kind, name, {kPhase, kAgainst, kBaseline, kBaselinePhase, kRtol, kAtol, kExact}, {"against", "baseline"}};
+    case CheckKind::kReplicasEqual:
+      return {kind, name, {kPhase}, {}};
+    case CheckKind::kParamsMatch:
+      return {kind, name, {kPhase, kAgainst, kBaseline, kBaselinePhase, kGolden, kRtol, kAtol},
+              {"against", "baseline", "golden"}};
+    case CheckKind::kTensorsMatch:
+      return {kind, name, {kPhase, kAgainst, kBaseline, kBaselinePhase, kRtol, kAtol, {"prefix", ParamType::kString}},
+              {"against", "baseline"}};
+    case CheckKind::kSavedOnce:
+      return {kind, name, {kPhase}, {}};
+    case CheckKind::kLogContains:
+      return {kind, name, {kPhase, {"text", ParamType::kString}, {"rank", ParamType::kInt}}, {"text"}};
+    case CheckKind::kErrorMatches:
+      return {kind, name, {kPhase, {"text", ParamType::kString}}, {"text"}};
+  }
+  return {kind, name, {}, {}};  // not reached: every kind has a case above
+}
+
+// Every kind's signature, in the list's order.
+const std::vector<CheckSignature>& signatures() {
+  static const std::vector<CheckSignature> all = [] {
+    std::vector<CheckSignature> out;
+    for (CheckKind kind : kAllCheckKinds) out.push_back(signature_of(kind));
+    return out;
+  }();
+  return all;
+}
 }  // namespace
 
-bool CheckKind::takes_baseline() const {
+const char* check_kind_name(CheckKind kind) {
+  static const char* const kNames[] = {
+#define MESHTEST_CHECK_KIND_NAME(kind, name) name,
+      MESHTEST_CHECK_KINDS(MESHTEST_CHECK_KIND_NAME)
+#undef MESHTEST_CHECK_KIND_NAME
+  };
+  return kNames[static_cast<int>(kind)];
+}
+
+std::optional<CheckKind> check_kind_named(const std::string& name) {
+  for (CheckKind kind : kAllCheckKinds)
+    if (name == check_kind_name(kind)) return kind;
+  return std::nullopt;
+}
+
+std::vector<std::string> check_kind_names() {
+  std::vector<std::string> names;
+  for (CheckKind kind : kAllCheckKinds) names.push_back(check_kind_name(kind));
+  return names;
+}
+
+bool is_message_check(CheckKind kind) { return kind == CheckKind::kLogContains || kind == CheckKind::kErrorMatches; }
+
+bool is_message_check(const std::string& name) {
+  const auto kind = check_kind_named(name);
+  return kind && is_message_check(*kind);
+}
+
+bool CheckSignature::takes_baseline() const {
   for (const auto& p : params)
     if (p.name == "baseline") return true;
   return false;
 }
 
-const std::vector<CheckKind>& check_kinds() {
-  static const std::vector<CheckKind> kinds = {
-      {"exit", {}},
-      {"loss_finite", {kPhase}},
-      {"loss_decreases", {kPhase, {"factor", ParamType::kNumber}}},
-      {"loss_matches",
-       {kPhase, kAgainst, kBaseline, kBaselinePhase, kGolden, kRtol, kAtol, kExact,
-        {"metric", ParamType::kString}},
-       {"baseline", "against", "golden"}},
-      {"keys_match",
-       {kPhase, kAgainst, kBaseline, kBaselinePhase, {"shapes", ParamType::kBool}, {"prefix", ParamType::kString}},
-       {"against", "baseline"}},
-      {"tokens_match", {kPhase, kAgainst, kBaseline, kBaselinePhase}, {"against", "baseline"}},
-      {"resume_matches", {kPhase, kAgainst, kBaseline, kBaselinePhase, kRtol, kAtol, kExact}, {"against", "baseline"}},
-      {"replicas_equal", {kPhase}},
-      {"params_match", {kPhase, kAgainst, kBaseline, kBaselinePhase, kGolden, kRtol, kAtol}, {"against", "baseline", "golden"}},
-      {"tensors_match",
-       {kPhase, kAgainst, kBaseline, kBaselinePhase, kRtol, kAtol, {"prefix", ParamType::kString}},
-       {"against", "baseline"}},
-      {"saved_once", {kPhase}},
-      {"log_contains", {kPhase, {"text", ParamType::kString}, {"rank", ParamType::kInt}}, {"text"}},
-      {"error_matches", {kPhase, {"text", ParamType::kString}}, {"text"}},
-  };
-  return kinds;
-}
+const CheckSignature& check_signature(CheckKind kind) { return signatures()[static_cast<size_t>(kind)]; }
 
-const CheckKind* find_check_kind(const std::string& name) {
-  for (const auto& k : check_kinds())
-    if (k.name == name) return &k;
-  return nullptr;
-}
-
-std::vector<std::string> check_kind_names() {
-  std::vector<std::string> names;
-  for (const auto& k : check_kinds()) names.push_back(k.name);
-  return names;
+const CheckSignature* find_check_kind(const std::string& name) {
+  const auto kind = check_kind_named(name);
+  return kind ? &check_signature(*kind) : nullptr;
 }
 
 }  // namespace meshtest

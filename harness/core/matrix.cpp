@@ -247,7 +247,7 @@ std::optional<CheckSpec> read_check(const ReadContext& ctx, const YAML::Node& it
     ctx.error(item, "a check is a name or {name: {parameters}}");
     return std::nullopt;
   }
-  const CheckKind* kind = find_check_kind(spec.kind);
+  const CheckSignature* kind = find_check_kind(spec.kind);
   if (!kind) {
     const std::string hint = did_you_mean(spec.kind, check_kind_names());
     ctx.error(item, "unknown check '" + spec.kind + "'" + (hint.empty() ? "" : "; did you mean '" + hint + "'?"));
@@ -701,13 +701,49 @@ void check_mesh_fits(const ReadContext& ctx, const Fields& f, const YAML::Node& 
     ctx.error(mesh_node, "mesh " + layout->to_compact_string() + " does not fit the model: " + problem);
 }
 
+// A case's `phases:` list: each phase starts from the case's fields `f`.
+std::vector<Phase> read_phases(const ReadContext& ctx, const YAML::Node& phases, const Fields& f) {
+  std::vector<Phase> out;
+  std::map<std::string, Where> seen;
+  for (const auto& pnode : phases) {
+    MapReader pm(ctx, pnode, "phase", kPhaseKeys);
+    if (!pm.ok()) continue;
+    const YAML::Node* pname = pm.get("name");
+    if (!pname) {
+      ctx.error(pnode, "phase needs a name");
+      continue;
+    }
+    auto phase_name = read_string(ctx, *pname, "phase name");
+    if (!phase_name) continue;
+    static const std::regex phase_syntax("[A-Za-z0-9_.-]+");
+    if (!std::regex_match(*phase_name, phase_syntax) || *phase_name == "." || *phase_name == "..") {
+      ctx.error(*pname, "phase name '" + *phase_name + "' is a folder name: letters, digits, _ . - only");
+      continue;
+    }
+    if (auto dup = seen.find(*phase_name); dup != seen.end()) {
+      ctx.error(*pname, "duplicate phase '" + *phase_name + "' (first at " + dup->second.str() + ")");
+      continue;
+    }
+    seen.emplace(*phase_name, ctx.where(*pname));
+    Fields pf = f;
+    read_common(ctx, pm, pf);  // pm allows only the phase keys, so this reads command/mesh/options/env/timeout
+    std::string action = "train";
+    if (auto* a = pm.get("action")) {
+      if (auto s = read_string(ctx, *a, "action")) action = *s;
+    }
+    if (pm.get("mesh")) check_mesh_fits(ctx, pf, *pm.get("mesh"));
+    out.push_back(build_phase(ctx, pnode, *phase_name, action, pf, ctx.file));
+  }
+  return out;
+}
+
 std::string combination_label(const Combination& combo) {
   std::string out;
   for (const auto& [k, v] : combo) out += (out.empty() ? "" : "-") + v;
   return out;
 }
 
-// Builds one case from its YAML with the matrix values `vars` (empty without a matrix).
+// Builds one case from its YAML with the matrix values `combo` (empty without a matrix).
 std::optional<Case> build_case(const ReadContext& ctx, const YAML::Node& node, const Fields& defaults,
                                const std::string& suite, const Combination& combo) {
   std::vector<std::string> keys = kCommonKeys;
@@ -767,36 +803,7 @@ std::optional<Case> build_case(const ReadContext& ctx, const YAML::Node& node, c
       ctx.error(*phases, "phases must be a non-empty list");
       return std::nullopt;
     }
-    std::map<std::string, Where> seen;
-    for (const auto& pnode : *phases) {
-      MapReader pm(ctx, pnode, "phase", kPhaseKeys);
-      if (!pm.ok()) continue;
-      const YAML::Node* pname = pm.get("name");
-      if (!pname) {
-        ctx.error(pnode, "phase needs a name");
-        continue;
-      }
-      auto phase_name = read_string(ctx, *pname, "phase name");
-      if (!phase_name) continue;
-      static const std::regex phase_syntax("[A-Za-z0-9_.-]+");
-      if (!std::regex_match(*phase_name, phase_syntax) || *phase_name == "." || *phase_name == "..") {
-        ctx.error(*pname, "phase name '" + *phase_name + "' is a folder name: letters, digits, _ . - only");
-        continue;
-      }
-      if (auto dup = seen.find(*phase_name); dup != seen.end()) {
-        ctx.error(*pname, "duplicate phase '" + *phase_name + "' (first at " + dup->second.str() + ")");
-        continue;
-      }
-      seen.emplace(*phase_name, ctx.where(*pname));
-      Fields pf = f;
-      read_common(ctx, pm, pf);  // pm allows only the phase keys, so this reads command/mesh/options/env/timeout
-      std::string action = "train";
-      if (auto* a = pm.get("action")) {
-        if (auto s = read_string(ctx, *a, "action")) action = *s;
-      }
-      if (pm.get("mesh")) check_mesh_fits(ctx, pf, *pm.get("mesh"));
-      c.phases.push_back(build_phase(ctx, pnode, *phase_name, action, pf, ctx.file));
-    }
+    c.phases = read_phases(ctx, *phases, f);
   } else {
     c.phases.push_back(build_phase(ctx, node, "train", "train", f, ctx.file));
   }

@@ -3,6 +3,7 @@
 // the checks and the reports.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -106,6 +107,9 @@ struct CaseOutcome {
   // The rank log a person should read first: the failing rank of the failing phase.
   std::string failing_log() const;
 };
+
+// Another case of the same run, by id (a check's baseline); nullptr when it is not part of the run.
+using FindCase = std::function<const CaseOutcome*(const std::string& id)>;
 
 // "12.3 s", "4m05s": durations in the terminal table, progress lines and reports.
 std::string human_seconds(double seconds);

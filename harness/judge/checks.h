@@ -1,9 +1,12 @@
-// The checks behind a case's verdict, and the verdict itself. Each check reads the
-// files a phase left (docs/contracts.md) and says what differed, where, expected vs
-// got, and the tolerance. Documented with example failures in docs/checks.md.
+// The checks behind a case's verdict (judge.h weighs them). Each check reads the files a
+// phase left (docs/contracts.md) and says what differed, where, expected vs got, and the
+// tolerance. Documented with example failures in docs/checks.md.
+//
+// The checks live in rooms by what they read: curve_checks (loss, grad norm, validation
+// loss), checkpoint_checks (keys, tensors), rank_checks (rank<R>.json, param_digest.json,
+// tokens), log_checks (exit, logs, error messages); check_context.h is what they share.
 #pragma once
 
-#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -12,13 +15,8 @@
 
 namespace meshtest {
 
-using FindCase = std::function<const CaseOutcome*(const std::string& id)>;
-
 // `exit` first (always), then every declared check, in order.
 std::vector<CheckResult> run_checks(const CaseOutcome& outcome, const FindCase& find);
-
-// Sets the verdict and details from the checks and the case's expectation.
-void judge(CaseOutcome& outcome);
 
 // Fills each phase's `curve` from its metrics (as `outputs` says), where they can be read.
 void record_curves(CaseOutcome& outcome);

@@ -261,12 +261,8 @@ bool RankGroup::poll() {
       stop("rank " + std::to_string(i) + " failed first (" + e.describe() + ")");
     }
   }
-  if (!all_reaped && !stopping_ && spec_.timeout_s > 0 && seconds_since(started_) > spec_.timeout_s) {
-    result_.timed_out = true;
-    std::ostringstream why;
-    why << "timed out after " << spec_.timeout_s << " s";
-    stop(why.str());
-  }
+  if (!all_reaped && !stopping_)
+    if (const auto why = past_timeout(spec_.timeout_s, seconds_since(started_), result_)) stop(*why);
   if (!all_reaped && stopping_ && !result_.killed && std::chrono::steady_clock::now() >= kill_at_) {
     ::killpg(impl_->group.native_handle(), SIGKILL);
     result_.killed = true;
@@ -283,6 +279,14 @@ bool lost_port_race(const RankGroup& group) {
   return lost_port_race(group.spec().log_dir, group.spec().nproc);
 }
 
+
+std::optional<std::string> past_timeout(double timeout_s, double elapsed_s, LaunchResult& result) {
+  if (timeout_s <= 0 || elapsed_s <= timeout_s) return std::nullopt;
+  result.timed_out = true;
+  std::ostringstream why;
+  why << "timed out after " << timeout_s << " s";
+  return why.str();
+}
 
 void become_subreaper() { ::prctl(PR_SET_CHILD_SUBREAPER, 1); }
 

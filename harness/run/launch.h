@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -95,6 +96,10 @@ class RankGroup {
 
 // True when a failed launch looks like it lost the race for MASTER_PORT.
 bool lost_port_race(const RankGroup& group);
+
+// A phase that has run `elapsed_s` past its `timeout_s` (0: none): marks `result` timed out and
+// gives the reason its ranks are stopped with ("timed out after 30 s"). Every launcher asks this.
+std::optional<std::string> past_timeout(double timeout_s, double elapsed_s, LaunchResult& result);
 
 // Makes meshtest the reaper of orphaned descendants (a rank's child whose parent
 // died is re-parented to meshtest instead of init), so sweep_orphans can kill them.

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "judge/checks.h"
+#include "judge/judge.h"
 
 namespace fs = std::filesystem;
 

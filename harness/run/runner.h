@@ -1,5 +1,5 @@
 // Runs a plan (plan.h): packs its cases onto the device pool (schedule.h), launches
-// each phase's ranks (launch.h), checks and judges each finished case (checks.h);
+// each phase's ranks (launch.h), checks and judges each finished case (judge/checks.h, judge/judge.h);
 // the states a case goes through are in run_loop.h. SIGINT/SIGTERM stop every
 // running case the same way a failure does, and every case still gets a verdict.
 #pragma once

@@ -402,13 +402,10 @@ class SlurmPhase : public PhaseProcess {
     }
     std::error_code ec;
     if (srun_->running(ec)) {
-      if (!stopping_ && spec_.timeout_s > 0 &&
-          std::chrono::duration<double>(Clock::now() - started_).count() > spec_.timeout_s) {
-        result_.timed_out = true;
-        std::ostringstream why;
-        why << "timed out after " << spec_.timeout_s << " s";
-        stop(why.str());
-      }
+      if (!stopping_)
+        if (const auto why = past_timeout(spec_.timeout_s, std::chrono::duration<double>(Clock::now() - started_).count(),
+                                          result_))
+          stop(*why);
       if (stopping_ && !result_.killed && Clock::now() >= kill_at_) {
         scancel(alloc_->job, "KILL");
         result_.killed = true;

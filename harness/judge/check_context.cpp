@@ -1,0 +1,109 @@
+#include "judge/check_context.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace meshtest {
+
+namespace {
+
+const Phase* phase_spec(const CaseOutcome& o, const std::string& name) {
+  for (const auto& p : o.spec->phases)
+    if (p.name == name) return &p;
+  return nullptr;
+}
+
+const PhaseOutcome& phase_named(const CaseOutcome& o, const std::string& name) {
+  for (const auto& p : o.phases)
+    if (p.name == name) return p;
+  throw Failure{o.spec->id + " has no phase '" + name + "'", ""};
+}
+
+const PhaseOutcome& phase_of(const CaseOutcome& o, const json& params, const char* key) {
+  if (params.contains(key)) return phase_named(o, params[key].get<std::string>());
+  return o.phases.back();
+}
+
+}  // namespace
+
+Target target_of(const CaseOutcome& o, const PhaseOutcome& p, std::string label) {
+  return {p.dir, std::move(label), &p, phase_spec(o, p.name), o.dir};
+}
+
+Target subject(const CaseOutcome& o, const CheckSpec& spec) {
+  const PhaseOutcome& p = phase_of(o, spec.params, "phase");
+  if (!p.ran) throw Failure{"phase " + p.name + " did not run (an earlier phase failed)", ""};
+  return target_of(o, p, "phase " + p.name);
+}
+
+std::optional<Target> reference(const CaseOutcome& o, const CheckSpec& spec, const FindCase& find) {
+  if (spec.params.contains("against")) {
+    const PhaseOutcome& p = phase_named(o, spec.params["against"].get<std::string>());
+    if (!p.ran) throw Failure{"phase " + p.name + " (the reference) did not run", ""};
+    return target_of(o, p, "phase " + p.name);
+  }
+  if (spec.params.contains("baseline")) {
+    const std::string id = spec.params["baseline"];
+    const CaseOutcome* base = find(id);
+    if (!base) throw Failure{"baseline " + id + " was not part of this run", ""};
+    if (!base->finished) throw Failure{"baseline " + id + " did not run", ""};
+    if (base->status() == Status::kSkipped || base->status() == Status::kCancelled)
+      throw Failure{"baseline " + id + " did not run (" + status_name(base->status()) + ": " + base->reason() + ")", ""};
+    const PhaseOutcome& p = phase_of(*base, spec.params, "baseline_phase");
+    if (!p.ran) throw Failure{"baseline " + id + " did not reach phase " + p.name, ""};
+    return target_of(*base, p, "baseline " + id + " (phase " + p.name + ")");
+  }
+  return std::nullopt;
+}
+
+std::string golden_path(const CaseOutcome& o, const CheckSpec& spec) {
+  fs::path golden = spec.params["golden"].get<std::string>();
+  if (golden.is_relative()) golden = fs::path(o.spec->file).parent_path() / golden;
+  return golden.string();
+}
+
+double param_or(const CheckSpec& spec, const char* key, double fallback) {
+  return spec.params.contains(key) ? spec.params[key].get<double>() : fallback;
+}
+
+json read_json(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw Failure{"cannot read " + path, ""};
+  try {
+    return json::parse(in);
+  } catch (const std::exception& e) {
+    throw Failure{path + " is not valid JSON: " + e.what(), ""};
+  }
+}
+
+std::string num(double v) {
+  std::ostringstream s;
+  s.precision(7);
+  s << v;
+  return s.str();
+}
+
+std::string sci(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.2e", v);
+  return buf;
+}
+
+std::string tolerance_text(double atol, double rtol, double ref) {
+  return "atol " + num(atol) + " + rtol " + num(rtol) + " x |" + num(ref) + "| = " + sci(atol + rtol * std::fabs(ref));
+}
+
+void widen_margin(CheckResult& r, double diff, double tolerance) {
+  double ratio = std::isnan(diff) ? INFINITY : tolerance > 0 ? diff / tolerance : diff > 0 ? INFINITY : 0;
+  if (std::isnan(ratio)) ratio = INFINITY;  // an infinite difference over an infinite bound
+  r.margin = std::max(r.margin.value_or(0), ratio);
+}
+
+}  // namespace meshtest

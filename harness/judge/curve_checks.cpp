@@ -1,0 +1,329 @@
+#include "judge/curve_checks.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "readers/log_metrics.h"
+#include "readers/rank_files.h"
+#include "readers/tensorboard.h"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace meshtest {
+
+namespace {
+
+// ---- reading a curve -------------------------------------------------------------
+
+struct StepMetrics {
+  double loss = 0;
+  double grad_norm = 0;
+  bool has_grad_norm = true;  // a trainer may report only the loss
+  std::optional<double> validation_loss;  // only on the steps a run validated
+};
+using Curve = std::map<long long, StepMetrics>;
+
+const std::vector<std::string> kCurveMetrics = {"loss", "grad_norm", "validation_loss"};
+
+void check_metric_name(const std::string& metric) {
+  if (std::find(kCurveMetrics.begin(), kCurveMetrics.end(), metric) == kCurveMetrics.end())
+    throw Failure{"metric must be loss, grad_norm or validation_loss, got " + metric, ""};
+}
+
+// A step's value of `metric`; none where the step has no validation loss.
+std::optional<double> metric_value(const StepMetrics& m, const std::string& metric) {
+  if (metric == "validation_loss") return m.validation_loss;
+  return metric == "grad_norm" ? m.grad_norm : m.loss;
+}
+
+Curve read_metrics_jsonl(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw Failure{"cannot read " + path, ""};
+  Curve curve;
+  std::string line;
+  int number = 0;
+  while (std::getline(in, line)) {
+    ++number;
+    if (line.empty()) continue;
+    try {
+      const json j = json::parse(line);
+      StepMetrics m;
+      // NaN and inf are written as null by JSON encoders; keep them as NaN.
+      m.loss = j.at("loss").is_null() ? NAN : j.at("loss").get<double>();
+      m.has_grad_norm = j.contains("grad_norm");
+      m.grad_norm = m.has_grad_norm && !j.at("grad_norm").is_null() ? j.at("grad_norm").get<double>() : NAN;
+      if (j.contains("validation_loss"))
+        m.validation_loss = j.at("validation_loss").is_null() ? NAN : j.at("validation_loss").get<double>();
+      curve[j.at("step").get<long long>()] = m;
+    } catch (const std::exception& e) {
+      throw Failure{path + ":" + std::to_string(number) + ": not a metrics line: " + e.what(), ""};
+    }
+  }
+  if (curve.empty()) throw Failure{path + " has no steps", ""};
+  return curve;
+}
+
+// "<step> <value>" per line, torchtitan's tests/assets/losses/*.txt format.
+Curve read_golden(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw Failure{"cannot read golden file " + path, ""};
+  Curve curve;
+  std::string line;
+  int number = 0;
+  while (std::getline(in, line)) {
+    ++number;
+    if (line.find_first_not_of(" \t\r") == std::string::npos || line[0] == '#') continue;
+    std::istringstream s(line);
+    long long step = 0;
+    double value = 0;
+    if (!(s >> step >> value)) throw Failure{path + ":" + std::to_string(number) + ": expected '<step> <loss>'", ""};
+    curve[step].loss = value;
+    curve[step].grad_norm = value;
+  }
+  if (curve.empty()) throw Failure{"golden file " + path + " has no steps", ""};
+  return curve;
+}
+
+// The loss curve from wherever `source` says: metrics.jsonl, a rank's log, TensorBoard.
+Curve read_curve(const MetricsSource& source, const RunPaths& paths) {
+  if (source.kind == MetricsSource::kJsonl) return read_metrics_jsonl(resolve_path(source.path, paths));
+  MetricSeries series;
+  std::string where;
+  std::vector<std::string> warnings;  // shown when no loss could be read
+  try {
+    if (source.kind == MetricsSource::kTensorboard) {
+      where = resolve_path(source.path, paths);
+      std::map<std::string, std::string> tag_to_metric = default_tensorboard_tags();
+      for (const auto& [metric, tag] : source.tags) {
+        for (auto it = tag_to_metric.begin(); it != tag_to_metric.end();)
+          it = it->second == metric ? tag_to_metric.erase(it) : std::next(it);
+        tag_to_metric[tag] = metric;
+      }
+      series = read_tensorboard_scalars(where, tag_to_metric, &warnings);
+      if (std::none_of(series.begin(), series.end(), [](const auto& step) { return step.second.count("loss"); })) {
+        // Say which tags were there: a renamed tag is the usual reason for "no loss values".
+        std::set<std::string> seen;
+        for (const auto& [step, values] : read_tensorboard_scalars(where, {}, nullptr))
+          for (const auto& [tag, value] : values) seen.insert(tag);
+        std::string tags;
+        for (const auto& tag : seen) tags += (tags.empty() ? "" : ", ") + tag;
+        warnings.push_back("scalar tags in " + tensorboard_run_folder(where) + ": " + (tags.empty() ? "none" : tags));
+      }
+    } else {
+      where = rank_log_path(paths.phase_dir, source.rank);
+      series = source.kind == MetricsSource::kTorchtitanLog
+                   ? read_torchtitan_log(where, &warnings)
+                   : read_log_with_pattern(where, LogPattern(source.pattern), &warnings);
+    }
+  } catch (const MetricsError& e) {
+    throw Failure{e.what(), ""};
+  }
+  Curve curve;
+  for (const auto& [step, values] : series) {
+    auto loss = values.find("loss");
+    if (loss == values.end()) continue;
+    StepMetrics m;
+    m.loss = loss->second;
+    auto grad_norm = values.find("grad_norm");
+    m.has_grad_norm = grad_norm != values.end();
+    m.grad_norm = m.has_grad_norm ? grad_norm->second : NAN;
+    if (auto v = values.find("validation_loss"); v != values.end()) m.validation_loss = v->second;
+    curve[step] = m;
+  }
+  if (curve.empty()) {
+    std::string details;
+    for (size_t i = 0; i < warnings.size() && i < 10; ++i) details += warnings[i] + "\n";
+    throw Failure{"no loss values in " + source.describe() + " (" + where + ")", details};
+  }
+  return curve;
+}
+
+Curve read_metrics(const Target& t) {
+  const MetricsSource source = t.spec ? t.spec->outputs.metrics : MetricsSource{};
+  const bool from_log = source.kind == MetricsSource::kTorchtitanLog || source.kind == MetricsSource::kLogPattern;
+  if (from_log && source.rank >= t.phase->nproc)
+    throw Failure{t.label + " has " + std::to_string(t.phase->nproc) + " ranks; outputs.metrics.rank is " +
+                      std::to_string(source.rank), ""};
+  return read_curve(source, t.paths());
+}
+
+// ---- comparing curves ------------------------------------------------------------
+
+// meshtrain reports a validation loss only when asked: the flag that asks, for the message
+// that says none was reported. (A meshtrain fact: the trainer adapter should say it.)
+std::string meshtrain_flag_for(const std::string& metric) {
+  return metric == "validation_loss" ? " (meshtrain: --validation.freq)" : "";
+}
+
+std::vector<std::pair<long long, double>> points(const Curve& c, const std::string& metric) {
+  std::vector<std::pair<long long, double>> out;
+  for (const auto& [step, m] : c)
+    if (auto v = metric_value(m, metric)) out.emplace_back(step, *v);
+  return out;
+}
+
+// Compares two curves step by step over the subject's steps. Both curves and the band
+// go into `result`, so a report can draw what was judged.
+void compare_curves(const Curve& got, const Curve& want, const std::string& metric, const std::string& got_label,
+                    const std::string& want_label, double rtol, double atol, bool exact, CheckResult& result) {
+  result.series = {{"subject", got_label, metric, points(got, metric)},
+                   {"reference", want_label, metric, points(want, metric)}};
+  result.band = std::make_pair(exact ? 0.0 : rtol, exact ? 0.0 : atol);
+  std::string table;
+  std::optional<Failure> first;
+  int mismatches = 0, compared = 0;
+  for (const auto& [step, m] : got) {
+    const auto value = metric_value(m, metric);
+    if (!value) continue;  // a step without validation
+    ++compared;
+    auto it = want.find(step);
+    if (it != want.end() && !metric_value(it->second, metric)) {
+      result.margin.reset();
+      throw Finding{got_label + " has " + metric + " at step " + std::to_string(step) + " but " + want_label +
+                        " has none there", ""};
+    }
+    if (it == want.end()) {
+      result.margin.reset();  // a missing step is no matter of tolerance
+      throw Finding{got_label + " has step " + std::to_string(step) + " but " + want_label + " has steps " +
+                        std::to_string(want.begin()->first) + "-" + std::to_string(want.rbegin()->first),
+                    ""};
+    }
+    const double a = *value, b = *metric_value(it->second, metric);
+    const double diff = std::fabs(a - b);
+    const bool ok = exact ? a == b : std::isfinite(a) && diff <= atol + rtol * std::fabs(b);
+    if (!exact) widen_margin(result, std::isfinite(a) ? diff : NAN, atol + rtol * std::fabs(b));
+    char row[160];
+    std::snprintf(row, sizeof(row), "%6lld  %14.8g  %14.8g  %10.3e%s\n", step, a, b, diff, ok ? "" : "  <-");
+    table += row;
+    if (ok) continue;
+    ++mismatches;
+    if (!first)
+      first = Finding{"step " + std::to_string(step) + ": " + metric + " " + num(a) + " in " + got_label + " vs " +
+                          num(b) + " in " + want_label + ": |diff| " + sci(diff) +
+                          (exact ? " (exact match required)" : " > " + tolerance_text(atol, rtol, b)),
+                      ""};
+    if (!first->step) {
+      first->step = step, first->value = a, first->reference = b;
+      first->tolerance = exact ? 0.0 : atol + rtol * std::fabs(b);
+    }
+  }
+  if (compared == 0) {
+    result.margin.reset();
+    throw Failure{got_label + " reports no " + metric + meshtrain_flag_for(metric), ""};
+  }
+  if (first) {
+    first->message += " (" + std::to_string(mismatches) + " of " + std::to_string(compared) + " steps differ)";
+    first->details = "  step  " + got_label + "  |  " + want_label + "  |  |diff|\n" + table;
+    throw *first;
+  }
+}
+
+}  // namespace
+
+// ---- the checks ------------------------------------------------------------------
+
+void check_loss_finite(const CaseOutcome& o, const CheckSpec& spec, const FindCase&, CheckResult&) {
+  const Target t = subject(o, spec);
+  for (const auto& [step, m] : read_metrics(t)) {
+    const bool loss_bad = !std::isfinite(m.loss), grad_norm_bad = m.has_grad_norm && !std::isfinite(m.grad_norm);
+    if (!loss_bad && !grad_norm_bad) continue;
+    Finding f{t.label + ": " + (loss_bad ? "loss" : "grad_norm") + " is " + num(loss_bad ? m.loss : m.grad_norm) +
+                  " at step " + std::to_string(step),
+              ""};
+    f.step = step, f.value = loss_bad ? m.loss : m.grad_norm;
+    throw f;
+  }
+}
+
+void check_loss_decreases(const CaseOutcome& o, const CheckSpec& spec, const FindCase&, CheckResult& result) {
+  const Target t = subject(o, spec);
+  const Curve c = read_metrics(t);
+  const double factor = param_or(spec, "factor", 0.9);
+  const double first = c.begin()->second.loss, last = c.rbegin()->second.loss;
+  // The margin here: the drop required over the drop seen.
+  const double required = (1 - factor) * std::fabs(first), seen = first - last;
+  result.margin = seen > 0 ? required / seen : INFINITY;
+  if (!(last <= factor * first)) {
+    Finding f{t.label + ": loss went " + num(first) + " (step " + std::to_string(c.begin()->first) + ") -> " +
+                      num(last) + " (step " + std::to_string(c.rbegin()->first) + "); expected <= " + num(factor) +
+                      " x " + num(first) + " = " + num(factor * first),
+              ""};
+    f.step = c.rbegin()->first, f.value = last, f.reference = factor * first;
+    throw f;
+  }
+}
+
+void check_loss_matches(const CaseOutcome& o, const CheckSpec& spec, const FindCase& find, CheckResult& result) {
+  const Target t = subject(o, spec);
+  const Curve got = read_metrics(t);
+  const std::string metric = spec.params.value("metric", std::string("loss"));
+  check_metric_name(metric);
+  Curve want;
+  std::string want_label;
+  if (spec.params.contains("golden")) {
+    const std::string golden = golden_path(o, spec);
+    want = read_golden(golden);
+    want_label = "golden " + golden;
+  } else {
+    const auto ref = reference(o, spec, find);
+    if (!ref) throw Failure{"loss_matches needs baseline, against or golden", ""};
+    want = read_metrics(*ref);
+    want_label = ref->label;
+  }
+  compare_curves(got, want, metric, t.label, want_label, param_or(spec, "rtol", 1e-5),
+                 param_or(spec, "atol", 0), spec.params.value("exact", false), result);
+}
+
+void check_resume_matches(const CaseOutcome& o, const CheckSpec& spec, const FindCase& find, CheckResult& result) {
+  const Target t = subject(o, spec);
+  const auto ref = reference(o, spec, find);
+  if (!ref) throw Failure{"resume_matches needs baseline (the uninterrupted run) or against", ""};
+  const Curve got = read_metrics(t);
+  if (got.begin()->first <= 1)
+    throw Finding{t.label + " started at step " + std::to_string(got.begin()->first) +
+                      ": it did not resume from a checkpoint",
+                  ""};
+  compare_curves(got, read_metrics(*ref), "loss", t.label + " (resumed)", ref->label + " (uninterrupted)",
+                 param_or(spec, "rtol", 1e-5), param_or(spec, "atol", 0), spec.params.value("exact", false), result);
+}
+
+// ---- what `meshtest diff`, `golden export` and the reports read ------------------
+
+std::map<long long, double> read_loss_curve(const std::string& phase_dir, const Outputs& outputs,
+                                            const std::string& metric) {
+  try {
+    check_metric_name(metric);
+    std::map<long long, double> out;
+    const RunPaths paths{"", fs::path(phase_dir).parent_path().string(), phase_dir, {}};
+    for (const auto& [step, m] : read_curve(outputs.metrics, paths)) {
+      if (metric == "grad_norm" && !m.has_grad_norm) throw std::runtime_error(phase_dir + " reports no grad_norm");
+      if (auto v = metric_value(m, metric)) out[step] = *v;
+    }
+    if (out.empty()) throw std::runtime_error(phase_dir + " reports no " + metric);
+    return out;
+  } catch (const Failure& f) {
+    throw std::runtime_error(f.message);
+  }
+}
+
+void record_curves(CaseOutcome& o) {
+  for (auto& p : o.phases) {
+    p.curve.clear();
+    if (!p.ran) continue;
+    try {
+      for (const auto& [step, m] : read_metrics(target_of(o, p, "phase " + p.name)))
+        p.curve.push_back({step, m.loss, m.has_grad_norm ? m.grad_norm : NAN});
+    } catch (const std::exception&) {
+      // No curve to draw; a check that needed one has said why.
+    } catch (const Failure&) {
+    }
+  }
+}
+
+}  // namespace meshtest

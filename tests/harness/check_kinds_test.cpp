@@ -1,0 +1,71 @@
+// The one table of check kinds (core/check_kinds.h): every kind has its name, its
+// parameters and a function that runs it. A kind missing from either switch does not
+// compile (-Werror=switch); these tests say what each promises at run time.
+#include <set>
+
+#include "checks_fixture.h"
+#include "core/check_kinds.h"
+
+namespace fs = std::filesystem;
+using namespace meshtest;
+
+TEST(CheckKinds, EveryKindHasOneNameAndItsParameters) {
+  std::set<std::string> names;
+  for (CheckKind kind : kAllCheckKinds) {
+    const std::string name = check_kind_name(kind);
+    EXPECT_TRUE(names.insert(name).second) << name << " twice";
+    const CheckSignature& sig = check_signature(kind);
+    EXPECT_EQ(sig.kind, kind) << name;
+    EXPECT_EQ(sig.name, name);
+    EXPECT_EQ(check_kind_named(name), kind) << name;
+    EXPECT_EQ(find_check_kind(name), &sig) << name;
+    std::set<std::string> params;
+    for (const auto& p : sig.params) EXPECT_TRUE(params.insert(p.name).second) << name << "." << p.name << " twice";
+    // Every check but `exit` looks at one phase, which the matrix may name.
+    EXPECT_EQ(params.count("phase"), kind == CheckKind::kExit ? 0u : 1u) << name;
+    for (const auto& one : sig.needs_one_of) EXPECT_TRUE(params.count(one)) << name << " needs " << one << ", not a parameter";
+  }
+  EXPECT_EQ(check_kind_names().size(), std::size(kAllCheckKinds));
+  EXPECT_EQ(check_kind_named("loss_match"), std::nullopt);
+  EXPECT_EQ(find_check_kind("loss_match"), nullptr);
+  EXPECT_TRUE(is_message_check("log_contains"));
+  EXPECT_TRUE(is_message_check("error_matches"));
+  EXPECT_FALSE(is_message_check("exit"));
+  EXPECT_FALSE(is_message_check("no_such_check"));
+}
+
+// Every kind declared on one case over a phase that left nothing: each runs its own function
+// and says what it could not find; none is "malformed output" (an unknown kind's fate).
+TEST_F(Checks, EveryKindRunsItsOwnFunction) {
+  std::string checks;
+  for (CheckKind kind : kAllCheckKinds) {
+    const CheckSignature& sig = check_signature(kind);
+    std::string params;
+    if (!sig.needs_one_of.empty()) params = sig.needs_one_of.front() == "text" ? "{text: x}" : "{baseline: a}";
+    for (const auto& one : sig.needs_one_of)
+      if (one == "baseline") params = "{baseline: a}";
+    checks += (checks.empty() ? "" : ", ") + (params.empty() ? sig.name : "{" + sig.name + ": " + params + "}");
+  }
+  load("  - name: a\n  - name: b\n    checks: [" + checks + "]\n");
+  run(1, "exit");
+  const auto& results = outcomes_[1].checks;
+  ASSERT_EQ(results.size(), std::size(kAllCheckKinds));  // `exit` once, first, declared or not
+  EXPECT_EQ(results[0].kind, "exit");
+  for (size_t i = 1; i < results.size(); ++i) {
+    EXPECT_EQ(results[i].kind, check_kind_name(kAllCheckKinds[i])) << i;
+    EXPECT_FALSE(results[i].passed) << results[i].kind;
+    EXPECT_EQ(results[i].message.rfind("malformed output", 0), std::string::npos)
+        << results[i].kind << ": " << results[i].message;
+  }
+}
+
+TEST_F(Checks, AKindTheTableLacksIsMalformedNotACrash) {
+  load("  - name: a\n");
+  CheckSpec unknown;
+  unknown.kind = "loss_match";
+  suite_.cases[0].checks.push_back(unknown);
+  const CheckResult r = run(0, "loss_match");
+  EXPECT_FALSE(r.judged);
+  EXPECT_EQ(r.message, "malformed output: no check kind 'loss_match'");
+  EXPECT_EQ(r.finding.kind, VerdictKind::kNotJudged);
+}

@@ -1,0 +1,94 @@
+// The checkpoint checks (judge/checkpoint_checks.cpp): keys and tensors, from meshtrain's
+// files and from a PyTorch DCP checkpoint where outputs.checkpoint says.
+#include "checks_fixture.h"
+#include "readers/checkpoint_view.h"
+
+namespace fs = std::filesystem;
+using namespace meshtest;
+
+namespace {
+const std::string kDcpFixtures = std::string(MESHTEST_SOURCE_DIR) + "/../shared/fixtures/dcp-torch-2.11";
+}  // namespace
+
+TEST_F(Checks, KeysMatchListsMissingAndUnexpectedKeysLikeTheSeed) {
+  load(R"(  - name: reshard
+    phases: [{name: save}, {name: load}]
+    checks: [{keys_match: {phase: load, against: save}}]
+)");
+  write("reshard/save/state_dict_keys.json",
+        R"({"format_version":1,"keys":{"model.tok_embeddings.parametrizations.weight.original":{"kind":"tensor","shape":[258,64]},
+            "model.norm.weight":{"kind":"tensor","shape":[64]},"dataloader.dp_rank_3":{"kind":"object"}}})");
+  write("reshard/load/state_dict_keys.json",
+        R"({"format_version":1,"keys":{"model.tok_embeddings.weight":{"kind":"tensor","shape":[258,64]},
+            "model.norm.weight":{"kind":"tensor","shape":[64]},"dataloader.dp_rank_0":{"kind":"object"}}})");
+  const auto r = run(0, "keys_match");
+  EXPECT_FALSE(r.passed);
+  EXPECT_EQ(r.message,
+            "state-dict keys of phase load differ from phase save: missing 1 "
+            "(model.tok_embeddings.parametrizations.weight.original); unexpected 1 (model.tok_embeddings.weight)");
+  write("reshard/load/state_dict_keys.json",
+        R"({"format_version":1,"keys":{"model.tok_embeddings.parametrizations.weight.original":{"kind":"tensor","shape":[258,32]},
+            "model.norm.weight":{"kind":"tensor","shape":[64]}}})");
+  EXPECT_EQ(run(0, "keys_match").message,
+            "state-dict keys of phase load differ from phase save: shape differs for 1 "
+            "(model.tok_embeddings.parametrizations.weight.original [258,32] vs [258,64])");
+}
+
+TEST_F(Checks, KeysMatchReadsPyTorchDcpMetadataAndMapsTheSeedsKeys) {
+  if (!fs::exists(kDcpFixtures)) GTEST_SKIP() << "no " << kDcpFixtures;
+  load("  - name: canonical\n    outputs: {checkpoint: {path: '" + kDcpFixtures + "/canonical'}}\n"
+       "  - name: parametrize\n    outputs: {checkpoint: {path: '" + kDcpFixtures + "/parametrize/step-5'}}\n"
+       "    checks: [{keys_match: {baseline: canonical}}]\n"
+       "  - name: mapped\n    outputs: {checkpoint: {path: '" + kDcpFixtures + "/parametrize', rename: "
+       "{'\\.parametrizations\\.weight\\.original$': '.weight'}}}\n"
+       "    checks: [{keys_match: {baseline: canonical}}, {tensors_match: {baseline: canonical, rtol: 0, atol: 0}}]\n");
+  const auto r = run(1, "keys_match");
+  EXPECT_FALSE(r.passed);
+  EXPECT_EQ(r.message,
+            "state-dict keys of phase train differ from baseline s/canonical (phase train): missing 5 "
+            "(model.layers.0.attention.wq.weight, model.layers.0.attention_norm.weight, model.norm.weight, ... (2 "
+            "more)); unexpected 5 (model.layers.0.attention.wq.parametrizations.weight.original, "
+            "model.layers.0.attention_norm.parametrizations.weight.original, "
+            "model.norm.parametrizations.weight.original, ... (2 more))");
+  EXPECT_NE(r.details.find("  model.tok_embeddings.weight\n"), std::string::npos) << r.details;
+  EXPECT_TRUE(run(2, "keys_match").passed) << run(2, "keys_match").message;
+  EXPECT_TRUE(run(2, "tensors_match").passed) << run(2, "tensors_match").message;
+}
+
+TEST_F(Checks, TensorsMatchComparesADcpCheckpointWithAMeshtrainOneElementByElement) {
+  if (!fs::exists(kDcpFixtures)) GTEST_SKIP() << "no " << kDcpFixtures;
+  // The DCP fixture's tensors rewritten in meshtrain's format, torchtitan-style (no `model.`
+  // prefix), one element of model.norm.weight moved by 0.1.
+  const CheckpointView dcp = CheckpointView::open(kDcpFixtures + "/canonical");
+  fs::create_directories(dir_ + "/mt/step-5");
+  nlohmann::json keys = nlohmann::json::object();
+  std::ofstream data(dir_ + "/mt/step-5/__0_0.distcp", std::ios::binary);
+  uint64_t offset = 0;
+  for (const auto& e : dcp.entries()) {
+    if (!e.is_tensor) continue;
+    std::vector<double> values = dcp.read_tensor(e.key);
+    if (e.key == "model.norm.weight") values[3] += 0.1;
+    std::vector<float> f(values.begin(), values.end());
+    data.write(reinterpret_cast<const char*>(f.data()), static_cast<std::streamsize>(f.size() * 4));
+    const std::string key = e.key.rfind("model.", 0) == 0 ? e.key.substr(6) : e.key;
+    keys[key] = {{"kind", "tensor"}, {"dtype", "float32"}, {"shape", e.shape},
+                 {"chunks", {{{"offsets", std::vector<int64_t>(e.shape.size(), 0)}, {"sizes", e.shape},
+                              {"file", "__0_0.distcp"}, {"byte_offset", offset}, {"byte_length", f.size() * 4}}}}};
+    offset += f.size() * 4;
+  }
+  data.close();
+  std::ofstream(dir_ + "/mt/step-5/.metadata") << nlohmann::json{{"format_version", 2}, {"keys", keys}}.dump();
+  load("  - name: ref\n    outputs: {checkpoint: {path: '" + kDcpFixtures + "/canonical'}}\n"
+       "  - name: titan\n    outputs: {checkpoint: {path: '" + dir_ + "/mt', model_prefix: model.}}\n"
+       "    checks: [{keys_match: {baseline: ref}}, {tensors_match: {baseline: ref}}]\n"
+       "  - name: bare\n    checks: [{tensors_match: {baseline: ref}}]\n");
+  EXPECT_TRUE(run(1, "keys_match").passed) << run(1, "keys_match").message;
+  const auto r = run(1, "tensors_match");
+  EXPECT_FALSE(r.passed);
+  EXPECT_NE(r.message.find("model.norm.weight[3]: "), std::string::npos) << r.message;
+  EXPECT_NE(r.message.find(" in phase train vs "), std::string::npos) << r.message;
+  EXPECT_NE(r.message.find("(1 elements in 1 of 15 tensors differ)"), std::string::npos) << r.message;
+  EXPECT_NE(r.details.find(dir_ + "/mt/step-5"), std::string::npos) << r.details;
+  EXPECT_EQ(outcomes_[1].status(), Status::kFailed);
+  EXPECT_EQ(run(2, "tensors_match").message, "tensors_match needs outputs.checkpoint on phase train (where its checkpoint is)");
+}
