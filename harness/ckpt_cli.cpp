@@ -32,6 +32,7 @@ int ckpt_inspect(const std::string& path, const CkptOptions& options, std::FILE*
   const CheckpointView v = CheckpointView::open(path, options.step);
   if (options.json) {
     nlohmann::json j = {{"step_dir", v.step_dir()}, {"format", v.format()}, {"warnings", v.warnings()}};
+    if (!v.about().empty()) j["about"] = v.about(), j["files"] = v.files();
     j["keys"] = nlohmann::json::object();
     for (const auto& e : v.entries()) {
       nlohmann::json k = {{"kind", e.is_tensor ? "tensor" : "bytes"}, {"chunks", e.chunks}, {"bytes", e.bytes}};
@@ -42,6 +43,7 @@ int ckpt_inspect(const std::string& path, const CkptOptions& options, std::FILE*
     return 0;
   }
   std::fprintf(out, "%s (%s)\n", v.step_dir().c_str(), v.format().c_str());
+  if (!v.about().empty()) std::fprintf(out, "  %s\n", v.about().c_str());
   uint64_t total = 0;
   for (const auto& e : v.entries()) {
     total += e.bytes;
@@ -51,6 +53,12 @@ int ckpt_inspect(const std::string& path, const CkptOptions& options, std::FILE*
                    static_cast<unsigned long long>(e.bytes));
     else
       std::fprintf(out, "  %-60s bytes %37llu B\n", e.key.c_str(), static_cast<unsigned long long>(e.bytes));
+  }
+  if (!v.files().empty()) {
+    std::fprintf(out, "files:");
+    for (const auto& [file, bytes] : v.files())
+      std::fprintf(out, " %s (%llu bytes)", file.c_str(), static_cast<unsigned long long>(bytes));
+    std::fprintf(out, "\n");
   }
   std::fprintf(out, "%zu keys, %llu bytes\n", v.entries().size(), static_cast<unsigned long long>(total));
   for (const auto& w : v.warnings()) std::fprintf(out, "warning: %s\n", w.c_str());

@@ -15,7 +15,9 @@ struct CkptOptions {
   double rtol = 1e-5, atol = 1e-8;
 };
 
-// Every key with kind, dtype, global shape, chunks and bytes; the format and warnings. Returns 0.
+// Every key with kind, dtype, global shape, chunks and bytes; the format and warnings; for
+// meshtrain's format also the step, format version, writer's mesh, key style and bytes per file
+// (what `meshtrain ckpt inspect` printed before it moved here). Returns 0.
 int ckpt_inspect(const std::string& path, const CkptOptions& options, std::FILE* out);
 // Keys only in A or B, dtype and shape differences, and with `values` the largest element
 // difference per common tensor. Returns 0 when nothing differs, 1 otherwise.

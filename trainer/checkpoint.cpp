@@ -28,19 +28,12 @@ using nlohmann::json;
 
 namespace {
 
-// A checksum per leaf of a chunk (64 bytes to 4 KiB: leaf_bytes_for), stored after the
-// chunk's bytes in the same file: a reshard that needs a column slice of every row reads
-// those bytes and their checksums, not whole blocks of rows.
-constexpr int64_t kMinLeafBytes = 64, kMaxLeafBytes = 4096;
-constexpr int64_t kHashBytes = 8;
-const std::string kMetadata = ".metadata";
-
-
-std::string shape_str(const std::vector<int64_t>& v) {
-  std::string s = "[";
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
-  return s + "]";
-}
+// The format itself (metadata schema, step-<N> names, leaves and their checksums, key styles)
+// is contract/checkpoint_format.h, which meshtest reads through too; this file writes and
+// reads the data files. A checksum per leaf of a chunk (64 bytes to 4 KiB) is stored after the
+// chunk's bytes in the same file: a reshard that needs a column slice of every row reads those
+// bytes and their checksums, not whole blocks of rows.
+const std::string kMetadata(kMetadataFile);
 
 [[noreturn]] void fail(const std::string& what) { throw std::runtime_error(what); }
 
@@ -91,16 +84,6 @@ void write_file(const std::string& path, const std::string& bytes) {
   f.sync_and_close();
 }
 
-// Checksum granularity of a chunk: an eighth of its innermost row, so a reshard that
-// splits rows over up to 8 ranks reads whole leaves; a power of two from 64 bytes (the
-// 1/8 overhead of small models) to 4 KiB (1/512 for wide rows).
-int64_t leaf_bytes_for(const std::vector<int64_t>& sizes, int64_t element_bytes) {
-  const int64_t row_bytes = (sizes.empty() ? 1 : sizes.back()) * element_bytes;
-  int64_t leaf = kMinLeafBytes;
-  while (leaf * 2 <= std::min<int64_t>(kMaxLeafBytes, row_bytes / 8)) leaf *= 2;
-  return leaf;
-}
-
 // Runs fn(first, last) over the leaves [0, leaves) in up to 8 contiguous ranges, one
 // thread each, when there are many bytes: one core reads the page cache or hashes at a
 // few GB/s, and a 1B model's checkpoint is 18 GB. fn must not throw.
@@ -121,7 +104,7 @@ std::vector<uint64_t> leaf_sums(const char* p, int64_t length, int64_t leaf) {
   std::vector<uint64_t> sums(static_cast<size_t>(leaves));
   for_leaf_ranges(leaves, length, [&](int64_t first, int64_t last) {
     for (int64_t l = first; l < last; ++l)
-      sums[static_cast<size_t>(l)] = mix64(p + l * leaf, static_cast<size_t>(std::min(leaf, length - l * leaf)));
+      sums[static_cast<size_t>(l)] = leaf_checksum(p + l * leaf, static_cast<size_t>(std::min(leaf, length - l * leaf)));
   });
   return sums;
 }
@@ -181,13 +164,15 @@ int64_t flat_index(const std::vector<int64_t>& idx, const std::vector<int64_t>& 
 // Reads byte ranges of one saved chunk, verifying every 64-byte leaf it touches.
 class ChunkReader {
  public:
-  ChunkReader(const std::string& dir, const std::string& key, const json& chunk, CheckpointIo& io)
+  ChunkReader(const std::string& dir, const std::string& key, const SavedChunk& chunk, CheckpointIo& io)
       : key_(key), io_(io) {
-    path_ = dir + "/" + chunk.at("file").get<std::string>();
-    base_ = chunk.at("byte_offset").get<int64_t>();
-    length_ = chunk.at("byte_length").get<int64_t>();
-    leaf_ = chunk.at("leaf_bytes").get<int64_t>();
-    hashes_at_ = chunk.at("hash_offset").get<int64_t>();
+    path_ = dir + "/" + chunk.file;
+    // Cast from the format's unsigned fields: a value past int64 turns negative and is refused.
+    base_ = static_cast<int64_t>(chunk.byte_offset);
+    length_ = static_cast<int64_t>(chunk.byte_length);
+    leaf_ = static_cast<int64_t>(chunk.leaf_bytes);
+    hashes_at_ = static_cast<int64_t>(chunk.hash_offset);
+    if (!chunk.has_checksums) fail("checkpoint: '" + path_ + "': chunk of key '" + key_ + "' has no leaf checksums");
     if (base_ < 0 || length_ < 0 || leaf_ <= 0 || hashes_at_ < base_ + length_)
       fail("checkpoint: '" + path_ + "': chunk of key '" + key_ + "' has an inconsistent byte range");
   }
@@ -203,8 +188,8 @@ class ChunkReader {
     const int64_t first = offset / leaf_, last = (offset + bytes - 1) / leaf_;
     const int64_t lo = first * leaf_, hi = std::min(length_, (last + 1) * leaf_);
     std::vector<uint64_t> sums(static_cast<size_t>(last - first + 1));
-    read_exactly(reinterpret_cast<char*>(sums.data()), static_cast<int64_t>(sums.size()) * kHashBytes,
-                 hashes_at_ + first * kHashBytes);
+    read_exactly(reinterpret_cast<char*>(sums.data()), static_cast<int64_t>(sums.size()) * kChecksumBytes,
+                 hashes_at_ + first * kChecksumBytes);
     // Whole leaves are read straight into place; a partial leaf goes through a buffer.
     const bool whole_leaves = offset == lo && offset + bytes == hi;
     std::string buffer;
@@ -226,7 +211,7 @@ class ChunkReader {
       if (short_read) return;
       for (int64_t l = a; l < b; ++l)
         actual[static_cast<size_t>(l)] =
-            mix64(data + l * leaf_, static_cast<size_t>(std::min(leaf_, hi - lo - l * leaf_)));
+            leaf_checksum(data + l * leaf_, static_cast<size_t>(std::min(leaf_, hi - lo - l * leaf_)));
     });
     if (short_read) truncated(base_ + lo, base_ + hi);
     io_.bytes_read += hi - lo;
@@ -289,7 +274,7 @@ CheckpointReader::CheckpointReader(CheckpointConfig config, MeshShape shape)
 Checkpointer::Checkpointer(CheckpointConfig config, MeshGroups& groups, int rank)
     : CheckpointReader(std::move(config), groups.shape), groups_(groups), rank_(rank) {}
 
-std::string CheckpointReader::step_dir(int64_t step) const { return config_.folder + "/step-" + std::to_string(step); }
+std::string CheckpointReader::step_dir(int64_t step) const { return config_.folder + "/" + step_folder_name(step); }
 
 std::string CheckpointReader::saved_key(const std::string& key) const {
   if (!injected(Fault::kKeysRenamed)) return styled_key(key);
@@ -304,25 +289,13 @@ std::string CheckpointReader::styled_key(const std::string& canonical) const {
   // which context parallel implies (FSDP over dp_shard x cp).
   const bool wrapped = shape_.dp() * shape_.cp > 1;
   if (config_.key_style != "parametrize" || !wrapped || config_.key_map != "none") return canonical;
-  if (canonical.find(".weight") == std::string::npos) return canonical;
-  const std::string leaf = ".weight";
-  const auto at = canonical.find(leaf + ".");
-  const auto pos = at != std::string::npos ? at : canonical.size() - leaf.size();
-  return canonical.substr(0, pos) + ".parametrizations.weight.original" + canonical.substr(pos + leaf.size());
+  return parametrize_key(canonical);
 }
 
 std::vector<int64_t> CheckpointReader::complete_steps() const {
   std::vector<int64_t> steps;
-  std::error_code ec;
-  if (!fs::is_directory(config_.folder, ec)) return steps;
-  for (const auto& entry : fs::directory_iterator(config_.folder)) {
-    const std::string name = entry.path().filename().string();
-    if (name.rfind("step-", 0) != 0 || !fs::exists(entry.path() / kMetadata)) continue;
-    try {
-      steps.push_back(std::stoll(name.substr(5)));
-    } catch (const std::exception&) {
-    }
-  }
+  for (const auto& [step, complete] : list_step_folders(config_.folder))
+    if (complete) steps.push_back(step);
   return steps;
 }
 
@@ -341,7 +314,7 @@ void Checkpointer::save(int64_t step, const std::vector<CheckpointTensor>& tenso
   write_own_chunks(tmp, tensors, objects, dtype, step);
   groups_.world->barrier();
   if (rank_ == 0) {
-    write_file(tmp + "/" + kMetadata, metadata(step, merge_plans(tmp)).dump(1));  // last: it marks the folder whole
+    write_file(tmp + "/" + kMetadata, to_json(metadata(step, merge_plans(tmp))).dump(1));  // last: it marks the folder whole
     publish(tmp, step);
     if (config_.keep_latest_k > 0) remove_old_steps();
   }
@@ -349,7 +322,7 @@ void Checkpointer::save(int64_t step, const std::vector<CheckpointTensor>& tenso
 }
 
 std::string Checkpointer::make_temporary_folder(int64_t step) {
-  const std::string tmp = config_.folder + "/.tmp-step-" + std::to_string(step);
+  const std::string tmp = config_.folder + "/" + temp_step_folder_name(step);
   if (rank_ == 0) {
     std::error_code ec;
     fs::remove_all(tmp, ec);  // a save that died earlier
@@ -364,7 +337,7 @@ std::string Checkpointer::make_temporary_folder(int64_t step) {
 // then its plan: where each chunk landed, and its objects.
 void Checkpointer::write_own_chunks(const std::string& tmp, const std::vector<CheckpointTensor>& tensors,
                                     const json& objects, torch::ScalarType dtype, int64_t step) {
-  const std::string file = "__" + std::to_string(rank_) + "_0.distcp";
+  const std::string file = data_file_name(rank_);
   DurableFile data_file(tmp + "/" + file);
   json entries = json::object();
   for (const auto& t : tensors) {
@@ -382,17 +355,14 @@ void Checkpointer::write_own_chunks(const std::string& tmp, const std::vector<Ch
     const int64_t leaf = leaf_bytes_for(c.sizes, static_cast<int64_t>(data.element_size()));
     const auto sums = leaf_sums(p, length, leaf);
     const int64_t at = data_file.size();
-    entries[saved_key(t.key)] = {{"shape", t.layout->global_shape},
-                                 {"dtype", dtype_name(dtype)},
-                                 {"offsets", c.offsets},
-                                 {"sizes", c.sizes},
-                                 {"file", file},
-                                 {"byte_offset", at},
-                                 {"byte_length", length},
-                                 {"leaf_bytes", leaf},
-                                 {"hash_offset", at + length}};
+    SavedChunk saved{c.offsets, c.sizes, file, static_cast<uint64_t>(at), static_cast<uint64_t>(length),
+                     true, static_cast<uint64_t>(leaf), static_cast<uint64_t>(at + length)};
+    // The plan's entry: the chunk as the metadata will hold it, and its tensor's shape and dtype.
+    json entry = to_json(saved);
+    entry["shape"] = t.layout->global_shape, entry["dtype"] = dtype_name(dtype);
+    entries[saved_key(t.key)] = entry;
     data_file.append(p, static_cast<size_t>(length));
-    data_file.append(sums.data(), sums.size() * kHashBytes);
+    data_file.append(sums.data(), sums.size() * kChecksumBytes);
   }
   io_.bytes_written += data_file.size();
   io_.steps_saved.push_back(step);
@@ -402,31 +372,33 @@ void Checkpointer::write_own_chunks(const std::string& tmp, const std::vector<Ch
 
 // Merges the ranks' plans into the metadata's keys and checks every tensor is covered
 // exactly once.
-json Checkpointer::merge_plans(const std::string& tmp) const {
-  json keys = json::object();
+std::map<std::string, SavedKey> Checkpointer::merge_plans(const std::string& tmp) const {
+  std::map<std::string, SavedKey> keys;
   for (int r = 0; r < groups_.world->size(); ++r) {
     const std::string plan_path = tmp + "/rank" + std::to_string(r) + ".plan.json";
-    json plan = json::parse(read_text(plan_path));
-    for (auto& [key, e] : plan["tensors"].items()) {
-      auto& k = keys[key];
-      k["kind"] = "tensor", k["dtype"] = e["dtype"], k["shape"] = e["shape"];
-      e.erase("shape"), e.erase("dtype");
-      k["chunks"].push_back(e);
+    const json plan = json::parse(read_text(plan_path));
+    for (const auto& [key, e] : plan["tensors"].items()) {
+      SavedKey& k = keys[key];
+      k.kind = "tensor", k.dtype = e.at("dtype").get<std::string>(), k.shape = e.at("shape").get<std::vector<int64_t>>();
+      k.chunks.push_back(parse_chunk(e, plan_path + ": " + key_label(key)));
     }
-    for (auto& [key, value] : plan["objects"].items()) keys[key] = {{"kind", "object"}, {"value", value}};
+    for (const auto& [key, value] : plan["objects"].items()) {
+      SavedKey& k = keys[key];
+      k.kind = "object", k.value = value;
+    }
     fs::remove(plan_path);
   }
-  for (auto& [key, k] : keys.items()) {
-    if (k["kind"] != "tensor") continue;
+  for (const auto& [key, k] : keys) {
+    if (!k.is_tensor()) continue;
     int64_t numel = 1, covered = 0;
-    for (auto d : k["shape"].get<std::vector<int64_t>>()) numel *= d;
+    for (auto d : k.shape) numel *= d;
     std::vector<Box> boxes;
-    for (const auto& c : k["chunks"]) {
-      Box b = box_of(c["offsets"].get<std::vector<int64_t>>(), c["sizes"].get<std::vector<int64_t>>());
+    for (const auto& c : k.chunks) {
+      Box b = box_of(c.offsets, c.sizes);
       for (const auto& other : boxes)
         if (!intersect(b, other).empty()) fail("checkpoint: save plan writes overlapping chunks of '" + key + "'");
       boxes.push_back(b);
-      covered += Chunk{c["offsets"], c["sizes"]}.numel();
+      covered += Chunk{c.offsets, c.sizes}.numel();
     }
     if (covered != numel)
       fail("checkpoint: save plan covers " + std::to_string(covered) + " of " + std::to_string(numel) +
@@ -435,12 +407,13 @@ json Checkpointer::merge_plans(const std::string& tmp) const {
   return keys;
 }
 
-json Checkpointer::metadata(int64_t step, const json& keys) const {
-  return {{"format_version", kCheckpointFormatVersion},
-          {"step", step},
-          {"writer_mesh", groups_.shape.to_string()},
-          {"key_style", config_.key_style},
-          {"keys", keys}};
+CheckpointMetadata Checkpointer::metadata(int64_t step, std::map<std::string, SavedKey> keys) const {
+  CheckpointMetadata m;
+  m.step = step;
+  m.writer_mesh = groups_.shape.to_string();
+  m.key_style = config_.key_style;
+  m.keys = std::move(keys);
+  return m;
 }
 
 // One rename makes the folder visible. An older folder of the same step moves aside first.
@@ -482,44 +455,36 @@ void Checkpointer::check_writable() const {
 
 json CheckpointReader::load(int64_t step, const std::vector<CheckpointTensor>& tensors) {
   const std::string dir = step_dir(step), meta_path = dir + "/" + kMetadata;
-  const json keys = mapped_keys(read_metadata(meta_path).at("keys"));
+  const std::map<std::string, SavedKey> keys = mapped_keys(read_metadata(meta_path).keys);
   torch::NoGradGuard no_grad;
   for (const auto& t : tensors) load_tensor(dir, meta_path, keys, t);
   json objects = json::object();
-  for (auto& [key, value] : keys.items())
-    if (value.value("kind", "") == "object") objects[key] = value.at("value");
+  for (const auto& [key, k] : keys)
+    if (k.is_object()) objects[key] = k.value;
   return objects;
 }
 
-json CheckpointReader::read_metadata(const std::string& meta_path) const {
-  json metadata;
+CheckpointMetadata CheckpointReader::read_metadata(const std::string& meta_path) const {
   try {
-    metadata = json::parse(read_text(meta_path));
-  } catch (const json::exception& e) {
-    fail("checkpoint: '" + meta_path + "' is not valid metadata: " + e.what());
+    return parse_metadata(read_text(meta_path), meta_path);
+  } catch (const CheckpointFormatError& e) {
+    fail(std::string("checkpoint: ") + e.what());
   }
-  if (metadata.value("format_version", 0) != kCheckpointFormatVersion)
-    fail("checkpoint: '" + meta_path + "' has format_version " + metadata.value("format_version", json()).dump() +
-         ", this meshtrain reads " + std::to_string(kCheckpointFormatVersion));
-  return metadata;
 }
 
-json CheckpointReader::mapped_keys(json keys) const {
+std::map<std::string, SavedKey> CheckpointReader::mapped_keys(std::map<std::string, SavedKey> keys) const {
   if (config_.key_map != "parametrize-to-canonical") return keys;
-  json mapped = json::object();
-  const std::string from = ".parametrizations.weight.original", to = ".weight";
-  for (auto& [key, value] : keys.items()) {
-    std::string k = key;
-    if (auto p = k.find(from); p != std::string::npos) k.replace(p, from.size(), to);
-    mapped[k] = value;
-  }
+  std::map<std::string, SavedKey> mapped;
+  for (auto& [key, k] : keys) mapped[canonical_key(key)] = std::move(k);
   return mapped;
 }
 
 namespace {
 
-[[noreturn]] void missing_key(const json& keys, const std::string& dir, const std::string& key) {
-  const bool model_only = keys.contains("train_state") && keys["train_state"].value("value", json::object()).value("model_only", false);
+[[noreturn]] void missing_key(const std::map<std::string, SavedKey>& keys, const std::string& dir, const std::string& key) {
+  const auto train_state = keys.find("train_state");
+  const bool model_only = train_state != keys.end() && train_state->second.value.is_object() &&
+                          train_state->second.value.value("model_only", false);
   if (model_only)
     fail("checkpoint: '" + dir + "' is a model-only export (--checkpoint.last-save-model-only) without " + key +
          "; start a run from its weights with --checkpoint.initial-load-path " + dir +
@@ -529,12 +494,10 @@ namespace {
 
 // Every element is read exactly once (the buffer starts uninitialised): chunks that
 // overlap could make the count come out right with elements missing.
-void check_saved_chunks_disjoint(const json& chunks, size_t rank, const std::string& meta_path, const std::string& key) {
+void check_saved_chunks_disjoint(const std::vector<SavedChunk>& chunks, const std::string& meta_path, const std::string& key) {
   std::vector<Box> saved_boxes;
   for (const auto& c : chunks) {
-    const auto offsets = c.at("offsets").get<std::vector<int64_t>>(), sizes = c.at("sizes").get<std::vector<int64_t>>();
-    if (offsets.size() != rank || sizes.size() != rank) continue;  // reported by the caller
-    const Box box = box_of(offsets, sizes);
+    const Box box = box_of(c.offsets, c.sizes);
     for (const auto& other : saved_boxes)
       if (!intersect(box, other).empty())
         fail("checkpoint: '" + meta_path + "': chunks of '" + key + "' overlap: the metadata is corrupt");
@@ -544,34 +507,31 @@ void check_saved_chunks_disjoint(const json& chunks, size_t rank, const std::str
 
 }  // namespace
 
-void CheckpointReader::load_tensor(const std::string& dir, const std::string& meta_path, const json& keys,
-                                   const CheckpointTensor& t) {
+void CheckpointReader::load_tensor(const std::string& dir, const std::string& meta_path,
+                                   const std::map<std::string, SavedKey>& keys, const CheckpointTensor& t) {
   const std::string key = saved_key(t.key);
-  if (!keys.contains(key)) missing_key(keys, dir, key);
-  const json& k = keys[key];
-  const auto shape = k.at("shape").get<std::vector<int64_t>>();
+  const auto found = keys.find(key);
+  if (found == keys.end() || !found->second.is_tensor()) missing_key(keys, dir, key);
+  // The metadata's parse checked each chunk: as many dims as the shape, and inside it.
+  const SavedKey& k = found->second;
+  const std::vector<int64_t>& shape = k.shape;
   if (shape != t.layout->global_shape)
-    fail("checkpoint: '" + meta_path + "': size mismatch for " + key + ": saved " + shape_str(shape) +
-         ", current " + shape_str(t.layout->global_shape));
+    fail("checkpoint: '" + meta_path + "': size mismatch for " + key + ": saved " + dims_text(shape) +
+         ", current " + dims_text(t.layout->global_shape));
   const Chunk& want = t.layout->chunk;
   const Box mine = box_of(want.offsets, want.sizes);
-  const std::string dtype = k.value("dtype", "float32");
-  if (dtype != "float32" && dtype != "bfloat16")
-    fail("checkpoint: '" + meta_path + "': " + key + " has dtype " + dtype + " (known: float32, bfloat16)");
+  const std::string& dtype = k.dtype;
+  if (dtype_bytes(dtype) == 0)
+    fail("checkpoint: '" + meta_path + "': " + key + " has dtype " + dtype + " (known: " + std::string(kKnownDtypes) + ")");
   // Read in the saved dtype; copy_ below converts to the parameter's.
   auto local = torch::empty(want.sizes, dtype == "bfloat16" ? torch::kBFloat16 : torch::kFloat32);  // every element is read below
   const int64_t elem = static_cast<int64_t>(local.element_size());
   auto* out = static_cast<char*>(local.data_ptr());
   const auto local_strides = strides_of(want.sizes);
-  check_saved_chunks_disjoint(k.at("chunks"), shape.size(), meta_path, key);
+  check_saved_chunks_disjoint(k.chunks, meta_path, key);
   int64_t filled = 0;
-  for (const auto& c : k.at("chunks")) {
-    const auto offsets = c.at("offsets").get<std::vector<int64_t>>(), sizes = c.at("sizes").get<std::vector<int64_t>>();
-    if (offsets.size() != shape.size() || sizes.size() != shape.size())
-      fail("checkpoint: '" + meta_path + "': a chunk of '" + key + "' has the wrong rank");
-    for (size_t d = 0; d < shape.size(); ++d)
-      if (offsets[d] < 0 || sizes[d] < 0 || offsets[d] + sizes[d] > shape[d])
-        fail("checkpoint: '" + meta_path + "': a chunk of '" + key + "' lies outside " + shape_str(shape));
+  for (const SavedChunk& c : k.chunks) {
+    const std::vector<int64_t>&offsets = c.offsets, &sizes = c.sizes;
     const Box overlap = intersect(mine, box_of(offsets, sizes));
     if (overlap.empty()) continue;
     ChunkReader reader(dir, key, c, io_);

@@ -7,6 +7,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -15,12 +16,13 @@
 #include <nlohmann/json.hpp>
 
 #include "comm.h"
+#include "contract/checkpoint_format.h"
 #include "contract/placement.h"
 
 namespace meshtrain {
 using namespace contract;  // the mesh, placement and hash names meshtrain shares with meshtest
 
-constexpr int kCheckpointFormatVersion = 2;  // 2: 64-byte leaf checksums after each chunk
+// The format's version, metadata schema and step-<N> names: contract/checkpoint_format.h.
 
 struct CheckpointConfig {
   bool enable = false;
@@ -88,10 +90,10 @@ class CheckpointReader {
 
  private:
   std::string styled_key(const std::string& canonical) const;  // key-style applied
-  nlohmann::json read_metadata(const std::string& meta_path) const;
-  nlohmann::json mapped_keys(nlohmann::json keys) const;  // key-map applied
-  void load_tensor(const std::string& dir, const std::string& meta_path, const nlohmann::json& keys,
-                   const CheckpointTensor& t);
+  contract::CheckpointMetadata read_metadata(const std::string& meta_path) const;
+  std::map<std::string, contract::SavedKey> mapped_keys(std::map<std::string, contract::SavedKey> keys) const;  // key-map applied
+  void load_tensor(const std::string& dir, const std::string& meta_path,
+                   const std::map<std::string, contract::SavedKey>& keys, const CheckpointTensor& t);
 };
 
 // The job's checkpointer: a reader that also saves, collectively.
@@ -116,8 +118,8 @@ class Checkpointer : public CheckpointReader {
   std::string make_temporary_folder(int64_t step);
   void write_own_chunks(const std::string& tmp, const std::vector<CheckpointTensor>& tensors,
                         const nlohmann::json& objects, torch::ScalarType dtype, int64_t step);
-  nlohmann::json merge_plans(const std::string& tmp) const;  // rank 0
-  nlohmann::json metadata(int64_t step, const nlohmann::json& keys) const;
+  std::map<std::string, contract::SavedKey> merge_plans(const std::string& tmp) const;  // rank 0
+  contract::CheckpointMetadata metadata(int64_t step, std::map<std::string, contract::SavedKey> keys) const;
   void publish(const std::string& tmp, int64_t step) const;
   void remove_old_steps() const;  // --checkpoint.keep-latest-k
 

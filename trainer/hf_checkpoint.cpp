@@ -10,6 +10,7 @@
 #include <map>
 #include <stdexcept>
 
+#include "contract/checkpoint_format.h"
 #include "faults.h"
 
 namespace meshtrain::hf {
@@ -119,8 +120,7 @@ std::string shape_text(const std::vector<int64_t>& shape) {
 }  // namespace
 
 std::string name_of(std::string fqn) {
-  const std::string wrapped = ".parametrizations.weight.original";  // parametrize-style keys
-  if (auto at = fqn.find(wrapped); at != std::string::npos) fqn.replace(at, wrapped.size(), ".weight");
+  fqn = contract::canonical_key(fqn);  // parametrize-style keys name the same weights
   static const std::vector<std::pair<std::string, std::string>> parts = {
       {"attention.wq.", "self_attn.q_proj."},     {"attention.wk.", "self_attn.k_proj."},
       {"attention.wv.", "self_attn.v_proj."},     {"attention.wo.", "self_attn.o_proj."},

@@ -7,7 +7,6 @@
 #include <ctime>
 #include <exception>
 #include <fstream>
-#include <iostream>
 #include <string>
 
 #include "ckpt_tools.h"
@@ -208,14 +207,12 @@ int main(int argc, char** argv) {
   generate_cmd->add_option("--max-new-tokens", generate_config.max_new_tokens, "Tokens to generate at most")
       ->capture_default_str();
 
-  auto* ckpt_cmd = app.add_subcommand("ckpt", "Look inside checkpoints: inspect, diff, consolidate");
+  // Looking inside a checkpoint (inspect, diff) is meshtest's: `meshtest ckpt inspect|diff` reads
+  // this format without LibTorch. What needs the trainer's reader and LibTorch stays here.
+  auto* ckpt_cmd = app.add_subcommand(
+      "ckpt", "Write a checkpoint out: consolidate (to look inside one: meshtest ckpt inspect|diff)");
   ckpt_cmd->require_subcommand(1);
-  std::string ckpt_a, ckpt_b, ckpt_out;
-  auto* inspect_cmd = ckpt_cmd->add_subcommand("inspect", "Keys, shapes, chunks, bytes and the writer's mesh");
-  inspect_cmd->add_option("STEP_DIR", ckpt_a, "A checkpoint's step-<N> folder")->required();
-  auto* diff_cmd = ckpt_cmd->add_subcommand("diff", "Keys and shapes that differ; exit 1 if any");
-  diff_cmd->add_option("A", ckpt_a, "step-<N> folder")->required();
-  diff_cmd->add_option("B", ckpt_b, "step-<N> folder")->required();
+  std::string ckpt_a, ckpt_out;
   auto* consolidate_cmd = ckpt_cmd->add_subcommand("consolidate", "Whole tensors into one .safetensors file");
   consolidate_cmd->add_option("STEP_DIR", ckpt_a, "step-<N> folder")->required();
   consolidate_cmd->add_option("OUT", ckpt_out, "Output .safetensors path")->required();
@@ -242,8 +239,6 @@ int main(int argc, char** argv) {
   try {
     if (train_cmd->parsed()) return meshtrain::train(train_config);
     if (describe_cmd->parsed()) return std::printf("%s\n", meshtrain::describe_json().c_str()) < 0;
-    if (inspect_cmd->parsed()) return meshtrain::ckpt_inspect(ckpt_a, std::cout), 0;
-    if (diff_cmd->parsed()) return meshtrain::ckpt_diff(ckpt_a, ckpt_b, std::cout);
     if (consolidate_cmd->parsed()) return meshtrain::ckpt_consolidate(ckpt_a, ckpt_out, hf_model), 0;
     if (generate_cmd->parsed()) {
       generate_config.generate = true;

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <stdexcept>
 
+#include "contract/dump_files.h"
 #include "contract/hash.h"
 
 namespace meshtrain {
@@ -50,10 +51,11 @@ void write_json(const std::string& path, const nlohmann::json& value) {
 
 void write_state_dict_keys(const std::string& path, const std::vector<KeyInfo>& tensors,
                            const std::vector<std::string>& objects) {
+  namespace f = dump_files::state_dict_keys;
   nlohmann::json keys = nlohmann::json::object();
-  for (const auto& t : tensors) keys[t.key] = {{"kind", "tensor"}, {"shape", t.shape}, {"dtype", t.dtype}};
-  for (const auto& o : objects) keys[o] = {{"kind", "object"}};
-  write_json(path, {{"format_version", kOutputsFormatVersion}, {"keys", keys}});
+  for (const auto& t : tensors) keys[t.key] = {{f::kKind, f::kTensor}, {f::kShape, t.shape}, {f::kDtype, t.dtype}};
+  for (const auto& o : objects) keys[o] = {{f::kKind, f::kObject}};
+  write_json(path, {{dump_files::kFormatVersionField, kOutputsFormatVersion}, {f::kKeys, keys}});
 }
 
 Digest digest_of(const std::string& key, const torch::Tensor& global) {
@@ -68,14 +70,16 @@ nlohmann::json local_digest(const torch::Tensor& piece, const std::vector<int64_
   char hex[17];
   std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
   auto d = t.to(torch::kFloat64);
-  return {{"offsets", offsets}, {"sizes", sizes}, {"sum", d.sum().item<double>()},
-          {"l2", d.norm().item<double>()}, {"fnv1a64", hex}};
+  namespace f = dump_files::rank_file;
+  return {{f::kPieceOffsets, offsets}, {f::kPieceSizes, sizes}, {f::kPieceSum, d.sum().item<double>()},
+          {f::kPieceL2, d.norm().item<double>()}, {f::kPieceFnv1a64, hex}};
 }
 
 void write_param_digest(const std::string& path, int64_t step, const std::vector<Digest>& digests) {
+  namespace f = dump_files::param_digest;
   nlohmann::json params = nlohmann::json::object();
-  for (const auto& d : digests) params[d.key] = {{"sum", d.sum}, {"l2", d.l2}, {"numel", d.numel}};
-  write_json(path, {{"format_version", kOutputsFormatVersion}, {"step", step}, {"params", params}});
+  for (const auto& d : digests) params[d.key] = {{f::kSum, d.sum}, {f::kL2, d.l2}, {f::kNumel, d.numel}};
+  write_json(path, {{dump_files::kFormatVersionField, kOutputsFormatVersion}, {f::kStep, step}, {f::kParams, params}});
 }
 
 std::string dtype_name(torch::ScalarType t) {
@@ -98,8 +102,9 @@ int64_t host_peak_rss_bytes() {
 
 void write_rank_report(const std::string& dump_folder, const RankReport& r) {
   const auto& c = r.coord;
-  write_json(dump_folder + "/rank" + std::to_string(r.rank) + ".json",
-             {{"format_version", kOutputsFormatVersion},
+  namespace f = dump_files::rank_file;
+  write_json(dump_folder + "/" + dump_files::rank_file_name(r.rank),
+             {{dump_files::kFormatVersionField, kOutputsFormatVersion},
               {"rank", r.rank},
               {"world_size", r.world_size},
               {"mesh", r.mesh.to_string()},
@@ -110,20 +115,20 @@ void write_rank_report(const std::string& dump_folder, const RankReport& r) {
               {"optimizer_bytes", r.optimizer_bytes},
               {"host_peak_rss_bytes", host_peak_rss_bytes()},
               {"device_peak_bytes", r.device_peak_bytes},
-              {"checkpoint_bytes_written", r.checkpoint_bytes_written},
-              {"checkpoint_tensor_bytes_written", r.checkpoint_tensor_bytes_written},
-              {"checkpoint_steps_saved", r.checkpoint_steps_saved},
-              {"checkpoint_folder", std::filesystem::absolute(r.checkpoint_folder).lexically_normal().string()},
-              {"checkpoint_bytes_read", r.checkpoint_bytes_read},
+              {f::kCheckpointBytesWritten, r.checkpoint_bytes_written},
+              {f::kCheckpointTensorBytesWritten, r.checkpoint_tensor_bytes_written},
+              {f::kCheckpointStepsSaved, r.checkpoint_steps_saved},
+              {f::kCheckpointFolder, std::filesystem::absolute(r.checkpoint_folder).lexically_normal().string()},
+              {f::kCheckpointBytesRead, r.checkpoint_bytes_read},
               {"initial_load_bytes_read", r.initial_load_bytes_read},
               {"checkpoint_save_s", r.checkpoint_save_s},
               {"checkpoint_load_s", r.checkpoint_load_s},
-              {"local_state_bytes", r.param_bytes + r.optimizer_bytes},
-              {"local_params", r.local_params}});
+              {f::kLocalStateBytes, r.param_bytes + r.optimizer_bytes},
+              {f::kLocalParams, r.local_params}});
 }
 
 void write_generate_report(const std::string& dump_folder, const GenerateReport& g) {
-  write_json(dump_folder + "/generate.json",
+  write_json(dump_folder + "/" + dump_files::kGenerateFile,
              {{"format_version", kOutputsFormatVersion},
               {"checkpoint", g.checkpoint},
               {"mesh", g.mesh},

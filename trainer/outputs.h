@@ -1,6 +1,7 @@
 // The files meshtrain leaves in its dump folder for the harness (docs/contracts.md):
 // metrics.jsonl, state_dict_keys.json, param_digest.json, rank<R>.json, and under
-// `meshtrain generate` generate.json. Each is written here and nowhere else.
+// `meshtrain generate` generate.json. Each is written here and nowhere else; the field names
+// meshtest's checks read too are contract/dump_files.h.
 #pragma once
 
 #include <torch/torch.h>
@@ -11,11 +12,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "contract/dump_files.h"
 #include "contract/mesh.h"
 
 namespace meshtrain {
 
-constexpr int kOutputsFormatVersion = 1;
+constexpr int kOutputsFormatVersion = contract::dump_files::kFormatVersion;
 
 // Creates `folder` (and parents) and proves it writable; throws std::runtime_error
 // with the folder and the reason.

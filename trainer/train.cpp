@@ -224,23 +224,24 @@ struct StepFacts {
 };
 
 void log_step(MetricsWriter& metrics, const StepFacts& f, const torch::Device& device, bool quiet) {
-  nlohmann::json row = {{"step", f.step},
-                        {"loss", f.loss},
-                        {"grad_norm", f.grad_norm},
-                        {"lr", f.lr},
-                        {"tokens", f.tokens},
-                        {"sample_windows", f.windows},
-                        {"step_time_s", f.step_time_s},
-                        {"tokens_per_s", f.tokens / f.step_time_s},
-                        {"host_peak_rss_bytes", host_peak_rss_bytes()},
-                        {"comm_bytes", {{"all_gather", comm_volume().all_gather_bytes},
-                                        {"reduce_scatter", comm_volume().reduce_scatter_bytes},
-                                        {"all_reduce", comm_volume().all_reduce_bytes}}},
-                        {"comm_calls", {{"all_gather", comm_volume().all_gather_calls},
-                                        {"reduce_scatter", comm_volume().reduce_scatter_calls},
-                                        {"all_reduce", comm_volume().all_reduce_calls}}}};
-  if (device.is_cuda()) row["device_peak_bytes"] = compat::device_peak_bytes(device);
-  if (f.validation) row["validation_loss"] = *f.validation;
+  namespace m = contract::dump_files::metrics;
+  nlohmann::json row = {{m::kStep, f.step},
+                        {m::kLoss, f.loss},
+                        {m::kGradNorm, f.grad_norm},
+                        {m::kLr, f.lr},
+                        {m::kTokens, f.tokens},
+                        {m::kSampleWindows, f.windows},
+                        {m::kStepTimeS, f.step_time_s},
+                        {m::kTokensPerS, f.tokens / f.step_time_s},
+                        {m::kHostPeakRssBytes, host_peak_rss_bytes()},
+                        {m::kCommBytes, {{"all_gather", comm_volume().all_gather_bytes},
+                                         {"reduce_scatter", comm_volume().reduce_scatter_bytes},
+                                         {"all_reduce", comm_volume().all_reduce_bytes}}},
+                        {m::kCommCalls, {{"all_gather", comm_volume().all_gather_calls},
+                                         {"reduce_scatter", comm_volume().reduce_scatter_calls},
+                                         {"all_reduce", comm_volume().all_reduce_calls}}}};
+  if (device.is_cuda()) row[m::kDevicePeakBytes] = compat::device_peak_bytes(device);
+  if (f.validation) row[m::kValidationLoss] = *f.validation;
   metrics.write(row);
   if (!quiet)
     std::printf("%6lld %12.6f %12.6f %10.3g %12.0f%s\n", static_cast<long long>(f.step), f.loss, f.grad_norm, f.lr,
@@ -270,7 +271,7 @@ void write_digests(const TrainConfig& cfg, const ParallelModel& pm, const ModelS
     for (auto d : dims) numel *= d;
     digests.push_back(Digest{state_keys::model(name), sum, std::sqrt(sum_sq), numel});
   }
-  if (is_logger) write_param_digest(cfg.dump_folder + "/param_digest.json", step, digests);
+  if (is_logger) write_param_digest(cfg.dump_folder + "/" + contract::dump_files::kParamDigestFile, step, digests);
 }
 
 RankReport rank_report(const LaunchEnv& env, ParallelModel& pm, const AdamW& optimizer, const TrainState& state,
@@ -340,12 +341,12 @@ int train(const TrainConfig& cfg) {
                             is_logger && !cfg.quiet});
   const CheckpointConfig& ckpt = state.config();
   if (ckpt.enable && !cfg.generate) state.checkpointer().check_writable();
-  if (is_logger) state.write_keys(cfg.dump_folder + "/state_dict_keys.json", shapes);
+  if (is_logger) state.write_keys(cfg.dump_folder + "/" + contract::dump_files::kStateDictKeysFile, shapes);
   const StartPoint start = state.restore();
   if (cfg.generate) return run_generate(cfg, plan, state, start, *pm, is_logger);
 
   std::unique_ptr<MetricsWriter> metrics;
-  if (is_logger) metrics = std::make_unique<MetricsWriter>(cfg.dump_folder + "/metrics.jsonl");
+  if (is_logger) metrics = std::make_unique<MetricsWriter>(cfg.dump_folder + "/" + contract::dump_files::kMetricsFile);
   if (is_logger && !cfg.quiet) {
     std::printf("meshtrain: model %s (%.2fM parameters), %s, mesh %s, data parallel %s, seq %lld, "
                 "global batch %lld, %lld steps\n",

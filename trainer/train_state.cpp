@@ -39,20 +39,15 @@ int64_t load_initial_weights(const CheckpointConfig& config, const ModelArgs& ar
                              const std::vector<CheckpointTensor>& model_state) {
   if (config.initial_load_in_hf) return hf::load(config.initial_load_path, args, model_state);
   const std::filesystem::path dir = std::filesystem::absolute(config.initial_load_path).lexically_normal();
-  const std::string name = dir.filename().string();
-  int64_t step = -1;
-  try {
-    if (name.rfind("step-", 0) == 0) step = std::stoll(name.substr(5));
-  } catch (const std::exception&) {
-  }
-  if (step < 0)
+  const std::optional<int64_t> step = parse_step_folder_name(dir.filename().string());
+  if (!step)
     throw std::invalid_argument("--checkpoint.initial-load-path '" + config.initial_load_path +
                                 "' is not a step-<N> folder (for a Hugging Face checkpoint add "
                                 "--checkpoint.initial-load-in-hf)");
   CheckpointConfig from;
   from.folder = dir.parent_path().string();
   CheckpointReader reader(from, shape);
-  reader.load(step, model_state);
+  reader.load(*step, model_state);
   return reader.io().bytes_read;
 }
 
@@ -156,7 +151,7 @@ void TrainState::restore_data_position(const nlohmann::json& objects, int64_t st
   const int64_t saved_dp = objects.at(state_keys::kTrainState).at("dp_degree").get<int64_t>();
   const int64_t dp_degree = groups_.shape.dp();
   if (saved_dp != dp_degree)
-    throw std::runtime_error("checkpoint step-" + std::to_string(resumed_step) +
+    throw std::runtime_error("checkpoint " + step_folder_name(resumed_step) +
                              ": dataloader state was saved for data-parallel degree " + std::to_string(saved_dp) +
                              ", this run has " + std::to_string(dp_degree) +
                              "; pass --checkpoint.exclude-from-loading dataloader (meshtrain's data order "

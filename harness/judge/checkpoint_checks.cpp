@@ -5,10 +5,13 @@
 #include <map>
 #include <regex>
 
+#include "contract/dump_files.h"
 #include "readers/checkpoint_view.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
+// The names in meshtrain's dump-folder files (rank0.json, state_dict_keys.json), shared with meshtrain.
+namespace files = contract::dump_files;
 
 namespace meshtest {
 
@@ -27,22 +30,24 @@ struct SavedCheckpoints {
 // rank0.json's `checkpoint_steps_saved` and `checkpoint_folder`; none when the phase left
 // no rank0.json that names a folder (a trainer that does not write it).
 std::optional<SavedCheckpoints> checkpoints_in_rank0(const std::string& phase_dir) {
-  std::ifstream in(phase_dir + "/rank0.json");
+  namespace f = files::rank_file;
+  std::ifstream in(phase_dir + "/" + files::rank_file_name(0));
   const json rank0 = json::parse(in, nullptr, false);
-  if (!rank0.is_object() || !rank0.contains("checkpoint_folder")) return std::nullopt;
+  if (!rank0.is_object() || !rank0.contains(f::kCheckpointFolder)) return std::nullopt;
   SavedCheckpoints saved;
-  saved.steps = rank0.value("checkpoint_steps_saved", std::vector<long long>());
-  saved.folder = rank0["checkpoint_folder"].get<std::string>();
+  saved.steps = rank0.value(f::kCheckpointStepsSaved, std::vector<long long>());
+  saved.folder = rank0[f::kCheckpointFolder].get<std::string>();
   return saved;
 }
 
 // The tensor keys and shapes a phase's state_dict_keys.json lists.
 KeyShapes keys_in_state_dict_keys_json(const std::string& phase_dir) {
-  const json j = read_json(phase_dir + "/state_dict_keys.json");
+  namespace f = files::state_dict_keys;
+  const json j = read_json(phase_dir + "/" + files::kStateDictKeysFile);
   KeyShapes out;
   // Object keys (dataloader.dp_rank_<i>, ...) follow the data-parallel degree; tensors are compared.
-  for (const auto& [key, info] : j.at("keys").items())
-    if (info.value("kind", "") == "tensor") out[key] = info.contains("shape") ? info["shape"].dump() : "";
+  for (const auto& [key, info] : j.at(f::kKeys).items())
+    if (info.value(f::kKind, "") == f::kTensor) out[key] = info.contains(f::kShape) ? info[f::kShape].dump() : "";
   return out;
 }
 

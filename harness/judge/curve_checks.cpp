@@ -10,6 +10,7 @@
 #include <set>
 #include <sstream>
 
+#include "contract/dump_files.h"
 #include "readers/log_metrics.h"
 #include "readers/rank_files.h"
 #include "readers/tensorboard.h"
@@ -57,12 +58,13 @@ Curve read_metrics_jsonl(const std::string& path) {
       const json j = json::parse(line);
       StepMetrics m;
       // NaN and inf are written as null by JSON encoders; keep them as NaN.
-      m.loss = j.at("loss").is_null() ? NAN : j.at("loss").get<double>();
-      m.has_grad_norm = j.contains("grad_norm");
-      m.grad_norm = m.has_grad_norm && !j.at("grad_norm").is_null() ? j.at("grad_norm").get<double>() : NAN;
-      if (j.contains("validation_loss"))
-        m.validation_loss = j.at("validation_loss").is_null() ? NAN : j.at("validation_loss").get<double>();
-      curve[j.at("step").get<long long>()] = m;
+      namespace f = contract::dump_files::metrics;  // field names shared with meshtrain
+      m.loss = j.at(f::kLoss).is_null() ? NAN : j.at(f::kLoss).get<double>();
+      m.has_grad_norm = j.contains(f::kGradNorm);
+      m.grad_norm = m.has_grad_norm && !j.at(f::kGradNorm).is_null() ? j.at(f::kGradNorm).get<double>() : NAN;
+      if (j.contains(f::kValidationLoss))
+        m.validation_loss = j.at(f::kValidationLoss).is_null() ? NAN : j.at(f::kValidationLoss).get<double>();
+      curve[j.at(f::kStep).get<long long>()] = m;
     } catch (const std::exception& e) {
       throw Failure{path + ":" + std::to_string(number) + ": not a metrics line: " + e.what(), ""};
     }

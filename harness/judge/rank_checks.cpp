@@ -6,11 +6,16 @@
 #include <filesystem>
 #include <map>
 
+#include "contract/checkpoint_format.h"
+#include "contract/dump_files.h"
 #include "readers/checkpoint_view.h"
 #include "readers/dcp.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
+// The names in meshtrain's dump-folder files (rank<R>.json, param_digest.json, ...), shared with meshtrain.
+namespace files = contract::dump_files;
+namespace rank_file_fields = contract::dump_files::rank_file;
 
 namespace meshtest {
 
@@ -20,16 +25,17 @@ namespace {
 
 // Where rank R of a phase leaves its rank<R>.json.
 std::string rank_file_path(const std::string& phase_dir, int rank) {
-  return phase_dir + "/rank" + std::to_string(rank) + ".json";
+  return phase_dir + "/" + files::rank_file_name(rank);
 }
 
 // The parameter pieces a rank holds, as its rank<R>.json lists them under `local_params`:
 // ("<key> offsets [..] sizes [..]", its fnv1a64 hash).
 std::vector<std::pair<std::string, std::string>> pieces_in_rank_file(const json& rank_file) {
   std::vector<std::pair<std::string, std::string>> out;
-  for (const auto& [key, p] : rank_file.at("local_params").items()) {
-    const std::string piece = key + " offsets " + p.at("offsets").dump() + " sizes " + p.at("sizes").dump();
-    out.emplace_back(piece, p.at("fnv1a64").dump());
+  namespace f = rank_file_fields;
+  for (const auto& [key, p] : rank_file.at(f::kLocalParams).items()) {
+    const std::string piece = key + " offsets " + p.at(f::kPieceOffsets).dump() + " sizes " + p.at(f::kPieceSizes).dump();
+    out.emplace_back(piece, p.at(f::kPieceFnv1a64).dump());
   }
   return out;
 }
@@ -37,23 +43,24 @@ std::vector<std::pair<std::string, std::string>> pieces_in_rank_file(const json&
 // The tensor bytes a rank's checkpoint writes came to (`checkpoint_tensor_bytes_written`);
 // a Failure when its rank<R>.json lacks any field saved_once reads.
 uint64_t tensor_bytes_written(const json& rank_file, const std::string& path) {
-  for (const char* key : {"checkpoint_tensor_bytes_written", "checkpoint_steps_saved", "checkpoint_folder"})
+  namespace f = rank_file_fields;
+  for (const char* key : {f::kCheckpointTensorBytesWritten, f::kCheckpointStepsSaved, f::kCheckpointFolder})
     if (!rank_file.contains(key))
       throw Failure{path + " has no " + key + " (saved_once reads the rank files of docs/contracts.md)", ""};
-  return rank_file["checkpoint_tensor_bytes_written"].get<uint64_t>();
+  return rank_file[f::kCheckpointTensorBytesWritten].get<uint64_t>();
 }
 
 // The steps rank 0 says the phase saved, and the folder holding their step-<N> folders.
 std::vector<long long> checkpoint_steps_saved(const json& rank0) {
-  return rank0["checkpoint_steps_saved"].get<std::vector<long long>>();
+  return rank0[rank_file_fields::kCheckpointStepsSaved].get<std::vector<long long>>();
 }
-std::string checkpoint_folder(const json& rank0) { return rank0["checkpoint_folder"].get<std::string>(); }
+std::string checkpoint_folder(const json& rank0) { return rank0[rank_file_fields::kCheckpointFolder].get<std::string>(); }
 std::string checkpoint_step_dir(const std::string& folder, long long step) {
-  return folder + "/step-" + std::to_string(step);
+  return folder + "/" + contract::step_folder_name(step);
 }
 
 // The digest of every parameter (l2 and sum per key) a phase leaves at its end.
-std::string param_digest_path(const std::string& phase_dir) { return phase_dir + "/param_digest.json"; }
+std::string param_digest_path(const std::string& phase_dir) { return phase_dir + "/" + files::kParamDigestFile; }
 
 // ---- reading them ----------------------------------------------------------------
 
@@ -122,8 +129,9 @@ void check_params_match(const CaseOutcome& o, const CheckSpec& spec, const FindC
     want_path = param_digest_path(ref->dir);
     want_label = ref->label;
   }
-  const json a = read_json(param_digest_path(t.dir)).at("params");
-  const json b = read_json(want_path).at("params");
+  namespace digest = files::param_digest;
+  const json a = read_json(param_digest_path(t.dir)).at(digest::kParams);
+  const json b = read_json(want_path).at(digest::kParams);
   const double rtol = param_or(spec, "rtol", 1e-5), atol = param_or(spec, "atol", 0);
   for (const auto& [key, want] : b.items()) {
     if (!a.contains(key)) {
@@ -133,8 +141,8 @@ void check_params_match(const CaseOutcome& o, const CheckSpec& spec, const FindC
   }
   std::optional<Finding> first;  // every key is compared, so the margin covers them all
   for (const auto& [key, want] : b.items()) {
-    const double l2 = want.at("l2").get<double>();
-    for (const char* field : {"l2", "sum"}) {
+    const double l2 = want.at(digest::kL2).get<double>();
+    for (const char* field : {digest::kL2, digest::kSum}) {
       const double x = a[key].at(field).get<double>(), y = want.at(field).get<double>();
       // A trained weight's sum can be near zero: both fields are judged against the norm.
       widen_margin(result, std::fabs(x - y), atol + rtol * std::fabs(l2));
@@ -169,11 +177,12 @@ void check_saved_once(const CaseOutcome& o, const CheckSpec& spec, const FindCas
   std::string steps;
   for (long long step : saved) {
     const std::string dir = checkpoint_step_dir(folder, step);
-    if (!fs::exists(dir + "/.metadata"))
-      throw Failure{t.label + " saved step-" + std::to_string(step) + " but " + dir +
+    const std::string name = contract::step_folder_name(step);
+    if (!fs::exists(fs::path(dir) / contract::kMetadataFile))
+      throw Failure{t.label + " saved " + name + " but " + dir +
                         " is gone (removed by --checkpoint.keep-latest-k or a later phase)", ""};
     state += state_bytes(dir, t.label);
-    steps += (steps.empty() ? "step-" : ", step-") + std::to_string(step);
+    steps += (steps.empty() ? "" : ", ") + name;
   }
   if (written == state) return;
   char ratio[32];

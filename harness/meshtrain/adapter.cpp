@@ -1,5 +1,6 @@
 #include "meshtrain/adapter.h"
 
+#include "contract/dump_files.h"
 #include "contract/mesh.h"
 
 #include <boost/process.hpp>
@@ -104,8 +105,8 @@ class MeshtrainAdapter : public TrainerAdapter {
   Outputs default_outputs() const override {
     Outputs o;
     o.metrics.kind = MetricsSource::kJsonl;
-    o.metrics.path = "metrics.jsonl";
-    o.tokens = "generate.json";
+    o.metrics.path = contract::dump_files::kMetricsFile;
+    o.tokens = contract::dump_files::kGenerateFile;
     return o;
   }
 

@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -40,6 +41,11 @@ class CheckpointView {
   // chunk is missing or overlapping (coverage must be exact), a record lies outside its file, etc.
   std::vector<double> read_tensor(const std::string& key) const;
   std::vector<std::string> warnings() const;  // e.g. unknown pickle globals
+  // What the writer recorded about the save, one line; meshtrain's format records the step,
+  // format version, writer's mesh and key style. "" when the format records none (PyTorch DCP).
+  const std::string& about() const;
+  // Stored tensor bytes per data file of the step folder (meshtrain's format; empty for DCP).
+  const std::map<std::string, uint64_t>& files() const;
 
   struct Impl;
 

@@ -1,5 +1,5 @@
 // libFuzzer: meshtrain's own checkpoint format (docs/checkpoint.md) through CheckpointView, the
-// torch-free reader behind the checkpoint checks and `meshtrain ckpt`. The input is one step
+// torch-free reader behind the checkpoint checks and `meshtest ckpt`. The input is one step
 // folder: its `.metadata` (JSON) and its one data file `__0_0.distcp` (the name meshtrain gives
 // rank 0's file, which the seeds' chunks refer to), split at the first 0xFF byte, which JSON text
 // never holds. The view is opened, and every tensor entry read whole. Only CheckpointError may

@@ -60,6 +60,15 @@ inline Result meshtrain(const std::vector<std::string>& args, const std::map<std
   return {c.exit_code(), slurp(dir / "out"), slurp(dir / "err")};
 }
 
+// One meshtest process (e.g. `meshtest ckpt inspect`), to look at what meshtrain wrote.
+inline Result run_meshtest(const std::vector<std::string>& args) {
+  auto dir = fresh_dir("meshtest_io");
+  bp::child c(bp::exe = ::test_paths::kMeshtest, bp::args = args, bp::std_out > (dir / "out").string(),
+              bp::std_err > (dir / "err").string(), clean_env({}));
+  c.wait();
+  return {c.exit_code(), slurp(dir / "out"), slurp(dir / "err")};
+}
+
 // `n` ranks of one job, launched with torchrun's variables; stdout/stderr per rank in `logs`.
 class Job {
  public:
