@@ -50,7 +50,9 @@ MatrixError::MatrixError(std::vector<std::string> errors)
     : std::runtime_error(join_lines(errors)), errors_(std::move(errors)) {}
 
 void Diagnostics::error(const Where& where, const std::string& message) {
-  errors_.push_back(where.str() + ": " + message);
+  // A value in `defaults` is checked again for every case that inherits it: say it once.
+  std::string line = where.str() + ": " + message;
+  if (std::find(errors_.begin(), errors_.end(), line) == errors_.end()) errors_.push_back(std::move(line));
 }
 
 void Diagnostics::throw_if_any() const {

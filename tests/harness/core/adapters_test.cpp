@@ -125,6 +125,13 @@ TEST(AdapterRegistry, MeshtrainSaysHowToAskForAValidationLoss) {
   EXPECT_EQ(trainer_adapters().find("command")->how_to_report("validation_loss"), "");
 }
 
+TEST(AdapterRegistry, ABadAxisInDefaultsIsReportedOnceNotPerCase) {
+  const std::string e =
+      errors_of("suite: s\ndefaults: {adapter: grid, mesh: {tp: 2}}\ncases:\n  - {name: a}\n  - {name: b}\n");
+  EXPECT_NE(e.find("m.yaml:2:34: unknown key 'tp' in mesh"), std::string::npos) << e;
+  EXPECT_EQ(e.find("unknown key 'tp'"), e.rfind("unknown key 'tp'")) << e;
+}
+
 TEST(AdapterRegistry, AnUnknownAdapterIsAnErrorWithASuggestion) {
   const std::string e = errors_of("suite: s\ncases:\n  - {name: a, adapter: gird}\n");
   EXPECT_NE(e.find("m.yaml:3:24: unknown adapter 'gird'; did you mean 'grid'?"), std::string::npos) << e;
