@@ -584,7 +584,7 @@ MetricSeries parse_torchtitan_log(std::istream& in, const std::string& file, std
   MetricSeries series = std::move(training.series());
   for (auto& [step, metrics] : validation.series()) {
     auto& into = series[step];
-    for (auto& [name, value] : metrics) into["validate_" + name] = value;
+    for (auto& [name, value] : metrics) into["validation_" + name] = value;  // "validation_loss", as TensorBoard's and metrics.jsonl's
   }
   warn.finish();
   return series;

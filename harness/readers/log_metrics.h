@@ -34,8 +34,9 @@ constexpr std::size_t kMaxLogWarnings = 50;
 // "tps", "tflops", "mfu_pct" (`mfu: N/A` -> absent); any other `key: number` field under its key.
 // Lines without grad_norm (torchtitan before mid-2025) and 7.4f losses are read the same.
 // Validation lines (`validate step: N  loss: ...`) are not training steps: their fields go under
-// step N with a "validate_" prefix ("validate_loss", "validate_memory_gib", "validate_tps", ...),
-// next to (never replacing) the training metrics of step N.
+// step N with a "validation_" prefix ("validation_loss", "validation_memory_gib", ...), next to
+// (never replacing) the training metrics of step N. "validation_loss" is the name every source
+// gives the validation loss (TensorBoard's validation_metrics/loss, metrics.jsonl's field).
 // A console of several ranks (torchrun --local-ranks-filter 0,1,...) prints every step once per
 // rank: `rank` >= 0 keeps only the lines prefixed `[rank<rank>]:` (and lines without a prefix).
 // Under pipeline parallelism pick the first rank of the last stage (where torchtitan's TensorBoard

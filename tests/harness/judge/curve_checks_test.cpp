@@ -155,3 +155,23 @@ TEST_F(Checks, LossMatchesReadsATorchtitanLogOrAUserPattern) {
             "no loss values in rank 0's log through pattern 'it=(?P<step>\\d+) l=(?P<loss>\\S+)' (" + dir_ +
                 "/mine/train/rank0.log)");
 }
+
+// torchtitan logs its validation loss as `validate step: N  loss: ...`; a check names it
+// validation_loss whichever source it comes from (issue 36, finding 2).
+TEST_F(Checks, ValidationLossFromATorchtitanLogMatchesOneFromMetricsJsonl) {
+  load(R"(  - name: base
+  - name: titan
+    outputs: {metrics: {from: torchtitan-log, rank: 1}}
+    checks: [{loss_matches: {baseline: base, metric: validation_loss, rtol: 1.0e-4}}]
+)");
+  write("base/train/metrics.jsonl", "{\"step\":1,\"loss\":6,\"grad_norm\":1}\n{\"step\":2,\"loss\":5,\"grad_norm\":1,"
+                                    "\"validation_loss\":5.5}\n");
+  const std::string validate = "[rank1]:[titan] 2026-05-18 16:04:47,001 - root - INFO - \033[33mvalidate step:  2  "
+                               "\033[32mloss:  5.5000  \033[38;2;54;234;195mmemory:  9.46GiB(64.99%)  "
+                               "\033[34mtps: 9,100\033[39m\n";
+  write("titan/train/rank1.log", titan_line(1, 6.0) + titan_line(2, 5.0) + validate);
+  const auto r = run(1, "loss_matches");
+  EXPECT_TRUE(r.passed) << r.message;
+  ASSERT_EQ(r.series.size(), 2u);
+  EXPECT_EQ(r.series[0].points, (std::vector<std::pair<long long, double>>{{2, 5.5}}));
+}

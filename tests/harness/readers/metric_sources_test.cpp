@@ -85,16 +85,16 @@ TEST(TorchtitanLog, ReadsTheLineWithTorchtitansColours) {
   EXPECT_EQ(s[14].count("mfu_pct"), 0u);  // N/A (FP8) is absent, not an error
 }
 
-TEST(TorchtitanLog, ValidationLinesGoUnderValidatePrefix) {
+TEST(TorchtitanLog, ValidationLinesGoUnderTheValidationNamesOfEverySource) {
   MetricSeries s = titan(
       "[titan] 2026-02-24 19:46:17,508 - root - INFO - step: 10  loss:  2.12345  grad_norm:  1.0000\n"
       "[titan] 2026-02-24 19:46:18,000 - root - INFO - validate step: 10  loss: 2.5000  memory:  1.00GiB(2.00%)  "
       "tps: 1,000\n");
   ASSERT_EQ(s.size(), 1u);
   EXPECT_DOUBLE_EQ(s[10].at("loss"), 2.12345);  // not replaced by the validation loss
-  EXPECT_DOUBLE_EQ(s[10].at("validate_loss"), 2.5);
-  EXPECT_DOUBLE_EQ(s[10].at("validate_tps"), 1000);
-  EXPECT_DOUBLE_EQ(s[10].at("validate_memory_gib"), 1.0);
+  EXPECT_DOUBLE_EQ(s[10].at("validation_loss"), 2.5);
+  EXPECT_DOUBLE_EQ(s[10].at("validation_tps"), 1000);
+  EXPECT_DOUBLE_EQ(s[10].at("validation_memory_gib"), 1.0);
 }
 
 TEST(TorchtitanLog, NanInfAndMissingSteps) {
