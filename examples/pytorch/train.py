@@ -6,7 +6,7 @@ TensorBoard tags, and a torch.distributed.checkpoint (DCP) folder step-<N>/ with
 keys. Launched like torchrun: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, ... in the environment.
 Runs on PyTorch 1.13 (none, ddp) and 2.x (all modes); features are detected, never versions.
 """
-import argparse, logging, math, os, re, resource, sys, time
+import argparse, faulthandler, logging, math, os, re, resource, signal, sys, time
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -244,6 +244,9 @@ def main():
     log = logging.getLogger()
     if "OMP_NUM_THREADS" not in os.environ:
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(os.environ.get("LOCAL_WORLD_SIZE", world))))
+    # A hung rank is stopped by meshtest with SIGTERM: print every thread's stack into the rank log
+    # first, so the timeout's `log:` line shows where it waited (docs/triage.md).
+    faulthandler.register(signal.SIGTERM, chain=True)
     if "RANK" in os.environ:
         dist.init_process_group("gloo")  # CPU everywhere, also on a GPU machine
 
