@@ -17,6 +17,7 @@
 #include <memory>
 
 #include "meshtrain/adapter.h"
+#include "torchtitan/adapter.h"
 #include "bisect.h"
 #include "judge/checks.h"
 #include "ckpt_cli.h"
@@ -669,6 +670,7 @@ Subcommand add_bisect(CLI::App& app) {
 
 int main(int argc, char** argv) {
   register_meshtrain_adapter(trainer_adapters());
+  register_torchtitan_adapter(trainer_adapters());
   CLI::App app{"meshtest: a matrix runner for distributed-training CI (docs/matrix.md)", "meshtest"};
   app.require_subcommand(1);
   const std::vector<Subcommand> subcommands = {

@@ -24,6 +24,7 @@ FLOORS = {
     "harness/run": (4, "meshtest"),
     "harness/report": (4, "meshtest"),
     "harness/meshtrain": (4, "meshtest"),
+    "harness/torchtitan": (4, "meshtest"),
     "harness": (5, "meshtest"),
     "trainer": (1, "meshtrain"),
 }

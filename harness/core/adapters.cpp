@@ -53,6 +53,18 @@ Layout parse_layout(const std::string& spec) {
   return layout;
 }
 
+std::vector<std::string> TrainerAdapter::phase_args(const PhaseRequest& phase) const {
+  std::vector<std::string> args;
+  for (const auto& option : phase.options) {
+    if (option.flag) {
+      if (*option.flag) args.push_back("--" + option.key);
+    } else {
+      args.insert(args.end(), {"--" + option.key, option.value});
+    }
+  }
+  return args;
+}
+
 namespace {
 
 // Any program, described by the case's YAML alone: `command:` plus `outputs:`.
@@ -60,8 +72,8 @@ class CommandAdapter : public TrainerAdapter {
  public:
   std::string name() const override { return "command"; }
   std::vector<std::string> default_command() const override { return {}; }
-  std::vector<std::string> reserved_options() const override { return {}; }
-  Outputs default_outputs() const override { return {}; }
+  std::vector<ReservedOption> reserved_options() const override { return {}; }
+  Outputs default_outputs(const Layout&) const override { return {}; }
   bool needs_model() const override { return false; }
   std::optional<std::vector<std::string>> models() const override { return std::nullopt; }
   std::vector<std::string> layout_axes() const override { return {}; }

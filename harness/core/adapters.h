@@ -30,6 +30,26 @@ struct Layout {
 // Reads "a=2,b=3" (sizes >= 1). Throws std::invalid_argument naming the bad part.
 Layout parse_layout(const std::string& spec);
 
+// One entry of a phase's `options:`, in the order the matrix wrote them.
+struct PhaseOption {
+  std::string key;
+  std::optional<bool> flag;  // `key: true` / `key: false`
+  std::string value;         // any other value, as written (a list joined with ',')
+};
+
+// What an adapter turns into the flags that follow its command.
+struct PhaseRequest {
+  std::string model;  // "" when the case names none
+  Layout layout;      // the phase's mesh, or the adapter's default; no axes when neither
+  std::vector<PhaseOption> options;
+};
+
+// A flag the adapter's command sets itself, and the matrix key to use instead.
+struct ReservedOption {
+  std::string option;   // as written under `options:`
+  std::string use_key;  // "mesh", "model", "command", ...
+};
+
 class TrainerAdapter {
  public:
   virtual ~TrainerAdapter() = default;
@@ -38,10 +58,14 @@ class TrainerAdapter {
   // when the matrix loads, {backend}, {case_dir}, {phase_dir} and program placeholders when it runs.
   // Empty: a case must give `command:`.
   virtual std::vector<std::string> default_command() const = 0;
-  // Flags the default command already sets; a matrix's `options:` may not set them again.
-  virtual std::vector<std::string> reserved_options() const = 0;
-  // Where the trainer writes its numbers, when a phase's `outputs:` says nothing.
-  virtual Outputs default_outputs() const = 0;
+  // Flags the adapter sets itself; a matrix's `options:` may not set them again.
+  virtual std::vector<ReservedOption> reserved_options() const = 0;
+  // The flags after the command. This default writes each option as `--key value`, `--key` for
+  // true and nothing for false; an adapter that derives flags from the phase (its layout, a
+  // translated option) overrides it. Throws std::invalid_argument with a message for the case.
+  virtual std::vector<std::string> phase_args(const PhaseRequest& phase) const;
+  // Where the trainer writes its numbers under `layout`, when a phase's `outputs:` says nothing.
+  virtual Outputs default_outputs(const Layout& layout) const = 0;
   // Whether a case must name a model (it fills {model} in the default command).
   virtual bool needs_model() const = 0;
   // The models it can train, or nullopt when it cannot say (then nothing is rejected).

@@ -152,11 +152,11 @@ std::optional<Layout> checked_layout(const ReadContext& ctx, const TrainerAdapte
 
 // Flags the adapter's command sets itself may not come again from `options:`.
 void check_reserved_options(const ReadContext& ctx, const TrainerAdapter& adapter, const Options& options) {
-  const auto reserved = adapter.reserved_options();
   for (const auto& [key, value] : options)
-    if (std::find(reserved.begin(), reserved.end(), key) != reserved.end())
-      ctx.error(value.node, "option '" + key + "' is set by meshtest; use the case's '" +
-                                (key == "dump-folder" || key == "backend" ? std::string("command") : key) + "' key");
+    for (const auto& reserved : adapter.reserved_options())
+      if (reserved.option == key)
+        ctx.error(value.node, "option '" + key + "' is set by meshtest for " + adapter.name() + "; use the case's '" +
+                                  reserved.use_key + "' key");
 }
 
 void read_options(const ReadContext& ctx, const YAML::Node& node, Options& into) {
@@ -650,7 +650,8 @@ Phase build_phase(const ReadContext& ctx, const YAML::Node& where_node, const st
   const TrainerAdapter* adapter = adapter_of(ctx, f, where_node);
   if (!adapter) return p;
   p.mesh = checked_layout(ctx, *adapter, f);
-  p.outputs = adapter->default_outputs();
+  const Layout layout = p.mesh ? *p.mesh : adapter->default_layout(f.ngpu.value_or(1)).value_or(Layout{});
+  p.outputs = adapter->default_outputs(layout);
   if (f.metrics) p.outputs.metrics = *f.metrics;
   if (f.checkpoint) p.outputs.checkpoint = f.checkpoint;
   if (f.tokens) p.outputs.tokens = *f.tokens;
@@ -675,13 +676,14 @@ Phase build_phase(const ReadContext& ctx, const YAML::Node& where_node, const st
   const YAML::Node& command_node = f.command ? f.command_node : where_node;
   p.argv = fill_command(ctx, command_node, f.command.value_or(adapter->default_command()), values);
   if (p.argv.empty()) ctx.error(where_node, "adapter '" + adapter->name() + "' has no default command; add command:");
-  for (const auto& [key, v] : f.options) {
-    if (v.is_flag) {
-      if (v.flag) p.argv.push_back("--" + key);
-    } else {
-      p.argv.push_back("--" + key);
-      p.argv.push_back(v.text);
-    }
+  PhaseRequest request{f.model.value_or(""), layout, {}};
+  for (const auto& [key, v] : f.options)
+    request.options.push_back({key, v.is_flag ? std::optional<bool>(v.flag) : std::nullopt, v.text});
+  try {
+    const auto args = adapter->phase_args(request);
+    p.argv.insert(p.argv.end(), args.begin(), args.end());
+  } catch (const std::invalid_argument& e) {
+    ctx.error(where_node, e.what());
   }
   return p;
 }

@@ -99,10 +99,12 @@ class MeshtrainAdapter : public TrainerAdapter {
             "{backend}",     "--dump-folder", "{phase_dir}", "--checkpoint.folder", "{case_dir}/checkpoint"};
   }
 
-  std::vector<std::string> reserved_options() const override { return {"mesh", "backend", "dump-folder", "model"}; }
+  std::vector<ReservedOption> reserved_options() const override {
+    return {{"mesh", "mesh"}, {"backend", "command"}, {"dump-folder", "command"}, {"model", "model"}};
+  }
 
   // meshtrain writes meshtest's contract files in the phase folder (docs/contracts.md).
-  Outputs default_outputs() const override {
+  Outputs default_outputs(const Layout&) const override {
     Outputs o;
     o.metrics.kind = MetricsSource::kJsonl;
     o.metrics.path = contract::dump_files::kMetricsFile;

@@ -29,8 +29,8 @@ class GridAdapter : public TrainerAdapter {
  public:
   std::string name() const override { return "grid"; }
   std::vector<std::string> default_command() const override { return {"{grid}", "--layout", "{mesh}"}; }
-  std::vector<std::string> reserved_options() const override { return {"layout"}; }
-  Outputs default_outputs() const override {
+  std::vector<ReservedOption> reserved_options() const override { return {{"layout", "mesh"}}; }
+  Outputs default_outputs(const Layout&) const override {
     Outputs o;
     o.metrics.path = "loss.jsonl";
     return o;
@@ -112,7 +112,7 @@ TEST(AdapterRegistry, TheAdaptersAxesAndReservedFlagsAreEnforcedWhereWritten) {
   const std::string text = errors_of("suite: s\ncases:\n  - {name: g, adapter: grid, mesh: \"rows=2,tp=2\"}\n");
   EXPECT_NE(text.find("unknown dimension 'tp' (known: rows, cols)"), std::string::npos) << text;
   const std::string reserved = errors_of("suite: s\ncases:\n  - {name: g, adapter: grid, options: {layout: x}}\n");
-  EXPECT_NE(reserved.find("option 'layout' is set by meshtest"), std::string::npos) << reserved;
+  EXPECT_NE(reserved.find("option 'layout' is set by meshtest for grid; use the case's 'mesh' key"), std::string::npos) << reserved;
   // The same flag is the user's own under another adapter.
   EXPECT_EQ(errors_of("suite: s\ncases:\n  - {name: c, command: [t], options: {layout: x}}\n"), "");
 }
