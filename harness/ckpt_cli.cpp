@@ -2,8 +2,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include <algorithm>
-#include <cmath>
 #include <map>
 
 #include "readers/checkpoint_view.h"
@@ -24,6 +22,38 @@ std::map<std::string, const CheckpointEntry*> by_mapped_key(const CheckpointView
                             "' to '" + it->first + "'");
   }
   return out;
+}
+
+// Whether diff lists a common key as differing before any value is read. With --values a dtype
+// is no difference by itself: the values are compared across it (a bfloat16 export against the
+// float32 weights it came from), as tensors_match does. Without, the listing is all diff compares.
+bool listed_alike(const CheckpointEntry& a, const CheckpointEntry& b, bool values) {
+  return a.is_tensor == b.is_tensor && a.shape == b.shape && (values || a.dtype == b.dtype);
+}
+
+// " (dtype bfloat16 vs float32)" on a values line whose tensors are stored differently.
+std::string dtype_note(const CheckpointEntry& a, const CheckpointEntry& b) {
+  return a.dtype == b.dtype ? "" : " (dtype " + a.dtype + " vs " + b.dtype + ")";
+}
+
+// One common tensor's values line, by compare_tensors (tensors_match's comparison, B the
+// reference). Returns whether an element is outside the tolerance.
+bool diff_values(const CheckpointView& va, const CheckpointEntry& ea, const CheckpointView& vb,
+                 const CheckpointEntry& eb, const std::string& key, const CkptOptions& options, std::FILE* out) {
+  const TensorComparison c = compare_tensors(va, ea.key, vb, eb.key, {options.rtol, options.atol});
+  const std::string outside =
+      c.outside ? ", " + std::to_string(c.outside) + " of " + std::to_string(c.elements) + " outside tolerance" : "";
+  std::fprintf(out, "%s %s: max |A-B| %.3e%s%s\n", c.outside ? "values" : "same  ", key.c_str(), c.max_diff,
+               outside.c_str(), dtype_note(ea, eb).c_str());
+  return c.outside > 0;
+}
+
+// The last line: the count, then the tensors whose values matched across a dtype (not counted,
+// but named, so that "no differences" is not read as "the same bytes").
+std::string diff_summary(int differ, int dtype_only) {
+  std::string line = differ ? std::to_string(differ) + " differences" : "no differences";
+  if (dtype_only) line += "; " + std::to_string(dtype_only) + " tensors differ in dtype only";
+  return line;
 }
 
 }  // namespace
@@ -70,7 +100,7 @@ int ckpt_diff(const std::string& a, const std::string& b, const CkptOptions& opt
   const auto ka = by_mapped_key(va, options.model_prefix), kb = by_mapped_key(vb, options.model_prefix);
   std::fprintf(out, "A = %s (%s)\nB = %s (%s)\n", va.step_dir().c_str(), va.format().c_str(), vb.step_dir().c_str(),
                vb.format().c_str());
-  int differ = 0;
+  int differ = 0, dtype_only = 0;
   for (const auto& [key, e] : ka)
     if (!kb.count(key)) std::fprintf(out, "only in A: %s %s\n", key.c_str(), shape_text(e->shape).c_str()), ++differ;
   for (const auto& [key, e] : kb)
@@ -79,28 +109,17 @@ int ckpt_diff(const std::string& a, const std::string& b, const CkptOptions& opt
     auto it = kb.find(key);
     if (it == kb.end()) continue;
     const CheckpointEntry* eb = it->second;
-    if (ea->is_tensor != eb->is_tensor || ea->shape != eb->shape || ea->dtype != eb->dtype) {
+    if (!listed_alike(*ea, *eb, options.values)) {
       std::fprintf(out, "differs: %s %s %s vs %s %s\n", key.c_str(), ea->dtype.c_str(), shape_text(ea->shape).c_str(),
                    eb->dtype.c_str(), shape_text(eb->shape).c_str());
       ++differ;
       continue;
     }
     if (!options.values || !ea->is_tensor) continue;
-    const auto xa = va.read_tensor(ea->key), xb = vb.read_tensor(eb->key);
-    double max_diff = 0;
-    size_t bad = 0;
-    for (size_t i = 0; i < xa.size(); ++i) {
-      if (xa[i] == xb[i]) continue;  // equal infinities too
-      const double d = std::fabs(xa[i] - xb[i]);
-      max_diff = std::max(max_diff, std::isnan(d) ? INFINITY : d);
-      bad += !(d <= options.atol + options.rtol * std::fabs(xb[i]));
-    }
-    if (bad) ++differ;
-    std::fprintf(out, "%s %s: max |A-B| %.3e%s\n", bad ? "values" : "same  ", key.c_str(), max_diff,
-                 bad ? (", " + std::to_string(bad) + " of " + std::to_string(xa.size()) + " outside tolerance").c_str()
-                     : "");
+    if (diff_values(va, *ea, vb, *eb, key, options, out)) ++differ;
+    else if (ea->dtype != eb->dtype) ++dtype_only;
   }
-  std::fprintf(out, "%s\n", differ ? (std::to_string(differ) + " differences").c_str() : "no differences");
+  std::fprintf(out, "%s\n", diff_summary(differ, dtype_only).c_str());
   return differ ? 1 : 0;
 }
 

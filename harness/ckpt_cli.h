@@ -11,7 +11,7 @@ struct CkptOptions {
   long long step = -1;       // with a folder of step-<N>: which one (-1: the newest complete)
   bool json = false;         // inspect: one JSON document instead of the table
   std::string model_prefix;  // diff: added to keys outside model./optimizer./... on both sides
-  bool values = false;       // diff: also compare common tensors element by element
+  bool values = false;       // diff: also compare common tensors element by element, across dtypes
   double rtol = 1e-5, atol = 1e-8;
 };
 
@@ -20,7 +20,9 @@ struct CkptOptions {
 // (what `meshtrain ckpt inspect` printed before it moved here). Returns 0.
 int ckpt_inspect(const std::string& path, const CkptOptions& options, std::FILE* out);
 // Keys only in A or B, dtype and shape differences, and with `values` the largest element
-// difference per common tensor. Returns 0 when nothing differs, 1 otherwise.
+// difference per common tensor. With `values` tensors of another dtype are compared all the
+// same (both read as float64, as tensors_match does) and the dtype is a note on their line, not a
+// difference. Returns 0 when nothing differs, 1 otherwise.
 int ckpt_diff(const std::string& a, const std::string& b, const CkptOptions& options, std::FILE* out);
 
 }  // namespace meshtest

@@ -634,7 +634,8 @@ Subcommand add_ckpt(CLI::App& app) {
   diff->add_option("--step", a->ckpt.step, "Which step-<N> of a folder of steps");
   diff->add_option("--model-prefix", a->ckpt.model_prefix,
                    "Add this to keys outside model./optimizer./... on both sides (e.g. model. for torchtitan)");
-  diff->add_flag("--values", a->ckpt.values, "Compare common tensors element by element");
+  diff->add_flag("--values", a->ckpt.values,
+                 "Compare common tensors element by element, across dtypes (a dtype alone is then a note, not a difference)");
   diff->add_option("--rtol", a->ckpt.rtol, "With --values: |A-B| <= atol + rtol x |B|")->capture_default_str();
   diff->add_option("--atol", a->ckpt.atol, "With --values")->capture_default_str();
   return {cmd, [a, inspect] {

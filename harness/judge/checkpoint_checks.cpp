@@ -134,6 +134,23 @@ std::string coordinates(size_t index, const std::vector<int64_t>& shape) {
   return "[" + out + "]";
 }
 
+// The element furthest beyond its bound over all of tensors_match's tensors: the one its message names.
+struct WorstElement {
+  std::optional<Finding> finding;
+  double excess = -1;
+
+  void consider(const std::string& key, const std::vector<int64_t>& shape, const UnequalElement& e,
+                const std::string& got_label, const std::string& want_label, double atol, double rtol) {
+    const double over = std::isnan(e.diff) ? INFINITY : e.diff - e.bound;
+    if (over <= excess) return;
+    excess = over;
+    finding = Finding{key + coordinates(e.index, shape) + ": " + num(e.a) + " in " + got_label + " vs " + num(e.b) +
+                          " in " + want_label + ": |diff| " + sci(e.diff) + " > " + tolerance_text(atol, rtol, e.b),
+                      ""};
+    finding->value = e.a, finding->reference = e.b, finding->tolerance = e.bound;
+  }
+};
+
 }  // namespace
 
 // ---- the checks ------------------------------------------------------------------
@@ -184,8 +201,7 @@ void check_tensors_match(const CaseOutcome& o, const CheckSpec& spec, const Find
   const MappedCheckpoint got = open_checkpoint(t, "tensors_match"), want = open_checkpoint(*ref, "tensors_match");
   const double rtol = param_or(spec, "rtol", 1e-5), atol = param_or(spec, "atol", 1e-8);
   const std::string prefix = spec.params.value("prefix", std::string());
-  std::optional<Finding> worst;
-  double worst_excess = -1;
+  WorstElement worst;
   size_t tensors = 0, tensors_differing = 0, elements_differing = 0;
   std::string table;
   for (const auto& [key, want_entry] : want.tensors) {
@@ -198,43 +214,31 @@ void check_tensors_match(const CaseOutcome& o, const CheckSpec& spec, const Find
     if (it->second->shape != want_entry->shape)
       throw Finding{key + ": shape " + json(it->second->shape).dump() + " in " + t.label + " vs " +
                         json(want_entry->shape).dump() + " in " + ref->label, ""};
-    std::vector<double> a, b;
+    const auto on_unequal = [&](const UnequalElement& e) {
+      widen_margin(result, e.diff, e.bound);
+      if (!e.within) worst.consider(key, want_entry->shape, e, t.label, ref->label, atol, rtol);
+    };
+    // The values, whatever dtype each side stores (compare_tensors reads both as float64).
+    TensorComparison compared;
     try {
-      a = got.view.read_tensor(it->second->key);
-      b = want.view.read_tensor(want_entry->key);
+      compared = compare_tensors(got.view, it->second->key, want.view, want_entry->key, {rtol, atol}, on_unequal);
     } catch (const CheckpointError& e) {
       throw Failure{e.what(), ""};
     }
-    size_t differing = 0;
-    double max_diff = 0;
-    for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
-      if (a[i] == b[i]) continue;  // equal infinities too
-      const double diff = std::fabs(a[i] - b[i]), bound = atol + rtol * std::fabs(b[i]);
-      max_diff = std::max(max_diff, std::isnan(diff) ? INFINITY : diff);
-      widen_margin(result, diff, bound);
-      if (diff <= bound) continue;
-      ++differing;
-      const double excess = std::isnan(diff) ? INFINITY : diff - bound;
-      if (excess > worst_excess) {
-        worst_excess = excess;
-        worst = Finding{key + coordinates(i, want_entry->shape) + ": " + num(a[i]) + " in " + t.label + " vs " +
-                            num(b[i]) + " in " + ref->label + ": |diff| " + sci(diff) + " > " +
-                            tolerance_text(atol, rtol, b[i]), ""};
-        worst->value = a[i], worst->reference = b[i], worst->tolerance = bound;
-      }
-    }
+    const size_t differing = compared.outside;
     if (differing) ++tensors_differing, elements_differing += differing;
+    const std::string counted =
+        differing ? "  " + std::to_string(differing) + " of " + std::to_string(compared.elements) + " differ" : "";
     char row[256];
-    std::snprintf(row, sizeof(row), "  %-56s max |diff| %.3e%s\n", key.c_str(), max_diff,
-                  differing ? ("  " + std::to_string(differing) + " of " + std::to_string(b.size()) + " differ").c_str() : "");
+    std::snprintf(row, sizeof(row), "  %-56s max |diff| %.3e%s\n", key.c_str(), compared.max_diff, counted.c_str());
     table += row;
   }
   if (tensors == 0) throw Failure{ref->label + " has no tensor keys" + (prefix.empty() ? "" : " starting with '" + prefix + "'"), ""};
-  if (!worst) return;
-  worst->message += " (" + std::to_string(elements_differing) + " elements in " + std::to_string(tensors_differing) +
-                    " of " + std::to_string(tensors) + " tensors differ)";
-  worst->details = t.label + ": " + got.view.step_dir() + "\n" + ref->label + ": " + want.view.step_dir() + "\n" + table;
-  throw *worst;
+  if (!worst.finding) return;
+  worst.finding->message += " (" + std::to_string(elements_differing) + " elements in " +
+                            std::to_string(tensors_differing) + " of " + std::to_string(tensors) + " tensors differ)";
+  worst.finding->details = t.label + ": " + got.view.step_dir() + "\n" + ref->label + ": " + want.view.step_dir() + "\n" + table;
+  throw *worst.finding;
 }
 
 std::map<std::string, std::string> read_tensor_keys(const std::string& phase_dir, const Outputs& outputs) {

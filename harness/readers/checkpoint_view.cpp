@@ -1,6 +1,7 @@
 #include "readers/checkpoint_view.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <map>
 
@@ -324,6 +325,27 @@ std::vector<double> CheckpointView::read_tensor(const std::string& key) const {
 std::string with_model_prefix(const std::string& key, const std::string& prefix) {
   if (prefix.empty()) return key;
   return contract::has_state_namespace(key) ? key : prefix + key;
+}
+
+TensorComparison compare_tensors(const CheckpointView& a, const std::string& key_a, const CheckpointView& b,
+                                 const std::string& key_b, const ValueTolerance& tolerance,
+                                 const std::function<void(const UnequalElement&)>& on_unequal) {
+  const CheckpointEntry *ea = a.find(key_a), *eb = b.find(key_b);
+  if (ea && eb && ea->shape != eb->shape)
+    fail(a.step_dir() + ": " + key_label(key_a) + " " + dims_text(ea->shape) + " and " + b.step_dir() + ": " +
+         key_label(key_b) + " " + dims_text(eb->shape) + " differ in shape; their values do not compare");
+  const std::vector<double> xa = a.read_tensor(key_a), xb = b.read_tensor(key_b);
+  TensorComparison out;
+  out.elements = xa.size();
+  for (size_t i = 0; i < xa.size(); ++i) {
+    if (xa[i] == xb[i]) continue;  // equal infinities too
+    const double diff = std::fabs(xa[i] - xb[i]), bound = tolerance.atol + tolerance.rtol * std::fabs(xb[i]);
+    const bool within = diff <= bound;
+    out.max_diff = std::max(out.max_diff, std::isnan(diff) ? INFINITY : diff);
+    out.outside += !within;
+    if (on_unequal) on_unequal({i, xa[i], xb[i], diff, bound, within});
+  }
+  return out;
 }
 
 }  // namespace meshtest

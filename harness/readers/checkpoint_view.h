@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -58,5 +59,36 @@ class CheckpointView {
 // (model., optimizer., lr_scheduler, dataloader, train_state): torchtitan saves its model keys
 // unprefixed, meshtrain as model.<fqn>; with prefix "model." the two compare key for key.
 std::string with_model_prefix(const std::string& key, const std::string& prefix);
+
+// ---- comparing two tensors' values ------------------------------------------------------
+
+// torch.allclose's rule: |a - b| <= atol + rtol x |b|, b the reference.
+struct ValueTolerance {
+  double rtol = 1e-5, atol = 1e-8;
+};
+
+// An element of A not exactly equal to B's (equal infinities are equal; NaN never is).
+struct UnequalElement {
+  size_t index;        // row-major, in the global tensor
+  double a, b;
+  double diff, bound;  // |a - b| and atol + rtol x |b|
+  bool within;         // diff <= bound; false for NaN
+};
+
+struct TensorComparison {
+  size_t elements = 0;  // compared
+  size_t outside = 0;   // beyond the tolerance
+  double max_diff = 0;  // the largest |a - b|; infinity where a NaN differs
+};
+
+// Tensor `key_a` of `a` against `key_b` of `b` (the reference), element by element. Both are read
+// as float64 (read_tensor), so the dtypes may differ: a bfloat16 export compares with the float32
+// weights it came from, the dtype being how values are stored, not what they are. The one
+// comparison of values behind tensors_match and `meshtest ckpt diff --values`. `on_unequal`, when
+// given, sees every element that is not exactly equal, in order. Throws CheckpointError as
+// read_tensor does, and when the shapes differ (callers say how, in their own words, first).
+TensorComparison compare_tensors(const CheckpointView& a, const std::string& key_a, const CheckpointView& b,
+                                 const std::string& key_b, const ValueTolerance& tolerance,
+                                 const std::function<void(const UnequalElement&)>& on_unequal = nullptr);
 
 }  // namespace meshtest
