@@ -15,6 +15,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 
 #include "meshtrain/adapter.h"
 #include "torchtitan/adapter.h"
@@ -288,11 +289,20 @@ const json* find_case(const json& summary, const std::string& id) {
   throw std::runtime_error("no case '" + id + "' in this run's summary.json");
 }
 
-// A phase of a finished case (default: the last): its folder, and where its numbers are.
+// A phase of a finished case (default: the last): its folder, where its numbers are, and
+// when it wrote them.
 struct FinishedPhase {
   std::string dir;
   Outputs outputs;
+  std::optional<TimeWindow> window;  // none in a summary written before meshtest recorded it
 };
+
+std::optional<TimeWindow> window_of(const json& phase) {
+  const json w = phase.value("metrics_window", json());
+  if (!w.is_object() || !w.value("from", json()).is_number() || !w.value("to", json()).is_number())
+    return std::nullopt;
+  return TimeWindow{w["from"].get<double>(), w["to"].get<double>()};
+}
 
 FinishedPhase finished_phase(const json& c, const std::string& phase) {
   const json& phases = c.at("phases");
@@ -304,7 +314,7 @@ FinishedPhase finished_phase(const json& c, const std::string& phase) {
     if (!found) throw std::runtime_error(c.value("id", "") + " has no phase '" + phase + "'");
   }
   if (!found) return {};
-  return {found->value("dir", ""), outputs_from_json(found->value("outputs", json::object()))};
+  return {found->value("dir", ""), outputs_from_json(found->value("outputs", json::object())), window_of(*found)};
 }
 
 // Loss curves side by side, then the state-dict keys one has and the other lacks.
@@ -313,8 +323,8 @@ int diff_cases(const std::string& dir, const std::string& a, const std::string& 
   const FinishedPhase pa = finished_phase(*find_case(summary, a), ""), pb = finished_phase(*find_case(summary, b), "");
   const std::string &da = pa.dir, &db = pb.dir;
   std::map<long long, double> la, lb;
-  try { la = read_loss_curve(da, pa.outputs); } catch (const std::exception& e) { std::printf("%s: %s\n", a.c_str(), e.what()); }
-  try { lb = read_loss_curve(db, pb.outputs); } catch (const std::exception& e) { std::printf("%s: %s\n", b.c_str(), e.what()); }
+  try { la = read_loss_curve(da, pa.outputs, "loss", pa.window); } catch (const std::exception& e) { std::printf("%s: %s\n", a.c_str(), e.what()); }
+  try { lb = read_loss_curve(db, pb.outputs, "loss", pb.window); } catch (const std::exception& e) { std::printf("%s: %s\n", b.c_str(), e.what()); }
   std::set<long long> steps;
   for (const auto& [s, v] : la) steps.insert(s);
   for (const auto& [s, v] : lb) steps.insert(s);
@@ -372,7 +382,7 @@ int merge_runs(const std::string& out, const std::vector<std::string>& inputs) {
 int export_golden(const std::string& dir, const std::string& id, const std::string& phase, const std::string& metric) {
   const json summary = read_summary(dir);
   const FinishedPhase p = finished_phase(*find_case(summary, id), phase);
-  for (const auto& [step, value] : read_loss_curve(p.dir, p.outputs, metric))
+  for (const auto& [step, value] : read_loss_curve(p.dir, p.outputs, metric, p.window))
     std::printf("%lld %.9g\n", step, value);
   return 0;
 }

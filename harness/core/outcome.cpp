@@ -1,5 +1,6 @@
 #include "core/outcome.h"
 
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -17,6 +18,20 @@ std::string RankExit::describe() const {
 }
 
 std::string PhaseOutcome::log_path(int rank) const { return rank_log_path(dir, rank); }
+
+std::optional<TimeWindow> launch_window(const std::vector<PhaseOutcome>& phases, size_t i) {
+  if (i >= phases.size()) return std::nullopt;
+  const LaunchResult& r = phases[i].result;
+  if (!phases[i].ran || r.started_at <= 0 || r.ended_at < r.started_at) return std::nullopt;
+  TimeWindow window{r.started_at - kLaunchWindowSlackS, r.ended_at + kLaunchWindowSlackS};
+  for (size_t j = 0; j < phases.size(); ++j) {
+    const LaunchResult& other = phases[j].result;
+    if (j == i || !phases[j].ran || other.started_at <= 0) continue;
+    if (j < i && other.ended_at > 0) window.from = std::max(window.from, other.ended_at);
+    if (j > i) window.to = std::min(window.to, other.started_at);
+  }
+  return window;
+}
 
 std::string CaseOutcome::failing_log() const {
   for (const auto& p : phases) {

@@ -11,6 +11,7 @@
 
 #include "core/matrix.h"
 #include "core/verdict.h"
+#include "readers/metric_series.h"
 
 namespace meshtest {
 
@@ -31,6 +32,10 @@ struct LaunchResult {
   std::string stopped_because;  // "" unless stop() or a failure/timeout ended the group
   bool killed = false;          // the grace period ran out and SIGKILL was sent
   double duration_s = 0;
+  // The wall clock (seconds since the epoch) just before the launcher started the ranks, and
+  // when it saw the last one end; 0 where not recorded. launch_window() is made from them.
+  double started_at = 0;
+  double ended_at = 0;
   bool ok() const { return first_failure.rank < 0 && !timed_out && stopped_because.empty(); }
 };
 
@@ -52,6 +57,17 @@ struct PhaseOutcome {
   bool ok() const { return ran && launch_error.empty() && result.ok(); }
   std::string log_path(int rank) const;
 };
+
+// Seconds a launch window reaches past its launch on either side: for the ranks' machines and
+// meshtest's disagreeing a little about the time, and writers that round their time stamps.
+constexpr double kLaunchWindowSlackS = 1.0;
+
+// When phase `i` of `phases` (one case's, in order) ran, as the wall-clock window a reader keeps
+// its outputs from when a source is shared with another launch (TensorBoard, readers/tensorboard.h):
+// from its start to its end, widened by kLaunchWindowSlackS but never back past the end of the
+// phase before it nor on past the start of the phase after it. None when its launch times were
+// not recorded (a phase that did not run).
+std::optional<TimeWindow> launch_window(const std::vector<PhaseOutcome>& phases, size_t i);
 
 // A curve a number check compared, kept so a report can draw what was judged.
 struct Series {

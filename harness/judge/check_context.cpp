@@ -34,7 +34,8 @@ const PhaseOutcome& phase_of(const CaseOutcome& o, const json& params, const cha
 }  // namespace
 
 Target target_of(const CaseOutcome& o, const PhaseOutcome& p, std::string label) {
-  return {p.dir, std::move(label), &p, phase_spec(o, p.name), o.dir};
+  return {p.dir, std::move(label), &p, phase_spec(o, p.name), o.dir,
+          launch_window(o.phases, static_cast<size_t>(&p - o.phases.data()))};
 }
 
 Target subject(const CaseOutcome& o, const CheckSpec& spec) {

@@ -38,6 +38,8 @@ struct Target {
   const PhaseOutcome* phase = nullptr;
   const Phase* spec = nullptr;  // where its outputs are (outputs: in the matrix)
   std::string case_dir;
+  // When it ran: its metrics are what it wrote then, in a folder another phase also writes to.
+  std::optional<TimeWindow> window;
   RunPaths paths() const { return {"", case_dir, dir, {}}; }
 };
 

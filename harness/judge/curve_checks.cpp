@@ -95,7 +95,11 @@ Curve read_golden(const std::string& path) {
 }
 
 // The loss curve from wherever `source` says: metrics.jsonl, a rank's log, TensorBoard.
-Curve read_curve(const MetricsSource& source, const RunPaths& paths) {
+// `window`: when the phase ran. Of TensorBoard's events only those written then count (a resumed
+// launch shares torchtitan's run folder with the first when both start within one minute); a
+// rank's log is the phase's own (its folder, truncated at launch); metrics.jsonl lines carry no
+// time and are read whole.
+Curve read_curve(const MetricsSource& source, const RunPaths& paths, const std::optional<TimeWindow>& window) {
   if (source.kind == MetricsSource::kJsonl) return read_metrics_jsonl(resolve_path(source.path, paths));
   MetricSeries series;
   std::string where;
@@ -109,15 +113,16 @@ Curve read_curve(const MetricsSource& source, const RunPaths& paths) {
           it = it->second == metric ? tag_to_metric.erase(it) : std::next(it);
         tag_to_metric[tag] = metric;
       }
-      series = read_tensorboard_scalars(where, tag_to_metric, &warnings);
+      series = read_tensorboard_scalars(where, tag_to_metric, &warnings, window);
       if (std::none_of(series.begin(), series.end(), [](const auto& step) { return step.second.count("loss"); })) {
         // Say which tags were there: a renamed tag is the usual reason for "no loss values".
         std::set<std::string> seen;
-        for (const auto& [step, values] : read_tensorboard_scalars(where, {}, nullptr))
+        for (const auto& [step, values] : read_tensorboard_scalars(where, {}, nullptr, window))
           for (const auto& [tag, value] : values) seen.insert(tag);
         std::string tags;
         for (const auto& tag : seen) tags += (tags.empty() ? "" : ", ") + tag;
-        warnings.push_back("scalar tags in " + tensorboard_run_folder(where) + ": " + (tags.empty() ? "none" : tags));
+        warnings.push_back("scalar tags in " + tensorboard_run_folder(where, window) + ": " +
+                           (tags.empty() ? "none" : tags));
       }
     } else {
       where = rank_log_path(paths.phase_dir, source.rank);
@@ -154,7 +159,7 @@ Curve read_metrics(const Target& t) {
   if (from_log && source.rank >= t.phase->nproc)
     throw Failure{t.label + " has " + std::to_string(t.phase->nproc) + " ranks; outputs.metrics.rank is " +
                       std::to_string(source.rank), ""};
-  return read_curve(source, t.paths());
+  return read_curve(source, t.paths(), t.window);
 }
 
 // ---- comparing curves ------------------------------------------------------------
@@ -305,12 +310,12 @@ void check_resume_matches(const CaseOutcome& o, const CheckSpec& spec, const Fin
 // ---- what `meshtest diff`, `golden export` and the reports read ------------------
 
 std::map<long long, double> read_loss_curve(const std::string& phase_dir, const Outputs& outputs,
-                                            const std::string& metric) {
+                                            const std::string& metric, const std::optional<TimeWindow>& window) {
   try {
     check_metric_name(metric);
     std::map<long long, double> out;
     const RunPaths paths{"", fs::path(phase_dir).parent_path().string(), phase_dir, {}};
-    for (const auto& [step, m] : read_curve(outputs.metrics, paths)) {
+    for (const auto& [step, m] : read_curve(outputs.metrics, paths, window)) {
       if (metric == "grad_norm" && !m.has_grad_norm) throw std::runtime_error(phase_dir + " reports no grad_norm");
       if (auto v = metric_value(m, metric)) out[step] = *v;
     }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -323,7 +324,8 @@ TaggedValue read_summary_value(ProtoReader value) {
 }
 
 struct EventValues {
-  long long step = 0;  // proto3 leaves a 0 step out
+  double wall_time = 0;  // seconds since the epoch; 0: not written
+  long long step = 0;    // proto3 leaves a 0 step out
   std::vector<TaggedValue> values;
 };
 
@@ -332,7 +334,9 @@ EventValues read_event(ProtoReader event) {
   uint32_t field;
   int wire;
   while (event.next(field, wire)) {
-    if (field == 2 && wire == kVarint) {
+    if (field == 1 && wire == kFixed64) {
+      e.wall_time = double_from_bits(event.fixed64());
+    } else if (field == 2 && wire == kVarint) {
       e.step = static_cast<long long>(event.varint());
     } else if (field == 5 && wire == kLengthDelimited) {
       ProtoReader summary = event.bytes();
@@ -449,24 +453,54 @@ bool next_record(const uint8_t* data, size_t size, size_t offset, long record, c
   return true;
 }
 
-// Parses one file into `series` (which may already hold earlier files' values).
-void parse_events_into(const uint8_t* data, size_t size, const std::string& file,
-                       const std::map<std::string, std::string>& tags, MetricSeries& series,
-                       FileWarnings& warnings) {
-  SeriesWriter writer(series);
+// Calls `visit` with each event of one file, in order, until it returns false.
+template <typename Visit>
+void for_each_event(const uint8_t* data, size_t size, const std::string& file, FileWarnings& warnings, Visit visit) {
   size_t offset = 0;
   for (long record = 1; offset < size; ++record) {
     const uint8_t* body = nullptr;
     uint64_t length = 0;
     if (!next_record(data, size, offset, record, file, warnings, body, length)) break;
+    EventValues event;
     try {
-      add_event(read_event(ProtoReader(body, static_cast<size_t>(length))), tags, writer, warnings);
+      event = read_event(ProtoReader(body, static_cast<size_t>(length)));
     } catch (const ProtoError& e) {
       throw MetricsError(record_place(file, record, offset) + ": malformed Event protobuf: " + e.what());
     }
+    if (!visit(event)) return;
     offset += 12 + static_cast<size_t>(length) + 4;
   }
+}
+
+// An event written outside `window` (another launch's). One without a wall time cannot be
+// placed, and is kept.
+bool outside(const EventValues& event, const std::optional<TimeWindow>& window) {
+  return window && event.wall_time != 0 && !window->holds(event.wall_time);
+}
+
+std::string wall_time_text(double t) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.3f", t);
+  return buf;
+}
+
+// Parses one file into `series` (which may already hold earlier files' values), leaving out
+// the events written outside `window`.
+void parse_events_into(const uint8_t* data, size_t size, const std::string& file,
+                       const std::map<std::string, std::string>& tags, const std::optional<TimeWindow>& window,
+                       MetricSeries& series, FileWarnings& warnings) {
+  SeriesWriter writer(series);
+  size_t left_out = 0;
+  for_each_event(data, size, file, warnings, [&](const EventValues& event) {
+    if (outside(event, window)) left_out += !event.values.empty();
+    else add_event(event, tags, writer, warnings);
+    return true;
+  });
   writer.report(warnings, "in this file");
+  if (left_out > 0)
+    warnings.add(std::to_string(left_out) + " events written outside this launch (wall time " +
+                 wall_time_text(window->from) + " to " + wall_time_text(window->to) +
+                 ") left out: another launch's, in the same folder");
 }
 
 // ---- folders -------------------------------------------------------------------------
@@ -506,6 +540,25 @@ std::vector<uint8_t> read_bytes(const fs::path& path) {
   return bytes;
 }
 
+// Whether any event file in `folder` holds an event written inside `window`. A file that cannot
+// be read, or is damaged, counts for what could be read before the damage.
+bool written_within(const fs::path& folder, const TimeWindow& window) {
+  for (const fs::path& file : event_files(folder)) {
+    bool found = false;
+    try {
+      std::vector<uint8_t> bytes = read_bytes(file);
+      FileWarnings quiet(nullptr, file.string());
+      for_each_event(bytes.data(), bytes.size(), file.string(), quiet, [&](const EventValues& event) {
+        found = event.wall_time != 0 && window.holds(event.wall_time);
+        return !found;
+      });
+    } catch (const MetricsError&) {
+    }
+    if (found) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 // ---- public --------------------------------------------------------------------------
@@ -528,23 +581,26 @@ MetricSeries parse_tfrecord_events(const uint8_t* data, size_t size, const std::
                                    const std::map<std::string, std::string>& tags, std::vector<std::string>* warnings) {
   MetricSeries series;
   FileWarnings file_warnings(warnings, file);
-  parse_events_into(data, size, file, tags, series, file_warnings);
+  parse_events_into(data, size, file, tags, std::nullopt, series, file_warnings);
   file_warnings.finish();
   return series;
 }
 
-std::string tensorboard_run_folder(const std::string& dir) {
+std::string tensorboard_run_folder(const std::string& dir, const std::optional<TimeWindow>& window) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) throw MetricsError("cannot read " + dir + ": not a folder");
   if (!event_files(dir).empty()) return dir;
   std::vector<fs::path> runs = subfolders(dir);
   if (runs.empty()) throw MetricsError(dir + ": no events.out.tfevents.* files and no run folders");
+  if (window)
+    for (auto run = runs.rbegin(); run != runs.rend(); ++run)
+      if (written_within(*run, *window)) return run->string();
   return runs.back().string();
 }
 
 MetricSeries read_tensorboard_scalars(const std::string& dir, const std::map<std::string, std::string>& tags,
-                                      std::vector<std::string>* warnings) {
-  std::string folder = tensorboard_run_folder(dir);
+                                      std::vector<std::string>* warnings, const std::optional<TimeWindow>& window) {
+  std::string folder = tensorboard_run_folder(dir, window);
   std::vector<fs::path> files = event_files(folder);
   if (files.empty()) {
     std::string inside;
@@ -557,7 +613,7 @@ MetricSeries read_tensorboard_scalars(const std::string& dir, const std::map<std
     std::vector<uint8_t> bytes = read_bytes(file);
     FileWarnings file_warnings(warnings, file.string());
     MetricSeries one;
-    parse_events_into(bytes.data(), bytes.size(), file.string(), tags, one, file_warnings);
+    parse_events_into(bytes.data(), bytes.size(), file.string(), tags, window, one, file_warnings);
     SeriesWriter merged(series);
     for (const auto& [step, metrics] : one)
       for (const auto& [name, value] : metrics) merged.put(step, name, value);

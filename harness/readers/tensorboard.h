@@ -9,6 +9,8 @@
 // - the same (step, tag) twice: the last wins, within a file and across files read in name
 //   order; one warning per file counts them. (A writer restarted with TensorBoard's "purge"
 //   semantics, which drops later steps, is out of scope.)
+// - given one launch's wall-clock window, events whose wall_time lies outside it are left out
+//   (another launch's, in a folder both wrote into), with one warning per file counting them;
 // - every CRC is checked: a mismatch (length or data) throws MetricsError naming the file, the
 //   record (counted from 1) and its byte offset, as does a record whose protobuf is malformed;
 // - a truncated final record (a writer still running) gives a warning; what came before is kept;
@@ -19,6 +21,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,18 +35,23 @@ const std::map<std::string, std::string>& default_tensorboard_tags();
 // Scalars from TensorBoard event files. `dir` is a folder of event files, or a folder of run
 // folders (torchtitan's tb/<YYYYmmdd-HHMM>/): then the latest run folder by name is read (that
 // name sorts by time; names are unique in a folder, so there are no ties: two runs started in
-// the same minute share one folder, and their files are read in name order, which is time order,
-// so the later run's values win). Every events.out.tfevents.* file in the chosen folder is read
-// in name order.
+// the same minute share one folder). Every events.out.tfevents.* file in the chosen folder is
+// read in name order, which is time order, so a later file's values win.
+// `window`: when one launch wrote them (seconds since the epoch). Only events whose wall_time
+// lies inside it are kept, so a launch that shares its folder with another (torchtitan's resume
+// within the minute it started) reads what it wrote; an event without a wall_time is kept. The
+// run folder is then the latest holding an event written inside the window (the latest when
+// none does). Without a window every event counts.
 // `tags` maps TB tag -> metric name; only mapped tags are kept. An EMPTY map keeps every scalar
 // tag under its own name.
 // Throws MetricsError when `dir` cannot be read or the chosen folder holds no event files
 // (e.g. torchtitan's rank_<r>/ or replica_<id>/ subfolders: pass one of them as `dir`).
 MetricSeries read_tensorboard_scalars(const std::string& dir, const std::map<std::string, std::string>& tags,
-                                      std::vector<std::string>* warnings);
+                                      std::vector<std::string>* warnings,
+                                      const std::optional<TimeWindow>& window = std::nullopt);
 
-// The folder read_tensorboard_scalars reads for `dir` (`dir` itself, or its latest run folder).
-std::string tensorboard_run_folder(const std::string& dir);
+// The folder read_tensorboard_scalars reads for `dir` (`dir` itself, or a run folder).
+std::string tensorboard_run_folder(const std::string& dir, const std::optional<TimeWindow>& window = std::nullopt);
 
 // Fuzzable core: parse one event file's bytes; `file` is for messages.
 MetricSeries parse_tfrecord_events(const uint8_t* data, size_t size, const std::string& file,

@@ -44,7 +44,10 @@ nlohmann::json check_json(const CheckResult& k) {
   return j;
 }
 
-nlohmann::json phase_json(const PhaseOutcome& p, const Case& spec) {
+// Phase `i` of case `o`.
+nlohmann::json phase_json(const CaseOutcome& o, size_t i) {
+  const PhaseOutcome& p = o.phases[i];
+  const Case& spec = *o.spec;
   nlohmann::json jp = {{"name", p.name}, {"argv", p.argv}, {"nproc", p.nproc}, {"dir", p.dir},
                        {"ran", p.ran}, {"attempts", p.attempts}, {"ok", p.ok()}};
   if (!p.launch_error.empty()) jp["launch_error"] = p.launch_error;
@@ -54,6 +57,11 @@ nlohmann::json phase_json(const PhaseOutcome& p, const Case& spec) {
   if (p.ran) {
     const auto& r = p.result;
     jp["duration_s"] = r.duration_s;
+    if (r.started_at > 0) jp["started_at"] = r.started_at;
+    if (r.ended_at > 0) jp["ended_at"] = r.ended_at;
+    // What its metrics were read from, for whatever reads them again (golden export, diff).
+    if (const auto window = launch_window(o.phases, i))
+      jp["metrics_window"] = {{"from", window->from}, {"to", window->to}};
     jp["timed_out"] = r.timed_out;
     jp["killed"] = r.killed;
     jp["stopped_because"] = r.stopped_because;
@@ -105,7 +113,7 @@ nlohmann::json case_json(const CaseOutcome& o) {
   c["repro"] = o.repro;
   c["failing_log"] = o.failing_log();
   c["phases"] = nlohmann::json::array();
-  for (const auto& p : o.phases) c["phases"].push_back(phase_json(p, *o.spec));
+  for (size_t i = 0; i < o.phases.size(); ++i) c["phases"].push_back(phase_json(o, i));
   c["checks"] = nlohmann::json::array();
   for (const auto& k : o.checks) c["checks"].push_back(check_json(k));
   c["earlier_attempts"] = nlohmann::json::array();

@@ -109,6 +109,7 @@ RankGroup::RankGroup(LaunchSpec spec) : spec_(std::move(spec)), impl_(std::make_
   const std::string work_dir = spec_.work_dir.empty() ? fs::current_path().string() : spec_.work_dir;
 
   started_ = std::chrono::steady_clock::now();
+  result_.started_at = wall_clock_s();
   result_.exits.resize(static_cast<size_t>(spec_.nproc));
   for (int rank = 0; rank < spec_.nproc; ++rank) {
     RankPlace place;
@@ -270,6 +271,7 @@ bool RankGroup::poll() {
   if (all_reaped) {
     done_ = true;
     result_.duration_s = seconds_since(started_);
+    result_.ended_at = wall_clock_s();
   }
   return all_reaped;
 }
@@ -279,6 +281,10 @@ bool lost_port_race(const RankGroup& group) {
   return lost_port_race(group.spec().log_dir, group.spec().nproc);
 }
 
+
+double wall_clock_s() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
 
 std::optional<std::string> past_timeout(double timeout_s, double elapsed_s, LaunchResult& result) {
   if (timeout_s <= 0 || elapsed_s <= timeout_s) return std::nullopt;

@@ -101,6 +101,9 @@ bool lost_port_race(const RankGroup& group);
 // gives the reason its ranks are stopped with ("timed out after 30 s"). Every launcher asks this.
 std::optional<std::string> past_timeout(double timeout_s, double elapsed_s, LaunchResult& result);
 
+// The wall clock in seconds since the epoch, as LaunchResult's started_at and ended_at hold it.
+double wall_clock_s();
+
 // Makes meshtest the reaper of orphaned descendants (a rank's child whose parent
 // died is re-parented to meshtest instead of init), so sweep_orphans can kill them.
 void become_subreaper();

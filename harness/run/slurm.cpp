@@ -475,6 +475,7 @@ class SlurmPhase : public PhaseProcess {
     }
     std::error_code ec;
     started_ = Clock::now();
+    result_.started_at = wall_clock_s();
     const std::string srun_log = (fs::path(spec_.log_dir) / "srun.log").string();
     std::ofstream(srun_log, std::ios::trunc).close();  // Boost opens without O_TRUNC; a port-race retry reuses it
     srun_ = std::make_unique<bp::child>(program, bp::args = args, env, (bp::std_out & bp::std_err) > srun_log,
@@ -492,6 +493,7 @@ class SlurmPhase : public PhaseProcess {
   void collect(int srun_exit) {
     done_ = true;
     result_.duration_s = std::chrono::duration<double>(Clock::now() - started_).count();
+    result_.ended_at = wall_clock_s();
     const std::map<int, json> records = exit_records();
     if (records.empty() && !any_rank_log()) {
       if (stopping_) return;

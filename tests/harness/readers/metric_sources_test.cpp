@@ -328,14 +328,19 @@ std::string tensor_value(const std::string& tag, const std::string& tensor_proto
   std::string metadata = bytes_field(1, bytes_field(1, "scalars"));
   return bytes_field(1, tag) + bytes_field(8, tensor_proto) + bytes_field(9, metadata);
 }
-std::string event(long long step, const std::vector<std::string>& values) {
+// An Event written at `wall_time` (seconds since the epoch; 0 leaves the field out, as proto3 does).
+std::string event_at(double wall_time, long long step, const std::vector<std::string>& values) {
   std::string summary;
   for (const auto& v : values) summary += bytes_field(1, v);
-  std::string e = key(1, 1) + double_bits(1.7e9);
+  std::string e = wall_time != 0 ? key(1, 1) + double_bits(wall_time) : "";
   if (step != 0) e += varint_field(2, static_cast<uint64_t>(step));
   return e + bytes_field(5, summary);
 }
-std::string file_version_event() { return key(1, 1) + double_bits(1.7e9) + bytes_field(3, "brain.Event:2"); }
+std::string event(long long step, const std::vector<std::string>& values) { return event_at(1.7e9, step, values); }
+std::string file_version_event_at(double wall_time) {
+  return key(1, 1) + double_bits(wall_time) + bytes_field(3, "brain.Event:2");
+}
+std::string file_version_event() { return file_version_event_at(1.7e9); }
 
 std::string masked_crc(const std::string& b) {
   return le(mask_crc32c(crc32c(reinterpret_cast<const uint8_t*>(b.data()), b.size())), 4);
@@ -531,6 +536,84 @@ TEST(TensorBoard, LatestRunFolderIsRead) {
       << warnings[0];
   // The run folder itself reads the same.
   EXPECT_EQ(read_tensorboard_scalars((tb / "20260102-0930").string(), default_tensorboard_tags(), nullptr), s);
+}
+
+// A file one launch wrote from `start`: file_version, then step k's loss `loss(k)` one second apart.
+std::string launch_file(double start, long long first, long long last, float (*loss)(long long)) {
+  std::string f = tfrecord(file_version_event_at(start));
+  for (long long step = first; step <= last; ++step)
+    f += tfrecord(event_at(start + double(step - first + 1), step,
+                           {simple_value("loss_metrics/global_avg_loss", loss(step))}));
+  return f;
+}
+float first_launch_loss(long long step) { return float(step); }
+float second_launch_loss(long long step) { return float(100 + step); }
+
+// torchtitan's resume within the minute it started: both launches' files in one run folder. The
+// second resumed from step 3's checkpoint, so it wrote steps 4 and 5 again.
+TEST(TensorBoard, AWindowKeepsTheEventsItsLaunchWrote) {
+  TempDir tmp;
+  const fs::path run = tmp.path() / "tb" / "20261202-1506";
+  const double t1 = 1.7e9, t2 = 1.7e9 + 60;
+  write(run / "events.out.tfevents.1700000000.host.10.0", launch_file(t1, 1, 5, first_launch_loss));
+  write(run / "events.out.tfevents.1700000060.host.11.0", launch_file(t2, 4, 8, second_launch_loss));
+  const std::string tb = (tmp.path() / "tb").string();
+  auto steps = [](const MetricSeries& s) {
+    std::vector<long long> out;
+    for (const auto& [step, values] : s) out.push_back(step);
+    return out;
+  };
+
+  // Without a window: both files, the later one's values winning (what meshtest read before).
+  MetricSeries all = read_tensorboard_scalars(tb, default_tensorboard_tags(), nullptr);
+  EXPECT_EQ(steps(all), (std::vector<long long>{1, 2, 3, 4, 5, 6, 7, 8}));
+  EXPECT_EQ(all[4].at("loss"), 104.0);
+
+  Warnings warnings;
+  MetricSeries first = read_tensorboard_scalars(tb, default_tensorboard_tags(), &warnings, TimeWindow{t1, t1 + 10});
+  EXPECT_EQ(steps(first), (std::vector<long long>{1, 2, 3, 4, 5}));
+  EXPECT_EQ(first[4].at("loss"), 4.0);
+  EXPECT_EQ(first[5].at("loss"), 5.0);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_TRUE(contains(warnings[0], "host.11.0: 5 events written outside this launch (wall time 1700000000.000 to "
+                                    "1700000010.000) left out"))
+      << warnings[0];
+
+  MetricSeries second = read_tensorboard_scalars(tb, default_tensorboard_tags(), nullptr, TimeWindow{t2, t2 + 10});
+  EXPECT_EQ(steps(second), (std::vector<long long>{4, 5, 6, 7, 8}));
+  EXPECT_EQ(second[4].at("loss"), 104.0);
+
+  // Both ends are inside: an event at the window's edge is kept.
+  EXPECT_EQ(steps(read_tensorboard_scalars(tb, default_tensorboard_tags(), nullptr, TimeWindow{t1 + 2, t1 + 4})),
+            (std::vector<long long>{2, 3, 4}));
+  // A window no event lies in reads nothing, and says why.
+  Warnings none_warnings;
+  EXPECT_TRUE(read_tensorboard_scalars(tb, default_tensorboard_tags(), &none_warnings, TimeWindow{1, 2}).empty());
+  EXPECT_EQ(none_warnings.size(), 2u);
+
+  // An event without a wall time cannot be placed: it is kept, whatever the window.
+  write(run / "events.out.tfevents.1700000120.host.12.0",
+        tfrecord(event_at(0, 42, {simple_value("loss_metrics/global_avg_loss", 0.5f)})));
+  EXPECT_EQ(read_tensorboard_scalars(tb, default_tensorboard_tags(), nullptr, TimeWindow{t1, t1 + 10}).count(42), 1u);
+}
+
+// Launches in different minutes: each window reads the run folder its launch wrote into.
+TEST(TensorBoard, AWindowPicksTheRunFolderItsLaunchWroteInto) {
+  TempDir tmp;
+  const fs::path tb = tmp.path() / "tb";
+  const double t1 = 1.7e9, t2 = 1.7e9 + 60;
+  write(tb / "20261202-1506" / "events.out.tfevents.1700000000.host.10.0", launch_file(t1, 1, 5, first_launch_loss));
+  write(tb / "20261202-1507" / "events.out.tfevents.1700000060.host.11.0", launch_file(t2, 6, 10, second_launch_loss));
+  write(tb / "20261202-1508" / "events.out.tfevents.1700000120.host.12.0", "damaged: not a record");
+  EXPECT_EQ(fs::path(tensorboard_run_folder(tb.string(), TimeWindow{t1, t1 + 10})).filename(), "20261202-1506");
+  EXPECT_EQ(fs::path(tensorboard_run_folder(tb.string(), TimeWindow{t2, t2 + 10})).filename(), "20261202-1507");
+  // Without a window, or when no folder holds an event inside it: the latest by name.
+  EXPECT_EQ(fs::path(tensorboard_run_folder(tb.string())).filename(), "20261202-1508");
+  EXPECT_EQ(fs::path(tensorboard_run_folder(tb.string(), TimeWindow{1, 2})).filename(), "20261202-1508");
+  MetricSeries first = read_tensorboard_scalars(tb.string(), default_tensorboard_tags(), nullptr, TimeWindow{t1, t1 + 10});
+  ASSERT_EQ(first.size(), 5u);
+  EXPECT_EQ(first.begin()->first, 1);
+  EXPECT_EQ(first.rbegin()->second.at("loss"), 5.0);
 }
 
 TEST(TensorBoard, FoldersWithoutEventFilesAreErrors) {

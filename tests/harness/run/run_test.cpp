@@ -15,6 +15,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "harness/run/run_fixture.h"
 #include "harness/shell.h"
@@ -237,6 +238,44 @@ cases:
   EXPECT_EQ(c["phases"][1]["first_failure"]["exit_code"], 7);
   EXPECT_FALSE(c["phases"][2]["ran"].get<bool>());
   EXPECT_EQ(c["reason"], "exit: phase load: rank 1 failed first with exit code 7");
+}
+
+// torchtitan's resume (issue 36): both launches share --dump_folder, and its TensorBoard run
+// folder is named by the minute (tb/20261202-1506/), so a resume within the minute writes its
+// event file next to the first launch's. Each phase's metrics are the events written during its
+// own launch: train reads steps 1-5, load 6-10, and resume_matches sees a resume.
+TEST_F(Run, PhasesSharingATensorBoardFolderEachReadTheEventsTheyWrote) {
+  matrix(R"(suite: s
+defaults:
+  outputs: {metrics: {from: tensorboard, path: "{case_dir}/tb"}}
+cases:
+  - name: full
+    command: [FAKE, --write-tb, "{case_dir}/tb/20261202-1506", '1', '10']
+  - name: resume
+    phases:
+      - {name: train, command: [FAKE, --write-tb, "{case_dir}/tb/20261202-1506", '1', '5']}
+      - {name: load, command: [FAKE, --write-tb, "{case_dir}/tb/20261202-1506", '6', '10']}
+    checks: [{resume_matches: {phase: load, baseline: full}}]
+)");
+  const Output o = meshtest("--ngpu 1");
+  const json c = case_of(summary(), "s/resume");
+  EXPECT_EQ(c["status"], "passed") << c["reason"] << "\n" << o.text;
+  EXPECT_EQ(o.rc, 0) << o.text;
+  size_t files = 0;
+  for (const auto& f : fs::directory_iterator(dir_ + "/out/s/resume/tb/20261202-1506")) files += !f.is_directory();
+  EXPECT_EQ(files, 2u) << "both launches wrote into the one run folder";
+  auto steps = [](const json& phase) {
+    std::vector<long long> out;
+    for (const auto& point : phase.value("curve", json::array())) out.push_back(point[0].get<long long>());
+    return out;
+  };
+  EXPECT_EQ(steps(c["phases"][0]), (std::vector<long long>{1, 2, 3, 4, 5}));
+  EXPECT_EQ(steps(c["phases"][1]), (std::vector<long long>{6, 7, 8, 9, 10}));
+  // Read again later from summary.json (its `metrics_window`), a phase still gets only its own events.
+  EXPECT_TRUE(c["phases"][0].contains("metrics_window")) << c["phases"][0].dump();
+  const std::string out = dir_ + "/out";
+  EXPECT_EQ(sh(kMeshtest + " golden export s/resume --phase train --out " + out).text, "1 9.5\n2 9\n3 8.5\n4 8\n5 7.5\n");
+  EXPECT_EQ(sh(kMeshtest + " golden export s/resume --out " + out).text, "6 7\n7 6.5\n8 6\n9 5.5\n10 5\n");
 }
 
 TEST_F(Run, ALostPortRaceIsRetriedWithANewPort) {
