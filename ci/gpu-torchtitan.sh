@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# On the (offline) GPU machine: the real torchtitan (pytorch/torchtitan e51e914, carried as source
+# in .deps/python with the pure-Python packages the image lacks) under meshtest's torchtitan
+# adapter: examples/torchtitan.yaml, every case that fits the machine's GPUs.
+# Carry: .deps/include .deps/pugixml .deps/python .deps/python-fallback .deps/torchtitan-assets
+# Results in $OUT: env-check.log, run.log, torchtitan-run.tgz (summary.json, junit.xml,
+# report.html, summary.md, every rank log and TensorBoard event file), losses_h200.txt (the
+# single case's losses, as `meshtest golden export` prints them).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+source ci/gpu-env.sh
+mkdir -p "${OUT:-build/cuda/results}" build/cuda/torchtitan
+out=$(cd "${OUT:-build/cuda/results}" && pwd)
+work=$(cd build/cuda/torchtitan && pwd)
+rm -rf "${work:?}"/*
+
+# torchtitan's imports, tokenizer and data set (CPU only) while meshtest builds.
+(source ci/gpu-torchtitan-env.sh) > "$out/env-check.log" 2>&1 &
+check=$!
+gpu_build meshtest
+wait "$check"; echo "torchtitan env check exit $?"; tail -n 3 "$out/env-check.log"
+TORCHTITAN_ENV_NOCHECK=1 source ci/gpu-torchtitan-env.sh
+
+# A device call ends at 600 s: meshtest gets what is left of ${CALL_LIMIT_S:-590} s less a minute
+# for the reports; on SIGTERM it stops the running case and still writes them.
+ngpu=$(nvidia-smi -L | wc -l)
+left=$(( ${CALL_LIMIT_S:-590} - SECONDS - 60 ))
+timeout --signal=TERM --kill-after=30 "$left" build/cuda/meshtest run examples/torchtitan.yaml --backend nccl --ngpu "$ngpu" --out "$work/run" --grace 10 \
+  > "$out/run.log" 2>&1
+rc=$?
+echo "examples/torchtitan.yaml on $ngpu GPU(s): meshtest exit $rc"
+tail -n 40 "$out/run.log"
+build/cuda/meshtest golden export torchtitan/single --out "$work/run" > "$out/losses_h200.txt" 2>&1
+
+dest=$work/torchtitan-run && mkdir -p "$dest"
+(cd "$work/run" && find . \( -name 'rank*.log' -o -name summary.json -o -name summary.md -o -name junit.xml \
+   -o -name report.html -o -name 'events.out.tfevents.*' -o -name '.metadata' \) -exec cp --parents {} "$dest/" \;)
+cp "$out/run.log" "$dest/"
+tar czf "$out/torchtitan-run.tgz" -C "$work" torchtitan-run
+exit "$rc"
