@@ -677,8 +677,11 @@ Phase build_phase(const ReadContext& ctx, const YAML::Node& where_node, const st
   p.argv = fill_command(ctx, command_node, f.command.value_or(adapter->default_command()), values);
   if (p.argv.empty()) ctx.error(where_node, "adapter '" + adapter->name() + "' has no default command; add command:");
   PhaseRequest request{f.model.value_or(""), layout, {}};
+  // An option's value is part of the command line: {matrix_dir} and the other load-time
+  // placeholders are filled there too, run-time ones ({case_dir}) when the phase runs.
   for (const auto& [key, v] : f.options)
-    request.options.push_back({key, v.is_flag ? std::optional<bool>(v.flag) : std::nullopt, v.text});
+    request.options.push_back({key, v.is_flag ? std::optional<bool>(v.flag) : std::nullopt,
+                               v.is_flag ? v.text : fill_command(ctx, v.node, {v.text}, values).front()});
   try {
     const auto args = adapter->phase_args(request);
     p.argv.insert(p.argv.end(), args.begin(), args.end());

@@ -186,6 +186,23 @@ TEST(MatrixLoad, MatrixDirIsTheMatrixFilesAbsoluteFolder) {
   EXPECT_EQ(s.cases[0].phases[0].argv[1], "{phase_dir}");  // a run-time placeholder, filled at launch
 }
 
+// An option's value is on the command line too: the same placeholders, the same errors.
+TEST(MatrixLoad, OptionValuesTakeThePlaceholdersOfTheCommand) {
+  const Suite s = load_suite_text("suite: s\ncases:\n  - name: a\n    command: [t]\n"
+                                  "    options: {assets: \"{matrix_dir}/assets\", out: \"{case_dir}/x\", n: \"{nproc}\"}\n",
+                                  "/opt/ci/matrices/m.yaml");
+  EXPECT_EQ(s.cases[0].phases[0].argv,
+            (std::vector<std::string>{"t", "--assets", "/opt/ci/matrices/assets", "--out", "{case_dir}/x", "--n", "1"}));
+  try {
+    load_suite_text("suite: s\ncases:\n  - {name: a, command: [t], options: {x: \"{phase_dri}\"}}\n", "m.yaml");
+    ADD_FAILURE() << "a misspelt placeholder in an option loaded";
+  } catch (const MatrixError& e) {
+    EXPECT_NE(std::string(e.what()).find("m.yaml:3:42: unknown placeholder {phase_dri} in command; did you mean {phase_dir}?"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(MatrixLoad, ForeignCommandsTakeArgvAndNgpu) {
   const Suite s = load(R"(
 suite: titan
