@@ -30,7 +30,7 @@ install_junit2json() {
     npm install --silent --no-audit --no-fund --prefix "$dir" junit2json@4.0.0 >/dev/null ||
       echo "setup-deps: NOTICE: npm install failed (registry unreachable?); the tests skip their junit2json step"
   fi
-  # action-validator checks .github/workflows/*.yml (ci/validate-workflows.sh, CTest workflows_validate).
+  # action-validator checks .github/workflows/*.yml and action.yml (ci/validate-workflows.sh, CTest workflows_validate).
   if [ ! -x "$dir/node_modules/.bin/action-validator" ]; then
     echo "setup-deps: npm install @action-validator/cli@0.6.0 into .deps/npm"
     npm install --silent --no-audit --no-fund --prefix "$dir" \

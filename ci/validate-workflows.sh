@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Validates every GitHub Actions workflow (.github/workflows/*.yml, *.yaml) against the workflow
-# schema with action-validator (npm @action-validator/cli, installed into .deps/npm by
-# ci/setup-deps.sh). Exits 1 if any file has an error, 0 if all are valid.
+# schema, and the repository's own action (action.yml at the root) against the action schema, with
+# action-validator (npm @action-validator/cli, installed into .deps/npm by ci/setup-deps.sh; a file
+# named action.yml or action.yaml is read as an action, any other as a workflow).
+# Exits 1 if any file has an error, 0 if all are valid.
 # If the validator is not installed, prints a notice and exits 0 (skipped).
-# Usage: ci/validate-workflows.sh [WORKFLOW.yml...]   (no argument: every workflow)
+# Usage: ci/validate-workflows.sh [FILE.yml...]   (no argument: every workflow and action.yml)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 validator="$root/.deps/npm/node_modules/.bin/action-validator"
@@ -22,6 +24,11 @@ if [ ${#files[@]} -eq 0 ]; then
     echo "validate-workflows: no workflow files in $root/.github/workflows" >&2
     exit 1
   fi
+  if [ ! -f "$root/action.yml" ]; then
+    echo "validate-workflows: no $root/action.yml (the meshtest action)" >&2
+    exit 1
+  fi
+  files+=("$root/action.yml")
 fi
 
 failed=0
