@@ -23,14 +23,14 @@ export LSAN_OPTIONS="suppressions=$PWD/ci/lsan.supp:print_suppressions=0"
 export UBSAN_OPTIONS="log_path=$reports/ubsan:print_stacktrace=1:halt_on_error=1"
 # 1. Every harness test, except: the paths test's real meshtrain runs (ci/test.sh runs them unsanitized);
 #    the rank out of memory (ASan reserves terabytes of address space for its shadow, so no
-#    `ulimit -v` run can start under it); the gigabyte of log (it bounds meshtest's RSS, which
+#    `ulimit -v` run can start under it); harness_install (it builds the unsanitized harness preset); the gigabyte of log (it bounds meshtest's RSS, which
 #    ASan's 256 MB quarantine outgrows). Suites of unbuilt executables (*_NOT_BUILT) are left out.
 # 2. A few multi-rank trainer tests: FSDP, DDP and mixed precision over 4 ranks, a killed rank,
 #    a resume, corrupt and unwritable checkpoints, the harness contract files (every trainer
 #    test under ASan takes 3 to 10 times as long; the 72 layouts would take an hour).
 status=0
 ctest --preset asan -j 2 --timeout 900 --output-junit "$PWD/build/asan/ctest-junit.xml" \
-  -E '^(MeshtrainCli|DataParallel|Checkpoint\.|Layouts/|Forms/Paths|examples_pytorch|hf_numerics|workflows_validate|readme_quickstart)|_NOT_BUILT|Run\.ARankOutOfMemory|Run\.AGigabyte|slurm/Slurm\.(ACpuSubset|SlurmsOwnTimeLimit)' \
+  -E '^(MeshtrainCli|DataParallel|Checkpoint\.|Layouts/|Forms/Paths|examples_pytorch|hf_numerics|workflows_validate|readme_quickstart|harness_install)|_NOT_BUILT|Run\.ARankOutOfMemory|Run\.AGigabyte|slurm/Slurm\.(ACpuSubset|SlurmsOwnTimeLimit)' \
   "$@" || status=1
 ctest --preset asan -j 2 --timeout 900 --output-junit "$PWD/build/asan/ctest-junit-trainer.xml" \
   -R '^(MeshtrainCli\.(WritesTheHarnessContractFiles|AFailingRankRecordsItsErrorWhereTheLauncherAsks)|DataParallel\.(FsdpKeepsAQuarterOfTheBytesOnFourRanks|ReplicasEndBitwiseEqual|KilledRankMakesThePeersFailNotHang|MixedPrecisionComputesInBfloat16AndReducesInFloat32)|Checkpoint\.(ResumeOnTheSameMeshIsBitwiseEqual|CorruptInputsGiveOneClearErrorNamingFileAndKey|AnUnwritableCheckpointFolderIsRefusedBeforeTraining))$' \

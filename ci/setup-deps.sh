@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(
-  build-essential cmake ninja-build pkg-config git ccache
+  build-essential cmake ninja-build pkg-config git ccache dpkg-dev  # dpkg-dev: the .deb's Depends (dpkg-shlibdeps)
   libtorch-dev libgloo-dev libopenblas0-openmp
   libyaml-cpp-dev nlohmann-json3-dev libboost-dev libboost-filesystem-dev
   libgtest-dev libgmock-dev libcli11-dev libpugixml-dev

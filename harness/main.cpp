@@ -19,6 +19,7 @@
 
 #include "meshtrain/adapter.h"
 #include "torchtitan/adapter.h"
+#include "version.h"
 #include "bisect.h"
 #include "judge/checks.h"
 #include "ckpt_cli.h"
@@ -236,6 +237,7 @@ int run_matrix(Selection sel, RunOptions opt, bool dry_run, int ngpu, const char
   opt.progress = ::isatty(2) && !std::getenv("CI");
   // The shard is chosen before probing, so every machine of a sharded run splits the same way.
   const std::vector<const Case*> selected = select_shard(suites, sel, opt, history);
+  apply_program_problems(suites, selected);
   apply_requirements(suites, selected, {opt.backend, opt.devices});
   const Plan plan = plan_run(selected, opt, history);
 
@@ -683,6 +685,7 @@ int main(int argc, char** argv) {
   register_meshtrain_adapter(trainer_adapters());
   register_torchtitan_adapter(trainer_adapters());
   CLI::App app{"meshtest: a matrix runner for distributed-training CI (docs/matrix.md)", "meshtest"};
+  app.set_version_flag("--version", std::string("meshtest ") + meshtest_version());
   app.require_subcommand(1);
   const std::vector<Subcommand> subcommands = {
       add_run(app, argv[0]), add_list(app),  add_show(app),   add_launch(app), add_slurm_task(app),

@@ -84,6 +84,10 @@ class TrainerAdapter {
   virtual std::string how_to_report(const std::string& metric) const = 0;
   // Run-time placeholders it defines for every command, e.g. {"mytrainer", "/path/to/binary"}.
   virtual std::vector<std::pair<std::string, std::string>> placeholders() const = 0;
+  // Why the program behind its placeholders cannot run on this machine ("" when it can), e.g.
+  // a meshtest built without meshtrain: cases whose command uses a placeholder are then skipped
+  // with this reason, or the run stops when every selected case would be.
+  virtual std::string program_problem() const { return ""; }
 };
 
 // The adapters this process knows, by name.

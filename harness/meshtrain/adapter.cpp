@@ -169,6 +169,15 @@ class MeshtrainAdapter : public TrainerAdapter {
     return {{"meshtrain", meshtrain_binary()}};
   }
 
+  std::string program_problem() const override {
+    const std::string binary = meshtrain_binary();
+    std::error_code ec;
+    if (binary.find('/') != std::string::npos ? fs::exists(binary, ec) : !bp::search_path(binary).empty()) return "";
+    return "needs meshtrain, which is not at " + binary +
+           " (a meshtest built or installed without it): pass --meshtrain PATH, set $MESHTEST_MESHTRAIN, or put "
+           "meshtrain on PATH";
+  }
+
  private:
   const nlohmann::json& description() const {
     std::call_once(asked_, [this] { description_ = describe_(); });
@@ -185,7 +194,11 @@ std::string meshtrain_binary() {
   if (const char* env = std::getenv("MESHTEST_MESHTRAIN"); env && *env) return env;
   std::error_code ec;
   const auto exe = fs::read_symlink("/proc/self/exe", ec);
-  return ((ec ? fs::path(".") : exe.parent_path()) / "meshtrain").string();
+  const fs::path beside = (ec ? fs::path(".") : exe.parent_path()) / "meshtrain";
+  if (fs::exists(beside, ec)) return beside.string();
+  // A meshtest installed on its own finds a meshtrain installed elsewhere on PATH.
+  const auto on_path = bp::search_path("meshtrain");
+  return on_path.empty() ? beside.string() : on_path.string();
 }
 
 void use_meshtrain_binary(const std::string& path) {

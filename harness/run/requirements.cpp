@@ -22,6 +22,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "core/adapters.h"
 #include "run/launch.h"
 
 namespace meshtest {
@@ -322,6 +323,40 @@ ProbeReport apply_requirements(std::vector<Suite>& suites, const std::vector<con
     for (const auto& line : report.unmet) std::fprintf(log, "  %s\n", line.c_str());
   }
   return report;
+}
+
+size_t apply_program_problems(std::vector<Suite>& suites, const std::vector<const Case*>& selected, std::FILE* log) {
+  std::vector<std::pair<std::string, std::string>> problems;  // "{placeholder}" -> why its program cannot run
+  for (const auto& name : trainer_adapters().names()) {
+    const TrainerAdapter* adapter = trainer_adapters().find(name);
+    const std::string problem = adapter->program_problem();
+    if (problem.empty()) continue;
+    for (const auto& [placeholder, value] : adapter->placeholders()) problems.emplace_back("{" + placeholder + "}", problem);
+  }
+  if (problems.empty()) return 0;
+  std::map<std::string, std::string> reasons;
+  size_t runnable = 0;
+  for (const Case* c : selected) {
+    if (c->expect.kind == Expectation::kSkip) continue;
+    std::string reason;
+    for (const auto& phase : c->phases)
+      for (const auto& arg : phase.argv)
+        for (const auto& [placeholder, problem] : problems)
+          if (arg.find(placeholder) != std::string::npos) reason = problem;
+    if (reason.empty()) {
+      ++runnable;
+    } else {
+      reasons[c->id] = reason;
+    }
+  }
+  if (reasons.empty()) return 0;
+  if (runnable == 0)
+    throw std::runtime_error("every selected case " + reasons.begin()->second);
+  const size_t skipped = skip_cases(suites, reasons);
+  if (log)
+    std::fprintf(log, "meshtest: %zu case%s skipped: %s\n", skipped, skipped == 1 ? "" : "s",
+                 reasons.begin()->second.c_str());
+  return skipped;
 }
 
 }  // namespace meshtest

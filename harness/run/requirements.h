@@ -59,4 +59,11 @@ void apply_skip_tags(std::vector<Suite>& suites, const std::vector<std::string>&
 ProbeReport apply_requirements(std::vector<Suite>& suites, const std::vector<const Case*>& selected,
                                const ProbeHost& host, std::FILE* log = stderr);
 
+// Cases whose command runs an adapter's program that cannot run here (its program_problem(),
+// e.g. a meshtest installed without meshtrain) are skipped with that problem as the reason, and
+// the cases judged against them; one line on `log` says so. When that is every selected case
+// still to run, throws std::runtime_error with the problem instead: nothing could be judged.
+size_t apply_program_problems(std::vector<Suite>& suites, const std::vector<const Case*>& selected,
+                              std::FILE* log = stderr);
+
 }  // namespace meshtest

@@ -1,0 +1,20 @@
+# Writes meshtest.1 from the binary's own --help and every subcommand's (cmake -P; install.cmake).
+function(verbatim text out)  # a block that man shows as written: backslashes and leading dots escaped
+  string(REPLACE "\\" "\\e" text "${text}")
+  string(REGEX REPLACE "(^|\n)([.'])" "\\1\\\\&\\2" text "${text}")
+  set(${out} ".nf\n${text}.fi\n" PARENT_SCOPE)
+endfunction()
+
+execute_process(COMMAND ${MESHTEST} --help OUTPUT_VARIABLE top)
+string(REGEX MATCH "Subcommands:.*" listing "${top}")
+string(REGEX MATCHALL "\n  [a-z-]+" names "${listing}")
+verbatim("${top}" block)
+set(page ".TH MESHTEST 1 \"\" \"meshtest ${VERSION}\" \"User Commands\"\n.SH NAME\nmeshtest \\- a matrix runner for distributed-training CI\n.SH SYNOPSIS\n${block}")
+foreach(name IN LISTS names)
+  string(STRIP "${name}" name)
+  execute_process(COMMAND ${MESHTEST} ${name} --help OUTPUT_VARIABLE help)
+  verbatim("${help}" block)
+  string(APPEND page ".SH \"meshtest ${name}\"\n${block}")
+endforeach()
+string(APPEND page ".SH SEE ALSO\n/usr/share/doc/meshtest/: matrix.md, checks.md, foreign-trainers.md, install.md\n")
+file(WRITE ${OUT} "${page}")

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# meshtest as a user installs it, from this checkout:
+#  1. the `harness` preset (no LibTorch, no meshtrain) configures and builds; ldd shows no torch;
+#  2. cpack makes meshtest_<version>_amd64.deb; its Depends come from dpkg-shlibdeps;
+#  3. `cmake --install` into a fresh prefix, and from that prefix alone (a clean environment: no
+#     build tree on PATH, another working directory) examples/pytorch.yaml runs: its PyTorch cases
+#     judged as in the tree, the case that needs meshtrain skipped with how to point at one, and
+#     a matrix that is all meshtrain refused with that message (exit 2).
+# Exit 77 (skipped) where python3 lacks torch. Usage: harness_install_test.sh SOURCE_DIR WORK_DIR
+set -uo pipefail
+src=$(cd "$1" && pwd) work=$2
+fail() { echo "harness_install: FAIL: $*"; exit 1; }
+rm -rf "$work" && mkdir -p "$work" && work=$(cd "$work" && pwd)
+cd "$src"
+
+start=$SECONDS
+cmake --preset harness > "$work/configure.log" 2>&1 || { cat "$work/configure.log"; fail "cmake --preset harness"; }
+cmake --build --preset harness > "$work/build.log" 2>&1 || { tail -n 30 "$work/build.log"; fail "cmake --build --preset harness"; }
+echo "harness_install: configure + build of the harness preset: $((SECONDS - start)) s"
+binary=build/harness/meshtest
+! ldd "$binary" | grep -i -E 'torch|c10|gloo' || fail "the harness build links LibTorch"
+version=$("$binary" --version) || fail "meshtest --version"
+echo "harness_install: $version; $(ldd "$binary" | wc -l) shared libraries, none of LibTorch"
+
+cpack --preset harness -B "$work/packages" > "$work/cpack.log" 2>&1 || { cat "$work/cpack.log"; fail "cpack --preset harness"; }
+deb=$(ls "$work"/packages/meshtest_*_amd64.deb 2>/dev/null | head -n 1)
+[ -n "$deb" ] || { cat "$work/cpack.log"; fail "no meshtest_<version>_amd64.deb"; }
+depends=$(dpkg-deb -f "$deb" Depends)
+echo "harness_install: $(basename "$deb"), $(du -k "$deb" | cut -f1) KiB, Depends: $depends"
+[[ $depends == *libyaml-cpp* && $depends != *torch* ]] || fail "Depends should name yaml-cpp and no torch: $depends"
+dpkg-deb -c "$deb" | grep -q './usr/bin/meshtest$' || fail "the package has no /usr/bin/meshtest"
+dpkg-deb -c "$deb" | grep -q 'usr/share/man/man1/meshtest.1' || fail "the package has no man page"
+
+prefix=$work/prefix
+cmake --install build/harness --prefix "$prefix" --component meshtest > "$work/install.log" 2>&1 ||
+  { cat "$work/install.log"; fail "cmake --install"; }
+if ! python3 -c 'import torch' 2>/dev/null; then
+  echo "harness_install: python3 lacks torch; the example run is skipped"
+  exit 77
+fi
+run_dir=$(mktemp -d)
+cd "$run_dir"
+clean_env=(env -i HOME="$HOME" PATH=/usr/local/bin:/usr/bin:/bin LANG=C.UTF-8 CI=true)
+"${clean_env[@]}" "$prefix/bin/meshtest" run "$prefix/share/meshtest/examples/pytorch.yaml" --out out \
+  -k none -k canary_seed -k legacy_log -k keys_vs_meshtrain > run.log 2>&1
+rc=$?
+cat run.log
+[ "$rc" = 0 ] || fail "the example from the prefix exited $rc"
+grep -q "passed    pytorch/none" run.log || fail "pytorch/none did not pass"
+grep -q "passed    pytorch/canary_seed" run.log || fail "the canary was not caught"
+grep -q "skipped   pytorch/keys_vs_meshtrain.*needs meshtrain.*--meshtrain PATH" run.log ||
+  fail "keys_vs_meshtrain should be skipped saying how to point at meshtrain"
+"${clean_env[@]}" "$prefix/bin/meshtest" run --out out2 > default.log 2>&1
+rc=$?
+[ "$rc" = 2 ] && grep -q "needs meshtrain" default.log || { cat default.log; fail "the built-in (meshtrain) matrix should stop with exit 2 naming meshtrain, got $rc"; }
+echo "harness_install: from $prefix alone: the example's cases as in the tree; meshtrain's absence named"
