@@ -4,7 +4,8 @@
 #   <prefix>/share/meshtest/test_matrix/       the shipped matrices
 #   <prefix>/share/meshtest/examples/          the example trainers and their matrices
 #   <prefix>/share/doc/meshtest/               docs/ (without the reference runs)
-#   <prefix>/bin/meshtrain, <prefix>/share/meshtest/data/   (component meshtrain, when built)
+#   <prefix>/share/meshtest/data/              the shipped corpora (the examples' and meshtrain's)
+#   <prefix>/bin/meshtrain                     (component meshtrain, when built; it reads share/meshtest/data)
 include(GNUInstallDirs)
 
 install(TARGETS meshtest RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT meshtest)
@@ -13,6 +14,9 @@ install(DIRECTORY examples/ DESTINATION ${CMAKE_INSTALL_DATADIR}/meshtest/exampl
         USE_SOURCE_PERMISSIONS PATTERN __pycache__ EXCLUDE)
 install(DIRECTORY docs/ DESTINATION ${CMAKE_INSTALL_DOCDIR} COMPONENT meshtest PATTERN reference-runs EXCLUDE)
 install(FILES README.md DESTINATION ${CMAKE_INSTALL_DOCDIR} COMPONENT meshtest)
+# The shipped corpora: meshtrain's data and the PyTorch example's (share/meshtest/data).
+install(FILES trainer/data/corpus.txt trainer/data/validation.txt
+        DESTINATION ${CMAKE_INSTALL_DATADIR}/meshtest/data COMPONENT meshtest)
 
 # The man page is meshtest's own --help, made by the binary just built.
 set(MESHTEST_MAN_PAGE ${CMAKE_BINARY_DIR}/meshtest.1)
@@ -25,8 +29,6 @@ install(FILES ${MESHTEST_MAN_PAGE} DESTINATION ${CMAKE_INSTALL_MANDIR}/man1 COMP
 
 if(MESHTEST_TRAINER)
   install(TARGETS meshtrain RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT meshtrain)
-  install(FILES trainer/data/corpus.txt trainer/data/validation.txt
-          DESTINATION ${CMAKE_INSTALL_DATADIR}/meshtest/data COMPONENT meshtrain)
 endif()
 
 # ---- Debian packages (cpack): meshtest_<version>_amd64.deb, and meshtrain_... when built ----
@@ -54,4 +56,5 @@ set(CPACK_DEBIAN_PACKAGE_SECTION devel)
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 # The examples' trainers are Python programs; meshtest itself needs no Python.
 set(CPACK_DEBIAN_MESHTEST_PACKAGE_SUGGESTS "python3, python3-torch")
+set(CPACK_DEBIAN_MESHTRAIN_PACKAGE_DEPENDS "meshtest (= ${PROJECT_VERSION})")  # its corpora are in meshtest's
 include(CPack)

@@ -6,7 +6,7 @@
 #     build tree on PATH, another working directory) examples/pytorch.yaml runs: its PyTorch cases
 #     judged as in the tree, the case that needs meshtrain skipped with how to point at one, and
 #     a matrix that is all meshtrain refused with that message (exit 2).
-# Exit 77 (skipped) where python3 lacks torch. Usage: harness_install_test.sh SOURCE_DIR WORK_DIR
+# Exit 77 (skipped) where no Python imports torch (examples/pytorch/python.sh). Usage: harness_install_test.sh SOURCE_DIR WORK_DIR
 set -uo pipefail
 src=$(cd "$1" && pwd) work=$2
 fail() { echo "harness_install: FAIL: $*"; exit 1; }
@@ -28,21 +28,23 @@ deb=$(ls "$work"/packages/meshtest_*_amd64.deb 2>/dev/null | head -n 1)
 depends=$(dpkg-deb -f "$deb" Depends)
 echo "harness_install: $(basename "$deb"), $(du -k "$deb" | cut -f1) KiB, Depends: $depends"
 [[ $depends == *libyaml-cpp* && $depends != *torch* ]] || fail "Depends should name yaml-cpp and no torch: $depends"
-dpkg-deb -c "$deb" | grep -q './usr/bin/meshtest$' || fail "the package has no /usr/bin/meshtest"
-dpkg-deb -c "$deb" | grep -q 'usr/share/man/man1/meshtest.1' || fail "the package has no man page"
+contents=$(dpkg-deb -c "$deb")
+grep -q './usr/bin/meshtest$' <<< "$contents" || fail "the package has no /usr/bin/meshtest"
+grep -q './usr/share/man/man1/meshtest.1' <<< "$contents" || fail "the package has no man page"
+grep -q './usr/share/meshtest/examples/pytorch.yaml$' <<< "$contents" || fail "the package has no examples"
 
 prefix=$work/prefix
 cmake --install build/harness --prefix "$prefix" --component meshtest > "$work/install.log" 2>&1 ||
   { cat "$work/install.log"; fail "cmake --install"; }
-if ! python3 -c 'import torch' 2>/dev/null; then
-  echo "harness_install: python3 lacks torch; the example run is skipped"
+if ! bash "$prefix/share/meshtest/examples/pytorch/python.sh" -c 'import torch' 2>/dev/null; then
+  echo "harness_install: no Python here imports torch; the example run is skipped"
   exit 77
 fi
 run_dir=$(mktemp -d)
 cd "$run_dir"
 clean_env=(env -i HOME="$HOME" PATH=/usr/local/bin:/usr/bin:/bin LANG=C.UTF-8 CI=true)
 "${clean_env[@]}" "$prefix/bin/meshtest" run "$prefix/share/meshtest/examples/pytorch.yaml" --out out \
-  -k none -k canary_seed -k legacy_log -k keys_vs_meshtrain > run.log 2>&1
+  --id pytorch/none --id pytorch/canary_seed --id pytorch/legacy_log --id pytorch/keys_vs_meshtrain > run.log 2>&1
 rc=$?
 cat run.log
 [ "$rc" = 0 ] || fail "the example from the prefix exited $rc"
