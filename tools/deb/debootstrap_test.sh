@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# The .deb the way a user meets it: a clean Debian 12 root made by debootstrap, the package
+# installed there with `apt-get install ./meshtest_<version>_amd64.deb` (apt resolves Depends) and
+# Debian's python3-torch, then `meshtest run /usr/share/meshtest/examples/pytorch.yaml` inside
+# that root. Its verdicts are compared case by case with a run of the same matrix from the build
+# tree. The root sees nothing of this machine but the .deb copied in: no build tree, no checkout.
+# Needs root, network to deb.debian.org, about 10 minutes and 2 GB. Not part of CTest
+# (harness_install is its cheaper twin there).
+# Usage: tools/deb/debootstrap_test.sh DEB IN_TREE_MESHTEST WORK_DIR
+set -uo pipefail
+deb=$(realpath "$1") meshtest=$(realpath "$2") work=$3
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+root=$work/root
+fail() { echo "debootstrap_test: FAIL: $*"; exit 1; }
+mkdir -p "$work"
+if [ ! -x "$root/usr/bin/apt-get" ]; then
+  start=$SECONDS
+  debootstrap --variant=minbase bookworm "$root" http://deb.debian.org/debian > "$work/debootstrap.log" 2>&1 ||
+    { tail -n 20 "$work/debootstrap.log"; fail debootstrap; }
+  echo "debootstrap_test: a clean bookworm root in $((SECONDS - start)) s"
+fi
+cleanup() { umount "$root/proc" "$root/dev/shm" 2>/dev/null; }
+trap cleanup EXIT
+mount -t proc proc "$root/proc" && mount -t tmpfs tmpfs "$root/dev/shm" || fail "mounting /proc and /dev/shm in the root"
+cp /etc/resolv.conf "$root/etc/resolv.conf"
+cp "$deb" "$root/tmp/"
+in_root() { chroot "$root" /usr/bin/env -i HOME=/root PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 CI=true "$@"; }
+in_root bash -c "test ! -e '$repo' && test ! -e '$(dirname "$meshtest")'" || fail "the build tree is visible in the root"
+start=$SECONDS
+in_root bash -c "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+  /tmp/$(basename "$deb") python3-torch" > "$work/apt.log" 2>&1 || { tail -n 20 "$work/apt.log"; fail "apt-get install"; }
+echo "debootstrap_test: apt-get install ./$(basename "$deb") python3-torch in $((SECONDS - start)) s"
+in_root dpkg -s meshtest | grep -E '^(Version|Depends):'
+in_root bash -c "command -v meshtest && meshtest --version && ls /usr/share/meshtest && man -w meshtest 2>/dev/null; \
+  test -f /usr/share/man/man1/meshtest.1.gz && echo 'man page: /usr/share/man/man1/meshtest.1.gz'"
+in_root bash -c "rm -rf /root/run && cd /root && meshtest run /usr/share/meshtest/examples/pytorch.yaml --out run" \
+  > "$work/in-root.log" 2>&1
+echo "debootstrap_test: in the root, meshtest exit $?"; tail -n 22 "$work/in-root.log"
+cp "$root/root/run/summary.json" "$work/in-root-summary.json"
+(cd "$repo" && "$meshtest" run examples/pytorch.yaml --out "$work/in-tree" > "$work/in-tree.log" 2>&1)
+echo "debootstrap_test: in the tree, meshtest exit $?"
+python3 - "$work/in-root-summary.json" "$work/in-tree/summary.json" <<'PY'
+import json, sys
+def verdicts(p):
+    return {c["id"]: c.get("status") for c in json.load(open(p))["cases"]}
+root, tree = verdicts(sys.argv[1]), verdicts(sys.argv[2])
+for case in sorted(set(root) | set(tree)):
+    mark = "" if root.get(case) == tree.get(case) else "   <- differs"
+    print(f"  {case:34} root {root.get(case)!s:9} tree {tree.get(case)!s:9}{mark}")
+same = sum(root.get(c) == tree.get(c) for c in set(root) | set(tree))
+print(f"debootstrap_test: {same} of {len(set(root) | set(tree))} verdicts the same")
+PY
