@@ -36,8 +36,8 @@ in_root bash -c "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get in
   $in_root_debs python3-torch" > "$work/apt.log" 2>&1 || { tail -n 20 "$work/apt.log"; fail "apt-get install"; }
 echo "debootstrap_test: apt-get install$in_root_debs python3-torch in $((SECONDS - start)) s"
 for d in "${debs[@]}"; do in_root dpkg -s "$(dpkg-deb -f "$d" Package)" | grep -E '^(Package|Version|Depends):'; done
-in_root bash -c "command -v meshtest && meshtest --version && ls /usr/share/meshtest && man -w meshtest 2>/dev/null; \
-  test -f /usr/share/man/man1/meshtest.1.gz && echo 'man page: /usr/share/man/man1/meshtest.1.gz'"
+in_root bash -c "command -v meshtest && meshtest --version && ls /usr/share/meshtest && true; \
+  ls /usr/share/man/man1/meshtest.1*"
 in_root bash -c "rm -rf /root/run && cd /root && meshtest run /usr/share/meshtest/examples/pytorch.yaml --out run" \
   > "$work/in-root.log" 2>&1
 echo "debootstrap_test: in the root, meshtest exit $?"; tail -n 22 "$work/in-root.log"
