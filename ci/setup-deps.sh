@@ -6,7 +6,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config git ccache dpkg-dev  # dpkg-dev: the .deb's Depends (dpkg-shlibdeps)
   libtorch-dev libgloo-dev libopenblas0-openmp
-  libyaml-cpp-dev nlohmann-json3-dev libboost-dev libboost-filesystem-dev
+  libyaml-cpp-dev nlohmann-json3-dev libboost-dev libboost-filesystem-dev libsqlite3-dev
   libgtest-dev libgmock-dev libcli11-dev libpugixml-dev
   libxml2-utils python3 python3-junitparser
   python3-torch clang-14 libfuzzer-14-dev

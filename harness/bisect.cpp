@@ -1,4 +1,5 @@
 #include "bisect.h"
+#include "core/git.h"
 
 #include <boost/process.hpp>
 #include <nlohmann/json.hpp>
@@ -35,29 +36,6 @@ struct Interrupted {
 };
 
 // `git -C repo ARGS...`: exit code and stdout + stderr.
-struct GitOutput {
-  int code;
-  std::string text;
-};
-
-// In the C locale (its answers are read as English text) and in a process group of its
-// own, so that a Ctrl-C meant for meshtest does not cut a checkout in half.
-GitOutput git(const std::string& repo, const std::vector<std::string>& args) {
-  std::vector<std::string> all = {"-C", repo};
-  all.insert(all.end(), args.begin(), args.end());
-  bp::environment env = boost::this_process::environment();
-  env.set("LC_ALL", "C");  // set()/erase(), not operator[]/find(): see RankGroup's constructor
-  env.erase("LANGUAGE");
-  bp::ipstream pipe;
-  bp::group own;
-  bp::child c(bp::search_path("git"), bp::args = all, env, (bp::std_out & bp::std_err) > pipe, bp::std_in < bp::null,
-              own);
-  std::string text, line;
-  while (std::getline(pipe, line)) text += line + "\n";
-  c.wait();
-  return {c.exit_code(), text};
-}
-
 std::string git_ok(const std::string& repo, const std::vector<std::string>& args) {
   const GitOutput g = git(repo, args);
   if (g.code != 0 && g_stop_signal != 0) throw Interrupted{g_stop_signal};

@@ -20,6 +20,8 @@
 #include "meshtrain/adapter.h"
 #include "torchtitan/adapter.h"
 #include "version.h"
+#include "history/history.h"
+#include "history/record.h"
 #include "bisect.h"
 #include "judge/checks.h"
 #include "ckpt_cli.h"
@@ -206,6 +208,45 @@ void print_plan(const Plan& plan, const RunOptions& opt) {
 // `path` made absolute against the working directory, `.` and `..` folded, symlinks kept.
 std::string absolute_path(const std::string& path) { return fs::absolute(path).lexically_normal().string(); }
 
+// ---- run history (docs/history.md) ----------------------------------------------------
+
+std::string history_from_environment() {
+  const char* env = std::getenv("MESHTEST_HISTORY");
+  return env ? env : "";
+}
+
+// --history and --commit (run, merge, rerun-failed).
+void add_history_options(CLI::App& cmd, std::string& history, std::string& commit) {
+  cmd.add_option("--history", history, "SQLite run history to append this run to (default: $MESHTEST_HISTORY; docs/history.md)");
+  cmd.add_option("--commit", commit, "The commit recorded with the run (default: git rev-parse HEAD in the matrix's folder)");
+}
+
+// Expected seconds per case: the medians of the history's last runs where it has them, else
+// the durations of an earlier summary.json (by default this --out's), else estimates.
+std::map<std::string, double> expected_durations(const RunOptions& opt) {
+  auto durations = load_durations(opt.durations);
+  if (opt.history.empty() || !fs::exists(opt.history)) return durations;
+  try {
+    for (const auto& [id, seconds] : History(opt.history).median_durations(5)) durations[id] = seconds;
+  } catch (const HistoryError& e) {
+    std::fprintf(stderr, "meshtest: warning: durations not read from the history: %s\n", e.what());
+  }
+  return durations;
+}
+
+// Appends the run to the history (when there is one) and notes the cases that drifted.
+void record_in_history(json& summary, const std::string& history, const std::string& commit,
+                       const std::vector<std::string>& matrices) {
+  if (!summary.contains("run_id")) summary["run_id"] = new_run_id(summary.value("hostname", ""));
+  if (history.empty()) return;
+  const std::string repo = matrices.empty() ? fs::current_path().string() : fs::path(matrices.front()).parent_path().string();
+  const auto drift = record_run(history, summary, run_identity(summary, commit, repo, meshtest_version()));
+  add_drift_notes(summary, drift);
+  for (const auto& [id, finding] : drift)
+    std::fprintf(stderr, "meshtest: drift: %s passed but left the band of its recent green runs: %s\n", id.c_str(),
+                 finding.describe().c_str());
+}
+
 // `meshtest run`: select, plan, launch, check, report.
 int run_matrix(Selection sel, RunOptions opt, bool dry_run, int ngpu, const char* argv0,
                const std::vector<std::string>& skip_tags = {}) {
@@ -213,6 +254,8 @@ int run_matrix(Selection sel, RunOptions opt, bool dry_run, int ngpu, const char
   // directory than meshtest's (Slurm's --chdir, a command's own cd), and checks read the
   // files back from wherever meshtest was started. A bare program name is looked up in PATH.
   opt.out_dir = absolute_path(opt.out_dir);
+  if (!opt.durations.empty()) opt.durations = absolute_path(opt.durations);
+  if (opt.history.empty()) opt.history = history_from_environment();
   if (!opt.history.empty()) opt.history = absolute_path(opt.history);
   auto suites = load_all(sel.matrices);
   apply_skip_tags(suites, skip_tags);
@@ -220,8 +263,8 @@ int run_matrix(Selection sel, RunOptions opt, bool dry_run, int ngpu, const char
   if (ngpu < 0) ngpu = opt.launcher == "slurm" ? 1024 : default_devices(opt.backend);
   opt.devices = ngpu;
   opt.slurm.gpus = opt.backend == "nccl";
-  if (opt.history.empty()) opt.history = (fs::path(opt.out_dir) / "summary.json").string();
-  const auto history = load_durations(opt.history);
+  if (opt.durations.empty()) opt.durations = (fs::path(opt.out_dir) / "summary.json").string();
+  const auto history = expected_durations(opt);
   std::string files;
   for (const auto& m : sel.matrices) files += " " + shell_quote(m);
   for (const auto& m : sel.matrices) opt.matrices.push_back(absolute_path(m));
@@ -252,7 +295,9 @@ int run_matrix(Selection sel, RunOptions opt, bool dry_run, int ngpu, const char
   std::fprintf(stderr, "meshtest: %zu cases on %d %s (%s), output in %s\n", plan.cases.size(), opt.devices,
                opt.backend == "nccl" ? "GPUs" : "CPU slots", opt.backend.c_str(), opt.out_dir.c_str());
   const RunResult result = run_cases(plan, opt);
-  write_summary(summary_json(result, opt), (fs::path(opt.out_dir) / "summary.json").string());
+  json summary = summary_json(result, opt);
+  record_in_history(summary, opt.history, opt.commit, opt.matrices);
+  write_summary(summary, (fs::path(opt.out_dir) / "summary.json").string());
   const int reports = render_reports(opt.out_dir, false);
   if (reports != 0) return reports;
   if (result.interrupted_by != 0) return 128 + result.interrupted_by;
@@ -354,7 +399,8 @@ int diff_cases(const std::string& dir, const std::string& a, const std::string& 
 }
 
 // Shards of one matrix (or any runs) into one report; a case id seen twice is an error.
-int merge_runs(const std::string& out, const std::vector<std::string>& inputs) {
+int merge_runs(const std::string& out, const std::vector<std::string>& inputs, const std::string& history,
+               const std::string& commit) {
   json merged = read_summary(inputs.front());
   std::set<std::string> ids, matrices;
   merged["cases"] = json::array();
@@ -376,6 +422,9 @@ int merge_runs(const std::string& out, const std::vector<std::string>& inputs) {
   }
   merged["matrices"] = std::vector<std::string>(matrices.begin(), matrices.end());
   merged["merged_from"] = inputs;
+  merged["run_id"] = new_run_id(merged.value("hostname", ""));
+  record_in_history(merged, history.empty() ? history_from_environment() : absolute_path(history), commit,
+                    merged["matrices"].get<std::vector<std::string>>());
   write_summary(merged, (fs::path(out) / "summary.json").string());
   return render_reports(out, true);
 }
@@ -446,7 +495,7 @@ int rerun_failed(const std::string& from, const std::string& out, RunOptions o, 
     o.slurm.srun_args = sl.value("srun_args", std::vector<std::string>{});
   }
   o.out_dir = out.empty() ? (fs::path(from) / "rerun").string() : out;
-  o.history = (fs::path(from) / "summary.json").string();
+  o.durations = (fs::path(from) / "summary.json").string();
   return run_matrix(again, o, false, prior.value("devices", -1), argv0);
 }
 
@@ -499,7 +548,8 @@ Subcommand add_run(CLI::App& app, const char* argv0) {
   cmd->add_option("--jobs", opt.jobs, "Cases at once (0: as many as the pool fits)")->capture_default_str();
   cmd->add_option("--grace", opt.grace_s, "Seconds between SIGTERM and SIGKILL when a case is stopped")->capture_default_str();
   add_meshtrain_option(*cmd, std::make_shared<std::string>());
-  cmd->add_option("--history", opt.history, "summary.json whose durations order the cases (default: <out>/summary.json)");
+  cmd->add_option("--durations", opt.durations, "summary.json whose durations order the cases (default: <out>/summary.json)");
+  add_history_options(*cmd, opt.history, opt.commit);
   cmd->add_flag("--dry-run", a->dry_run, "Print the plan and the commands; run nothing");
   cmd->add_option("--skip-tag", a->skip_tags,
                   "TAG[=REASON]: report cases with this tag as skipped (repeatable), e.g. on a machine without "
@@ -562,7 +612,9 @@ Subcommand add_merge(CLI::App& app) {
   auto* cmd = app.add_subcommand("merge", "One summary.json, junit.xml and surefire/ from several runs (CI shards)");
   cmd->add_option("OUT", *out, "Folder for the merged reports")->required();
   cmd->add_option("IN", *in, "The shards' --out folders")->required();
-  return {cmd, [out, in] { return merge_runs(*out, *in); }};
+  auto history = std::make_shared<std::pair<std::string, std::string>>();
+  add_history_options(*cmd, history->first, history->second);
+  return {cmd, [out, in, history] { return merge_runs(*out, *in, history->first, history->second); }};
 }
 
 Subcommand add_report(CLI::App& app) {
@@ -600,7 +652,123 @@ Subcommand add_rerun_failed(CLI::App& app, const char* argv0) {
   cmd->add_option("--grace", a->opt.grace_s, "Seconds between SIGTERM and SIGKILL")->capture_default_str();
   cmd->add_option("--retries", a->opt.retries, "Reruns of a case that misses its expectation")->capture_default_str();
   add_meshtrain_option(*cmd, std::make_shared<std::string>());
+  add_history_options(*cmd, a->opt.history, a->opt.commit);
   return {cmd, [a, argv0] { return rerun_failed(a->from, a->out, a->opt, argv0); }};
+}
+
+// `meshtest history`: what the run history says (docs/history.md).
+int show_history(const std::string& db, const std::string& case_id, int last, bool flaky, bool slowest, bool drift,
+                 bool as_json) {
+  if (db.empty()) throw std::runtime_error("history: no database: pass --history PATH or set $MESHTEST_HISTORY");
+  if (!fs::exists(db)) throw std::runtime_error("history: " + db + " does not exist");
+  const History history(db);
+  json out = json::object();
+  auto when = [](double t) {
+    char text[32];
+    const std::time_t s = static_cast<std::time_t>(t);
+    std::strftime(text, sizeof text, "%Y-%m-%d %H:%M", std::gmtime(&s));
+    return std::string(text);
+  };
+  auto num = [](const std::optional<double>& v, const char* fmt) {
+    if (!v) return std::string("-");
+    char text[32];
+    std::snprintf(text, sizeof text, fmt, *v);
+    return std::string(text);
+  };
+  if (!case_id.empty()) {
+    const auto runs = history.case_runs(case_id, last);
+    if (runs.empty()) throw std::runtime_error("history: no runs of " + case_id + " in " + db);
+    out["case"] = case_id;
+    out["runs"] = json::array();
+    if (!as_json) std::printf("%-16s  %-12s  %-10s  %-9s  %8s  %11s  %9s  %8s\n", "time (UTC)", "commit", "branch",
+                              "verdict", "attempts", "final loss", "margin", "duration");
+    for (const auto& r : runs) {
+      out["runs"].push_back({{"run_id", r.run_id}, {"commit", r.commit}, {"branch", r.branch}, {"time", r.time},
+                             {"status", r.status}, {"met", r.met}, {"attempts", r.attempts}, {"duration_s", r.duration_s},
+                             {"final_loss", r.final_loss ? json(*r.final_loss) : json(nullptr)},
+                             {"margin", r.margin ? json(*r.margin) : json(nullptr)}});
+      if (!as_json)
+        std::printf("%-16s  %-12s  %-10s  %-9s  %8d  %11s  %9s  %7.1fs\n", when(r.time).c_str(), r.commit.substr(0, 12).c_str(),
+                    r.branch.substr(0, 10).c_str(), r.status.c_str(), r.attempts, num(r.final_loss, "%.6g").c_str(),
+                    num(r.margin, "%.3g").c_str(), r.duration_s);
+    }
+  }
+  if (flaky) {
+    out["flaky"] = json::array();
+    const auto cases = history.flaky(last);
+    if (!as_json) std::printf("%zu flaky case%s in their last %d runs\n", cases.size(), cases.size() == 1 ? "" : "s", last);
+    for (const auto& f : cases) {
+      out["flaky"].push_back({{"case", f.case_id}, {"runs", f.runs}, {"failed", f.failed}, {"retried", f.retried},
+                              {"rate", f.rate}, {"since_commit", f.since_commit}, {"since_time", f.since_time}});
+      if (!as_json)
+        std::printf("  %-40s %5.1f%%  (%d failed, %d passed on a retry, of %d runs) since %s, %s\n", f.case_id.c_str(),
+                    100 * f.rate, f.failed, f.retried, f.runs, f.since_commit.substr(0, 12).c_str(), when(f.since_time).c_str());
+    }
+  }
+  if (slowest) {
+    out["slowest"] = json::array();
+    if (!as_json) std::printf("slowest cases, median of their last %d runs:\n", last);
+    for (const auto& c : history.slowest(last, 20)) {
+      out["slowest"].push_back({{"case", c.case_id}, {"runs", c.runs}, {"median_s", c.median_s}, {"last_s", c.last_s},
+                                {"first_s", c.first_s}});
+      if (!as_json)
+        std::printf("  %-40s %8.1fs median  (last %.1fs, oldest %.1fs, %d runs)\n", c.case_id.c_str(), c.median_s,
+                    c.last_s, c.first_s, c.runs);
+    }
+  }
+  if (drift) {
+    out["drift"] = json::array();
+    const auto cases = drifted_cases(history);
+    if (!as_json) std::printf("%zu case%s left the band of their green runs\n", cases.size(), cases.size() == 1 ? "" : "s");
+    for (const auto& d : cases) {
+      out["drift"].push_back({{"case", d.case_id}, {"first_commit", d.first.commit}, {"first_time", d.first.time},
+                              {"message", d.finding.describe()}, {"still", d.still}});
+      if (!as_json)
+        std::printf("  %s: first at commit %s (%s): %s%s\n", d.case_id.c_str(), d.first.commit.substr(0, 12).c_str(),
+                    when(d.first.time).c_str(), d.finding.describe().c_str(), d.still ? "; the newest run still drifts" : "");
+    }
+  }
+  if (case_id.empty() && !flaky && !slowest && !drift) {
+    out["runs"] = history.run_count();
+    out["cases"] = history.case_ids().size();
+    if (!as_json) std::printf("%s: %d runs of %zu cases\n", db.c_str(), history.run_count(), history.case_ids().size());
+  }
+  if (as_json) std::printf("%s\n", out.dump(2).c_str());
+  return 0;
+}
+
+Subcommand add_history(CLI::App& app) {
+  struct Args {
+    std::string db, case_id, into;
+    std::vector<std::string> from;
+    int last = 20;
+    bool flaky = false, slowest = false, drift = false, json = false;
+  };
+  auto a = std::make_shared<Args>();
+  auto* cmd = app.add_subcommand("history", "What the run history says: a case's last runs, flaky, slow and drifting cases");
+  cmd->add_option("CASE", a->case_id, "A case id: its last runs (commit, verdict, final loss, margin, duration)");
+  cmd->add_option("--history", a->db, "The history database (default: $MESHTEST_HISTORY)");
+  cmd->add_option("--last", a->last, "Runs per case to look at")->capture_default_str();
+  cmd->add_flag("--flaky", a->flaky, "Cases whose verdict changed within a commit, or that passed only on a retry");
+  cmd->add_flag("--slowest", a->slowest, "Cases by their median duration");
+  cmd->add_flag("--drift", a->drift, "Cases that left the band of their green runs, and the first commit where they did");
+  cmd->add_flag("--json", a->json, "One JSON document on stdout");
+  auto* merge = cmd->add_subcommand("merge", "Add the runs of other histories (runners' copies) to INTO; a run counts once");
+  merge->add_option("INTO", a->into, "The history to add to (created when missing)")->required();
+  merge->add_option("FROM", a->from, "Histories to read")->required()->check(CLI::ExistingFile);
+  return {cmd, [a, merge] {
+            if (*merge) {
+              History into(a->into);
+              for (const auto& f : a->from) {
+                const int added = into.merge_from(f);
+                std::printf("history merge: %d run%s from %s\n", added, added == 1 ? "" : "s", f.c_str());
+              }
+              std::printf("history merge: %s holds %d runs\n", a->into.c_str(), into.run_count());
+              return 0;
+            }
+            const std::string db = a->db.empty() ? history_from_environment() : a->db;
+            return show_history(db, a->case_id, a->last, a->flaky, a->slowest, a->drift, a->json);
+          }};
 }
 
 Subcommand add_diff(CLI::App& app) {
@@ -690,7 +858,7 @@ int main(int argc, char** argv) {
   const std::vector<Subcommand> subcommands = {
       add_run(app, argv[0]), add_list(app),  add_show(app),   add_launch(app), add_slurm_task(app),
       add_merge(app),        add_report(app), add_rerun_failed(app, argv[0]),  add_diff(app),
-      add_golden(app),       add_ckpt(app),  add_bisect(app)};
+      add_golden(app),       add_ckpt(app),  add_bisect(app), add_history(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

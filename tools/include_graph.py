@@ -25,6 +25,7 @@ FLOORS = {
     "harness/report": (4, "meshtest"),
     "harness/meshtrain": (4, "meshtest"),
     "harness/torchtitan": (4, "meshtest"),
+    "harness/history": (4, "meshtest"),
     "harness": (5, "meshtest"),
     "trainer": (1, "meshtrain"),
 }

@@ -26,7 +26,9 @@ struct RunOptions {
   int devices = 8;      // GPUs (nccl) or CPU rank slots (gloo)
   int jobs = 0;         // cases at once; 0 = as many as fit
   double grace_s = 30;  // SIGTERM to SIGKILL
-  std::string history;  // an earlier summary.json for expected durations
+  std::string durations;  // an earlier summary.json for expected durations (--durations)
+  std::string history;    // the run history database (--history, $MESHTEST_HISTORY; docs/history.md)
+  std::string commit;     // the commit a recorded run is at (--commit; default: git in the matrix's folder)
   std::string repro_prefix;  // "meshtest run m.yaml --backend gloo --ngpu 8": + " --id <id>"
   bool progress = false;     // a live line on a TTY
   int retries = 0;           // reruns of a case that missed its expectation

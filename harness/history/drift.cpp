@@ -1,0 +1,83 @@
+#include "history/drift.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+
+namespace meshtest {
+
+namespace {
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+std::optional<double> at_step(const Curve& c, long long step) {
+  const auto it = std::lower_bound(c.begin(), c.end(), step, [](const auto& p, long long s) { return p.first < s; });
+  return it != c.end() && it->first == step ? std::optional<double>(it->second) : std::nullopt;
+}
+
+}  // namespace
+
+std::string DriftFinding::describe() const {
+  const auto slash = curve.find('/');
+  char text[400];
+  std::snprintf(text, sizeof text, "%s of phase %s at step %lld: %.9g outside %.9g \xc2\xb1 %.2e (%d green runs, %s..%s)",
+                curve.substr(slash + 1).c_str(), curve.substr(0, slash).c_str(), step, value, center, half_width,
+                reference_runs, oldest_reference_commit.substr(0, 12).c_str(), newest_reference_commit.substr(0, 12).c_str());
+  return text;
+}
+
+std::optional<DriftFinding> find_drift(const CaseRun& run, const std::vector<CaseRun>& earlier, const DriftRule& rule) {
+  if (!run.met || run.status != "passed") return std::nullopt;
+  std::vector<const CaseRun*> refs;
+  for (const auto& r : earlier)
+    if (r.met && r.status == "passed" && r.commit != run.commit && r.time <= run.time &&
+        static_cast<int>(refs.size()) < rule.window)
+      refs.push_back(&r);
+  if (static_cast<int>(refs.size()) < rule.min_runs) return std::nullopt;
+  for (const auto& [name, curve] : run.curves) {
+    if (name.size() < 5 || name.compare(name.size() - 5, 5, "/loss") != 0) continue;
+    for (const auto& [step, value] : curve) {
+      std::vector<double> values;
+      for (const CaseRun* r : refs)
+        if (auto it = r->curves.find(name); it != r->curves.end())
+          if (auto v = at_step(it->second, step)) values.push_back(*v);
+      if (static_cast<int>(values.size()) < rule.min_runs) continue;
+      const double center = median(values);
+      std::vector<double> deviations;
+      for (double v : values) deviations.push_back(std::fabs(v - center));
+      const double half = std::max(rule.k * 1.4826 * median(deviations), rule.rel_floor * std::fabs(center));
+      if (!(std::fabs(value - center) <= half)) {
+        DriftFinding f{name, step, value, center, half, static_cast<int>(refs.size()), refs.back()->commit,
+                       refs.front()->commit};
+        return f;
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+std::vector<CaseDrift> drifted_cases(const History& history, const DriftRule& rule, int depth) {
+  std::vector<CaseDrift> out;
+  for (const auto& id : history.case_ids()) {
+    const auto runs = history.case_runs(id, depth, true);  // newest first
+    std::optional<CaseDrift> found;
+    for (size_t i = runs.size(); i-- > 0;) {  // oldest first
+      const std::vector<CaseRun> earlier(runs.begin() + static_cast<long>(i) + 1, runs.end());
+      if (auto f = find_drift(runs[i], earlier, rule)) {
+        found = CaseDrift{id, runs[i], *f, false};
+        break;
+      }
+    }
+    if (!found) continue;
+    found->still = !runs.empty() && find_drift(runs[0], std::vector<CaseRun>(runs.begin() + 1, runs.end()), rule).has_value();
+    out.push_back(std::move(*found));
+  }
+  return out;
+}
+
+}  // namespace meshtest

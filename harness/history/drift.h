@@ -1,0 +1,51 @@
+// Drift: a case whose numbers left the band of its own recent green runs although this run
+// passed. Every run within tolerance of its baseline can still creep, commit after commit (a
+// changed init, a reordered reduction); the band is what the case itself did lately.
+//
+// The rule (docs/history.md): the reference runs are the case's last `window` runs that passed,
+// on other commits than this run's and recorded before it (at least `min_runs` of them). At every
+// step of this run's loss curve that at least `min_runs` references have, the band is their
+// median ± max(k x 1.4826 x MAD, rel_floor x |median|): robust to one outlier among the
+// references, and never narrower than float rounding. The first step outside it is the finding.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "history/history.h"
+
+namespace meshtest {
+
+struct DriftRule {
+  int window = 8;
+  int min_runs = 3;
+  double k = 4;
+  double rel_floor = 1e-6;
+};
+
+struct DriftFinding {
+  std::string curve;  // "<phase>/loss"
+  long long step = 0;
+  double value = 0, center = 0, half_width = 0;
+  int reference_runs = 0;
+  std::string oldest_reference_commit, newest_reference_commit;
+  std::string describe() const;  // "loss of phase train at step 7: 4.1234 outside 4.1201 ± 1.2e-06 (8 green runs, abc..def)"
+};
+
+// Whether `run` (with curves) left the band of `earlier` (the case's runs before it, newest
+// first, with curves). nullopt: inside the band, or too few references to tell.
+std::optional<DriftFinding> find_drift(const CaseRun& run, const std::vector<CaseRun>& earlier,
+                                       const DriftRule& rule = {});
+
+// A case's first run that drifted, oldest first over its recorded history, and whether its
+// newest run still does.
+struct CaseDrift {
+  std::string case_id;
+  CaseRun first;  // the first run outside its band
+  DriftFinding finding;
+  bool still = false;
+};
+std::vector<CaseDrift> drifted_cases(const History& history, const DriftRule& rule = {}, int depth = 1000);
+
+}  // namespace meshtest

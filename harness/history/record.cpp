@@ -1,0 +1,81 @@
+#include "history/record.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <ctime>
+#include <functional>
+#include <random>
+
+#include "core/git.h"
+
+namespace meshtest {
+
+RunIdentity run_identity(const nlohmann::json& summary, const std::string& commit, const std::string& repo_dir,
+                         const std::string& version) {
+  RunIdentity id;
+  id.run_id = summary.value("run_id", "");
+  if (id.run_id.empty()) id.run_id = new_run_id(summary.value("hostname", ""));
+  id.host = summary.value("hostname", "");
+  id.launcher = summary.value("launcher", "");
+  id.version = version;
+  id.time = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  id.commit = commit.empty() ? git_line(repo_dir, {"rev-parse", "HEAD"}) : commit;
+  if (id.commit.empty()) id.commit = "unknown";
+  id.branch = git_line(repo_dir, {"rev-parse", "--abbrev-ref", "HEAD"});
+  std::string matrices;
+  for (const auto& m : summary.value("matrices", nlohmann::json::array())) matrices += m.dump();
+  char hash[17];
+  std::snprintf(hash, sizeof hash, "%016zx", std::hash<std::string>{}(matrices));
+  id.matrix_hash = hash;
+  return id;
+}
+
+std::map<std::string, DriftFinding> record_run(const std::string& path, const nlohmann::json& summary,
+                                               const RunIdentity& id, std::FILE* log) {
+  std::map<std::string, DriftFinding> drift;
+  try {
+    History history(path);
+    history.record(summary, id);
+    const DriftRule rule;
+    for (const auto& c : summary.value("cases", nlohmann::json::array())) {
+      if (!c.is_object() || c.value("status", "") != "passed" || !c.contains("id")) continue;
+      const auto runs = history.case_runs(c["id"].get<std::string>(), rule.window + 8, true);
+      for (size_t i = 0; i < runs.size(); ++i)
+        if (runs[i].run_id == id.run_id) {
+          if (auto f = find_drift(runs[i], std::vector<CaseRun>(runs.begin() + static_cast<long>(i) + 1, runs.end()), rule))
+            drift[c["id"].get<std::string>()] = *f;
+          break;
+        }
+    }
+  } catch (const std::exception& e) {
+    if (log) std::fprintf(log, "meshtest: warning: run not recorded in the history: %s\n", e.what());
+  }
+  return drift;
+}
+
+void add_drift_notes(nlohmann::json& summary, const std::map<std::string, DriftFinding>& drift) {
+  if (!summary.contains("cases") || !summary["cases"].is_array()) return;
+  for (auto& c : summary["cases"]) {
+    if (!c.is_object() || !c.contains("id") || !c["id"].is_string()) continue;
+    const auto it = drift.find(c["id"].get<std::string>());
+    if (it == drift.end()) continue;
+    const DriftFinding& f = it->second;
+    c["drift"] = {{"message", "drifted: " + f.describe()}, {"curve", f.curve}, {"step", f.step}, {"value", f.value},
+                  {"center", f.center}, {"half_width", f.half_width}, {"reference_runs", f.reference_runs}};
+  }
+}
+
+std::string new_run_id(const std::string& host) {
+  const std::time_t now = std::time(nullptr);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%S", std::gmtime(&now));
+  std::random_device random;
+  const size_t mix = std::hash<std::string>{}(host + std::to_string(::getpid()) + std::to_string(random()) +
+                                             std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()));
+  char id[64];
+  std::snprintf(id, sizeof id, "%s-%08zx", stamp, mix & 0xffffffffu);
+  return id;
+}
+
+}  // namespace meshtest

@@ -1,0 +1,35 @@
+// Recording a finished run into the history (`--history PATH` on run, merge and rerun-failed;
+// `$MESHTEST_HISTORY`), and the drift notes that come of it.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <map>
+#include <string>
+
+#include "history/drift.h"
+#include "history/history.h"
+
+namespace meshtest {
+
+// What a run was: its summary's run_id, hostname and launcher; the commit and branch from
+// `commit` when given (--commit), else from git in `repo_dir` (the first matrix's folder), else
+// "unknown"; the time now.
+RunIdentity run_identity(const nlohmann::json& summary, const std::string& commit, const std::string& repo_dir,
+                         const std::string& version);
+
+// Appends the run to the history at `path` and returns, for every case that passed yet left the
+// band of its recent green runs on earlier commits, the finding (case id -> finding). Never
+// throws: a damaged, locked or unwritable database is one warning on `log`, and the run goes on.
+std::map<std::string, DriftFinding> record_run(const std::string& path, const nlohmann::json& summary,
+                                               const RunIdentity& id, std::FILE* log = stderr);
+
+// Adds each finding to its case in `summary` as "drift": {message, step, value, center,
+// half_width, reference_runs} (reports show it; it never changes a verdict).
+void add_drift_notes(nlohmann::json& summary, const std::map<std::string, DriftFinding>& drift);
+
+// A fresh run id: host, time and process, hashed: "20261203T014500-3f9a1c2b".
+std::string new_run_id(const std::string& host);
+
+}  // namespace meshtest
