@@ -30,3 +30,13 @@ if(NOT TARGET pugixml)
   set_target_properties(pugixml PROPERTIES IMPORTED_LOCATION ${PUGIXML_LIBRARY}
                         INTERFACE_INCLUDE_DIRECTORIES ${PUGIXML_INCLUDE_DIR})
 endif()
+# SQLite (the run history): Debian's libsqlite3-dev, or its header and static library carried
+# to the GPU image in .deps/sqlite (as pugixml).
+find_package(SQLite3 QUIET)
+if(NOT TARGET SQLite::SQLite3)
+  find_path(SQLITE3_INCLUDE_DIR sqlite3.h HINTS ${CMAKE_SOURCE_DIR}/.deps/sqlite/include REQUIRED)
+  find_library(SQLITE3_LIBRARY NAMES libsqlite3.a sqlite3 HINTS ${CMAKE_SOURCE_DIR}/.deps/sqlite/lib REQUIRED)
+  add_library(SQLite::SQLite3 UNKNOWN IMPORTED)
+  set_target_properties(SQLite::SQLite3 PROPERTIES IMPORTED_LOCATION ${SQLITE3_LIBRARY}
+                        INTERFACE_INCLUDE_DIRECTORIES ${SQLITE3_INCLUDE_DIR} INTERFACE_LINK_LIBRARIES "dl;m;Threads::Threads")
+endif()

@@ -242,6 +242,7 @@ void record_in_history(json& summary, const std::string& history, const std::str
   const std::string repo = matrices.empty() ? fs::current_path().string() : fs::path(matrices.front()).parent_path().string();
   const auto drift = record_run(history, summary, run_identity(summary, commit, repo, meshtest_version()));
   add_drift_notes(summary, drift);
+  add_history_strips(summary, history);
   for (const auto& [id, finding] : drift)
     std::fprintf(stderr, "meshtest: drift: %s passed but left the band of its recent green runs: %s\n", id.c_str(),
                  finding.describe().c_str());

@@ -7,6 +7,8 @@
 // step of this run's loss curve that at least `min_runs` references have, the band is their
 // median ± max(k x 1.4826 x MAD, rel_floor x |median|): robust to one outlier among the
 // references, and never narrower than float rounding. The first step outside it is the finding.
+// The band follows the case: once most of its recent green runs hold moved numbers, those are
+// its band, so a drift is flagged where it starts (and a later fix shows as a drift back).
 #pragma once
 
 #include <optional>

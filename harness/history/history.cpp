@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <set>
 #include <sstream>
 
@@ -76,9 +77,9 @@ class Statement {
 const std::vector<const char*> kMigrations = {
     R"(CREATE TABLE runs(run_id TEXT PRIMARY KEY, commit_sha TEXT, branch TEXT, time REAL, host TEXT,
                          launcher TEXT, matrix_hash TEXT, version TEXT);
-       CREATE TABLE cases(run_id TEXT, case_id TEXT, status TEXT, met INTEGER, attempts INTEGER, duration_s REAL,
-                          final_loss REAL, margin REAL, PRIMARY KEY(run_id, case_id));
-       CREATE INDEX cases_by_id ON cases(case_id, run_id);
+       CREATE TABLE cases(run_id TEXT, case_id TEXT, time REAL, status TEXT, met INTEGER, attempts INTEGER,
+                          duration_s REAL, final_loss REAL, margin REAL, PRIMARY KEY(run_id, case_id));
+       CREATE INDEX cases_by_time ON cases(case_id, time);
        CREATE TABLE phases(run_id TEXT, case_id TEXT, phase TEXT, duration_s REAL, PRIMARY KEY(run_id, case_id, phase));
        CREATE TABLE checks(run_id TEXT, case_id TEXT, idx INTEGER, kind TEXT, phase TEXT, passed INTEGER, margin REAL,
                            step INTEGER, value REAL, reference REAL, PRIMARY KEY(run_id, case_id, idx));
@@ -86,13 +87,17 @@ const std::vector<const char*> kMigrations = {
                            PRIMARY KEY(run_id, case_id, phase, metric));)",
 };
 
-// A curve as text: "step value;step value", values to 17 digits (they round-trip exactly).
+// A curve as text: "step value;step value", each value in the fewest digits that read back
+// exactly (a logged 6.13977 stays short; a float32's bits take up to 17).
 std::string pack(const Curve& c) {
   std::string out;
   char buf[64];
   for (const auto& [step, v] : c) {
-    std::snprintf(buf, sizeof buf, "%s%lld %.17g", out.empty() ? "" : ";", step, v);
-    out += buf;
+    for (int digits = 9; digits <= 17; ++digits) {
+      std::snprintf(buf, sizeof buf, "%.*g", digits, v);
+      if (std::strtod(buf, nullptr) == v) break;
+    }
+    out += (out.empty() ? "" : ";") + std::to_string(step) + " " + buf;
   }
   return out;
 }
@@ -172,7 +177,7 @@ bool History::record(const nlohmann::json& summary, const RunIdentity& id) {
     Statement(db, "INSERT INTO runs VALUES(?,?,?,?,?,?,?,?)", path_)
         .bind(1, id.run_id).bind(2, id.commit).bind(3, id.branch).bind(4, id.time).bind(5, id.host)
         .bind(6, id.launcher).bind(7, id.matrix_hash).bind(8, id.version).run();
-    Statement cases(db, "INSERT OR REPLACE INTO cases VALUES(?,?,?,?,?,?,?,?)", path_);
+    Statement cases(db, "INSERT OR REPLACE INTO cases VALUES(?,?,?,?,?,?,?,?,?)", path_);
     Statement phases(db, "INSERT OR REPLACE INTO phases VALUES(?,?,?,?)", path_);
     Statement checks(db, "INSERT OR REPLACE INTO checks VALUES(?,?,?,?,?,?,?,?,?,?)", path_);
     Statement curves(db, "INSERT OR REPLACE INTO curves VALUES(?,?,?,?,?)", path_);
@@ -206,8 +211,9 @@ bool History::record(const nlohmann::json& summary, const RunIdentity& id) {
             .run();
       }
       const auto attempts = static_cast<long long>(1 + c.value("earlier_attempts", none).size());
-      cases.bind(1, id.run_id).bind(2, case_id).bind(3, c.value("status", "")).bind(4, static_cast<long long>(c.value("met_expectation", false)))
-          .bind(5, attempts).bind(6, number(c, "duration_s")).bind(7, final_loss).bind(8, margin).run();
+      cases.bind(1, id.run_id).bind(2, case_id).bind(3, id.time).bind(4, c.value("status", ""))
+          .bind(5, static_cast<long long>(c.value("met_expectation", false))).bind(6, attempts)
+          .bind(7, number(c, "duration_s")).bind(8, final_loss).bind(9, margin).run();
     }
     Statement(db, "COMMIT", path_).run();
     return true;
@@ -245,7 +251,7 @@ int History::merge_from(const std::string& other) {
 std::vector<CaseRun> History::case_runs(const std::string& case_id, int limit, bool curves) const {
   Statement q(db_->handle,
               "SELECT c.run_id, r.commit_sha, r.branch, r.time, c.status, c.met, c.attempts, c.duration_s, c.final_loss, c.margin "
-              "FROM cases c JOIN runs r ON r.run_id = c.run_id WHERE c.case_id = ? ORDER BY r.time DESC, c.run_id LIMIT ?",
+              "FROM cases c JOIN runs r ON r.run_id = c.run_id WHERE c.case_id = ? ORDER BY c.time DESC, c.run_id DESC LIMIT ?",
               path_);
   q.bind(1, case_id).bind(2, static_cast<long long>(limit));
   std::vector<CaseRun> out;

@@ -66,6 +66,30 @@ void add_drift_notes(nlohmann::json& summary, const std::map<std::string, DriftF
   }
 }
 
+void add_history_strips(nlohmann::json& summary, const std::string& path, int runs, std::FILE* log) {
+  if (!summary.contains("cases") || !summary["cases"].is_array()) return;
+  try {
+    const History history(path);
+    std::string from, to;
+    double from_time = 0, to_time = 0;
+    for (auto& c : summary["cases"]) {
+      if (!c.is_object() || !c.contains("id") || !c["id"].is_string()) continue;
+      auto list = history.case_runs(c["id"].get<std::string>(), runs);
+      nlohmann::json strip = nlohmann::json::array();
+      for (auto it = list.rbegin(); it != list.rend(); ++it) {
+        strip.push_back({{"commit", it->commit}, {"status", it->status}, {"time", it->time}, {"duration_s", it->duration_s},
+                         {"final_loss", it->final_loss ? nlohmann::json(*it->final_loss) : nlohmann::json(nullptr)}});
+        if (from.empty() || it->time < from_time) from = it->commit, from_time = it->time;
+        if (to.empty() || it->time > to_time) to = it->commit, to_time = it->time;
+      }
+      if (!strip.empty()) c["history"] = strip;
+    }
+    if (!from.empty()) summary["history"] = {{"from_commit", from}, {"to_commit", to}};
+  } catch (const std::exception& e) {
+    if (log) std::fprintf(log, "meshtest: warning: no history strips: %s\n", e.what());
+  }
+}
+
 std::string new_run_id(const std::string& host) {
   const std::time_t now = std::time(nullptr);
   char stamp[32];

@@ -29,6 +29,11 @@ std::map<std::string, DriftFinding> record_run(const std::string& path, const nl
 // half_width, reference_runs} (reports show it; it never changes a verdict).
 void add_drift_notes(nlohmann::json& summary, const std::map<std::string, DriftFinding>& drift);
 
+// Adds each case's last `runs` runs from the history at `path` to `summary` as "history" (oldest
+// first: commit, status, time, final_loss, duration_s), and the commits they span as the run's
+// "history": {from_commit, to_commit}, for report.html's strips. Never throws (a warning on `log`).
+void add_history_strips(nlohmann::json& summary, const std::string& path, int runs = 12, std::FILE* log = stderr);
+
 // A fresh run id: host, time and process, hashed: "20261203T014500-3f9a1c2b".
 std::string new_run_id(const std::string& host);
 

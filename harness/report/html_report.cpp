@@ -418,6 +418,24 @@ std::string verdict_place(const VerdictView& v) {
   return where;
 }
 
+// The case's recent runs from the run history, oldest first: one cell per run, coloured by its
+// verdict, with its commit, final loss and duration on hover and below.
+std::string history_strip(const CaseView& c) {
+  std::string cells;
+  for (const auto& h : c.history) {
+    const std::string loss = h.final_loss ? float_text(*h.final_loss) : "-";
+    const std::string tip = h.commit.substr(0, 12) + ": " + h.status + ", final loss " + loss + ", " + human_seconds(h.duration_s);
+    cells += "<span class=\"hist k-" + esc(h.status, 32) + "\" title=\"" + esc(tip) + "\"></span>";
+  }
+  const auto& last = c.history.back();
+  const auto& first = c.history.front();
+  return "<span class=\"history\">" + cells + "</span> " + std::to_string(c.history.size()) + " runs, commits " +
+         esc(first.commit.substr(0, 12)) + ".." + esc(last.commit.substr(0, 12)) + "; final loss " +
+         (first.final_loss ? float_text(*first.final_loss) : "-") + " -> " +
+         (last.final_loss ? float_text(*last.final_loss) : "-") + ", duration " + human_seconds(first.duration_s) +
+         " -> " + human_seconds(last.duration_s);
+}
+
 // The facts a person checks first: verdict, expectation, layout, time, where it came from.
 std::string facts(const CaseView& c) {
   std::string out = "<dl class=\"facts\">";
@@ -436,6 +454,8 @@ std::string facts(const CaseView& c) {
                                                       {"file", c.file},   {"dir", c.dir},    {"timestamp", c.timestamp}};
   for (const auto& [key, value] : more)
     if (!value.empty()) out += dl_row(key, esc(value, kTextCap));
+  if (!c.drift.empty()) out += dl_row("drift", "<b class=\"drift\">" + esc(c.drift, kTextCap) + "</b>");
+  if (!c.history.empty()) out += dl_row("history", history_strip(c));
   return out + "</dl>";
 }
 
@@ -542,7 +562,8 @@ std::string case_section(const CaseView& c, size_t index, const Page& page) {
                     filter_attrs(c, page) + (missed ? " open" : "") + ">";
   out += "<summary>" + badge(c) + " <span class=\"case-id\">" + esc(c.id) + "</span> <span class=\"kind\">" +
          esc(c.verdict.kind, 64) + "</span>" + (missed ? " <span class=\"missed\">missed expectation</span>" : "") +
-         " <span class=\"reason\">" + esc(c.reason) + "</span></summary><div class=\"body\">";
+         (c.drift.empty() ? "" : " <span class=\"drift\">drifted</span>") + " <span class=\"reason\">" +
+         esc(c.reason) + "</span></summary><div class=\"body\">";
   out += facts(c) + repro(c, index) + charts(c) + checks_table(c) + phases_table(c, page) + earlier_attempts(c) +
          log_tail(c, page);
   return out + "</div></details>\n";
@@ -575,6 +596,9 @@ std::string header(const RunView& run) {
   out += dl_row("retries", std::to_string(run.retries));
   out += dl_row("host", esc(run.hostname));
   out += dl_row("matrices", esc(joined(run.matrices), kTextCap));
+  if (!run.history_from.empty())
+    out += dl_row("history", "commits " + esc(run.history_from.substr(0, 12)) + ".." + esc(run.history_to.substr(0, 12)) +
+                                 " (each case's strip below)");
   if (run.format_version != 2)
     out += dl_row("format", "summary format_version " + std::to_string(run.format_version) +
                                 " (this page expects 2; some parts may be missing)");

@@ -86,6 +86,11 @@ std::string markdown_summary(const RunView& run, size_t max_cases) {
   if (!run.backend.empty()) facts += ", backend " + md_text(run.backend, 64);
   out += facts + "\n\n";
 
+  std::string drift;
+  for (const auto& c : run.cases)
+    if (!c.drift.empty()) drift += "- **" + md_text(c.id, kReasonCap) + "**: " + md_text(c.drift, kReasonCap) + "\n";
+  if (!drift.empty()) out += "**Drift** (passed, but left the band of its recent green runs):\n\n" + drift + "\n";
+
   std::vector<const CaseView*> missed;
   for (const auto& c : run.cases)
     if (!c.met_expectation) missed.push_back(&c);

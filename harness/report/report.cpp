@@ -126,6 +126,7 @@ void add_properties(pugi::xml_node suite, const RunView& run, const std::vector<
     add(c->id + ".backend", run.backend);
     add(c->id + ".seed", c->seed);
     add(c->id + ".repro", c->repro);
+    if (!c->drift.empty()) add(c->id + ".drift", c->drift);
   }
 }
 
@@ -381,8 +382,12 @@ void print_report(const RunView& run, FILE* out) {
       std::fprintf(out, "  repro: %s\n", c.repro.c_str());
     }
   }
+  size_t drifted = 0;
+  for (const auto& c : run.cases)
+    if (!c.drift.empty()) std::fprintf(out, "%s%s: %s\n", drifted++ ? "" : "\nDRIFT (passed, but left the band of its recent green runs; docs/history.md)\n", c.id.c_str(), c.drift.c_str());
   std::string totals;
   for (const auto& [k, v] : counts) totals += (totals.empty() ? "" : ", ") + std::to_string(v) + " " + k;
+  if (drifted) totals += " (" + std::to_string(drifted) + " drifted)";
   if (flaky) totals += " (" + std::to_string(flaky) + " flaky)";
   std::fprintf(out, "\n%s in %s%s\n", totals.c_str(), human_seconds(run.wall_s).c_str(),
                run.interrupted_by_signal ? " (interrupted)" : "");

@@ -177,6 +177,12 @@ CaseView case_view(const json& c) {
   for (const auto& a : list(c, "earlier_attempts"))
     out.earlier_attempts.push_back(
         {text(a, "reason"), text(a, "details"), text(a, "failing_log"), number(a, "duration_s"), verdict_view(field(a, "verdict"))});
+  out.drift = text(field(c, "drift"), "message");
+  for (const auto& h : list(c, "history")) {
+    const json loss = field(h, "final_loss");
+    out.history.push_back({text(h, "commit"), text(h, "status"), number(h, "time"), number(h, "duration_s"),
+                           loss.is_number() ? std::optional<double>(loss.get<double>()) : std::nullopt});
+  }
   return out;
 }
 
@@ -195,6 +201,8 @@ RunView summary_view(const json& s) {
   out.interrupted_by_signal = small_integer(s, "interrupted_by_signal");
   out.all_met = flag(s, "all_met");
   for (const auto& c : list(s, "cases")) out.cases.push_back(case_view(c));
+  out.history_from = text(field(s, "history"), "from_commit");
+  out.history_to = text(field(s, "history"), "to_commit");
   return out;
 }
 

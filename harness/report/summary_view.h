@@ -69,6 +69,13 @@ struct AttemptView {
   VerdictView verdict;
 };
 
+// One of a case's recent runs from the run history (summary.json "history", docs/history.md).
+struct HistoryPointView {
+  std::string commit, status;
+  double time = 0, duration_s = 0;
+  std::optional<double> final_loss;
+};
+
 struct CaseView {
   std::string id, suite, name, status, expect, reason, details;
   std::string model, seed, file, dir, timestamp, repro, failing_log;
@@ -83,6 +90,8 @@ struct CaseView {
   std::vector<PhaseView> phases;
   std::vector<CheckView> checks;
   std::vector<AttemptView> earlier_attempts;
+  std::string drift;                      // "drifted: ..." when it passed but left its history's band
+  std::vector<HistoryPointView> history;  // its last runs in the history, oldest first (this one last)
 };
 
 // A whole run: what `meshtest run` (or `merge`) wrote into one summary.json.
@@ -95,6 +104,7 @@ struct RunView {
   int interrupted_by_signal = 0;
   bool all_met = false;
   std::vector<CaseView> cases;  // one per element of "cases", objects or not
+  std::string history_from, history_to;  // the commits the cases' history strips span
 };
 
 // Reads `summary` (any JSON value) into a RunView; never throws on content.
