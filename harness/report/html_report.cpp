@@ -431,9 +431,9 @@ std::string history_strip(const CaseView& c) {
   const auto& first = c.history.front();
   return "<span class=\"history\">" + cells + "</span> " + std::to_string(c.history.size()) + " runs, commits " +
          esc(first.commit.substr(0, 12)) + ".." + esc(last.commit.substr(0, 12)) + "; final loss " +
-         (first.final_loss ? float_text(*first.final_loss) : "-") + " -> " +
+         (first.final_loss ? float_text(*first.final_loss) : "-") + " &rarr; " +
          (last.final_loss ? float_text(*last.final_loss) : "-") + ", duration " + human_seconds(first.duration_s) +
-         " -> " + human_seconds(last.duration_s);
+         " &rarr; " + human_seconds(last.duration_s);
 }
 
 // The facts a person checks first: verdict, expectation, layout, time, where it came from.

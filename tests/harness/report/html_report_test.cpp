@@ -319,3 +319,22 @@ TEST_F(HtmlReport, ThirtyTwoCasesStaySmall) {
 }
 
 }  // namespace
+
+// With --history (docs/history.md): a drifted case is marked and says why, every case with a
+// history gets its strip, and the header names the commits.
+TEST_F(HtmlReport, DriftAndHistoryStripsAreShown) {
+  json summary = summary_;
+  summary["history"] = {{"from_commit", "aaaaaaaaaaaa1111"}, {"to_commit", "bbbbbbbbbbbb2222"}};
+  json& c = summary["cases"][0];
+  c["drift"] = {{"message", "drifted: loss of phase train at step 4: 5.97 outside 5.96 \xc2\xb1 6e-06 (8 green runs, c4..c11)"}};
+  c["history"] = json::array({{{"commit", "aaaaaaaaaaaa1111"}, {"status", "passed"}, {"final_loss", 5.5}, {"duration_s", 3.0}},
+                              {{"commit", "cccccccccccc3333"}, {"status", "failed"}, {"final_loss", nullptr}, {"duration_s", 1.0}},
+                              {{"commit", "bbbbbbbbbbbb2222"}, {"status", "passed"}, {"final_loss", 5.25}, {"duration_s", 4.0}}});
+  const std::string page = html_report(summary_view(summary));
+  EXPECT_NE(page.find("commits aaaaaaaaaaaa..bbbbbbbbbbbb (each case's strip below)"), std::string::npos);
+  EXPECT_NE(page.find("<span class=\"drift\">drifted</span>"), std::string::npos);
+  EXPECT_NE(page.find("drifted: loss of phase train at step 4"), std::string::npos);
+  EXPECT_NE(page.find("<span class=\"hist k-failed\" title=\"cccccccccccc: failed, final loss -, 1.0 s\">"), std::string::npos)
+      << page.substr(page.find("class=\"history\""), 600);
+  EXPECT_NE(page.find("3 runs, commits aaaaaaaaaaaa..bbbbbbbbbbbb; final loss 5.5 &rarr; 5.25"), std::string::npos);
+}

@@ -87,3 +87,12 @@ TEST(MarkdownReport, AnySummaryRenders) {
   }
   EXPECT_NE(markdown(json::object()).find("### meshtest: no cases"), std::string::npos);
 }
+
+TEST(MarkdownReport, ListsDriftedCasesThatPassed) {
+  json drifted = passed("cpu/fsdp2");
+  drifted["drift"] = {{"message", "drifted: loss of phase train at step 4: 5.97 outside 5.96"}};
+  const std::string md = markdown({{"cases", {passed("cpu/a"), drifted}}});
+  EXPECT_NE(md.find("**Drift** (passed, but left the band of its recent green runs):"), std::string::npos) << md;
+  EXPECT_NE(md.find("- **cpu/fsdp2**: drifted: loss of phase train at step 4"), std::string::npos) << md;
+  EXPECT_NE(md.find("Every case met its expectation."), std::string::npos);
+}
