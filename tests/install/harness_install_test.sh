@@ -42,7 +42,10 @@ if ! bash "$prefix/share/meshtest/examples/pytorch/python.sh" -c 'import torch' 
 fi
 run_dir=$(mktemp -d)
 cd "$run_dir"
-clean_env=(env -i HOME="$HOME" PATH=/usr/local/bin:/usr/bin:/bin LANG=C.UTF-8 CI=true)
+# A clean environment: the system's PATH plus the folder of the Python that imports torch (the
+# user's own, e.g. a virtualenv), nothing of the build tree.
+python_dir=$(dirname "$(bash "$prefix/share/meshtest/examples/pytorch/python.sh" -c 'import sys; print(sys.executable)')")
+clean_env=(env -i HOME="$HOME" PATH="$python_dir:/usr/local/bin:/usr/bin:/bin" LANG=C.UTF-8 CI=true)
 "${clean_env[@]}" "$prefix/bin/meshtest" run "$prefix/share/meshtest/examples/pytorch.yaml" --out out \
   --id pytorch/none --id pytorch/canary_seed --id pytorch/legacy_log --id pytorch/keys_vs_meshtrain > run.log 2>&1
 rc=$?
