@@ -1,5 +1,6 @@
 #include "bisect.h"
 #include "core/git.h"
+#include "history/drift.h"
 
 #include <boost/process.hpp>
 #include <nlohmann/json.hpp>
@@ -193,6 +194,7 @@ class Bisector {
   Search search();  // both ends, then git bisect until an answer
   Tested& test(const std::string& sha);
   Judgement judge(Tested& t, int run_code);
+  Judgement judge_drift(Tested& t, bool met);
   std::string mark(const std::string& sha, Judgement j);  // git bisect good|bad|skip; its output
   json result_json(const std::string& outcome, const std::string& first_bad, const std::vector<std::string>& candidates);
   void print(const json& r) const;
@@ -202,6 +204,7 @@ class Bisector {
   std::string judge_;     // the copy of meshtest that runs every case
   std::string original_;  // "branch main" or the detached commit, for the message at the end
   std::string good_, bad_;
+  std::map<std::string, std::map<long long, double>> reference_;  // --drift: GOOD's loss, phase -> step -> value
   std::map<std::string, Tested> tested_;
   std::vector<std::string> order_;  // shas in the order tested
 };
@@ -305,9 +308,46 @@ Judgement Bisector::judge(Tested& t, int run_code) {
     t.why = "flaky: " + t.the_case["earlier_attempts"][0].value("reason", "") + "; then met its expectation on a retry";
     return Judgement::kSkip;
   }
+  if (o_.drift) return judge_drift(t, met);
   if (met) return Judgement::kGood;
   t.why = t.the_case.value("reason", "");
   return Judgement::kBad;
+}
+
+// --drift: GOOD's curves are the reference; a commit whose loss left their band is bad.
+Judgement Bisector::judge_drift(Tested& t, bool met) {
+  auto curves = [](const json& the_case) {
+    std::map<std::string, std::map<long long, double>> out;  // phase -> step -> loss
+    for (const auto& p : the_case.value("phases", json::array()))
+      for (const auto& point : p.value("curve", json::array()))
+        if (point.is_array() && point.size() >= 2 && point[0].is_number() && point[1].is_number())
+          out[p.value("name", "")][point[0].get<long long>()] = point[1].get<double>();
+    return out;
+  };
+  if (t.sha == good_) {
+    reference_ = curves(t.the_case);
+    if (!met || reference_.empty()) t.why = met ? "no loss curve at good to compare with" : t.the_case.value("reason", "");
+    return met && !reference_.empty() ? Judgement::kGood : Judgement::kBad;
+  }
+  const double floor = DriftRule{}.rel_floor;
+  for (const auto& [phase, steps] : curves(t.the_case))
+    for (const auto& [step, value] : steps) {
+      const auto ref = reference_.find(phase);
+      if (ref == reference_.end() || !ref->second.count(step)) continue;
+      const double want = ref->second.at(step);
+      if (!(std::fabs(value - want) <= floor * std::fabs(want))) {
+        char why[200];
+        std::snprintf(why, sizeof why, "loss of phase %s at step %lld: %.9g, good's %.9g (band \xc2\xb1 %.2e)", phase.c_str(),
+                      step, value, want, floor * std::fabs(want));
+        t.why = std::string(why) + (met ? "; the case passed" : "; the case failed too");
+        return Judgement::kBad;
+      }
+    }
+  if (!met) {
+    t.why = t.the_case.value("reason", "");
+    return Judgement::kBad;
+  }
+  return Judgement::kGood;
 }
 
 std::string Bisector::mark(const std::string& sha, Judgement j) {
@@ -410,6 +450,11 @@ void Bisector::print(const json& r) const {
 Bisector::Search Bisector::search() {
   Search found;
   // Both ends first: a bisect between two failing (or two passing) commits finds nothing.
+  // Under --drift, GOOD is the reference the other commits are judged against: it runs first.
+  if (o_.drift) {
+    git_ok(top_, {"checkout", "-q", "--detach", good_});
+    test(good_);
+  }
   git_ok(top_, {"checkout", "-q", "--detach", bad_});
   const Tested& at_bad = test(bad_);
   git_ok(top_, {"checkout", "-q", "--detach", good_});

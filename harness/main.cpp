@@ -234,18 +234,24 @@ std::map<std::string, double> expected_durations(const RunOptions& opt) {
   return durations;
 }
 
-// Appends the run to the history (when there is one) and notes the cases that drifted.
-void record_in_history(json& summary, const std::string& history, const std::string& commit,
-                       const std::vector<std::string>& matrices) {
+// Appends the run to the history (when there is one) and returns the cases that drifted.
+std::map<std::string, DriftFinding> record_in_history(json& summary, const std::string& history, const std::string& commit,
+                                                      const std::vector<std::string>& matrices) {
   if (!summary.contains("run_id")) summary["run_id"] = new_run_id(summary.value("hostname", ""));
-  if (history.empty()) return;
+  if (history.empty()) return {};
   const std::string repo = matrices.empty() ? fs::current_path().string() : fs::path(matrices.front()).parent_path().string();
   const auto drift = record_run(history, summary, run_identity(summary, commit, repo, meshtest_version()));
-  add_drift_notes(summary, drift);
-  add_history_strips(summary, history);
   for (const auto& [id, finding] : drift)
     std::fprintf(stderr, "meshtest: drift: %s passed but left the band of its recent green runs: %s\n", id.c_str(),
                  finding.describe().c_str());
+  return drift;
+}
+
+// The drift notes and each case's strip of recent runs, for the reports.
+void add_history_notes(json& summary, const std::map<std::string, DriftFinding>& drift, const std::string& history) {
+  if (history.empty()) return;
+  add_drift_notes(summary, drift);
+  add_history_strips(summary, history);
 }
 
 // `meshtest run`: select, plan, launch, check, report.
@@ -295,9 +301,15 @@ int run_matrix(Selection sel, RunOptions opt, bool dry_run, int ngpu, const char
   fs::create_directories(opt.out_dir);
   std::fprintf(stderr, "meshtest: %zu cases on %d %s (%s), output in %s\n", plan.cases.size(), opt.devices,
                opt.backend == "nccl" ? "GPUs" : "CPU slots", opt.backend.c_str(), opt.out_dir.c_str());
-  const RunResult result = run_cases(plan, opt);
+  RunResult result = run_cases(plan, opt);
   json summary = summary_json(result, opt);
-  record_in_history(summary, opt.history, opt.commit, opt.matrices);
+  const auto drift = record_in_history(summary, opt.history, opt.commit, opt.matrices);
+  if (fail_drifted_cases(result.cases, drift)) {  // `drift: fail` cases, judged again
+    const json run_id = summary["run_id"];
+    summary = summary_json(result, opt);
+    summary["run_id"] = run_id;
+  }
+  add_history_notes(summary, drift, opt.history);
   write_summary(summary, (fs::path(opt.out_dir) / "summary.json").string());
   const int reports = render_reports(opt.out_dir, false);
   if (reports != 0) return reports;
@@ -424,8 +436,8 @@ int merge_runs(const std::string& out, const std::vector<std::string>& inputs, c
   merged["matrices"] = std::vector<std::string>(matrices.begin(), matrices.end());
   merged["merged_from"] = inputs;
   merged["run_id"] = new_run_id(merged.value("hostname", ""));
-  record_in_history(merged, history.empty() ? history_from_environment() : absolute_path(history), commit,
-                    merged["matrices"].get<std::vector<std::string>>());
+  const std::string db = history.empty() ? history_from_environment() : absolute_path(history);
+  add_history_notes(merged, record_in_history(merged, db, commit, merged["matrices"].get<std::vector<std::string>>()), db);
   write_summary(merged, (fs::path(out) / "summary.json").string());
   return render_reports(out, true);
 }
@@ -844,7 +856,8 @@ Subcommand add_bisect(CLI::App& app) {
   cmd->add_option("--meshtrain", o->meshtrain, "The meshtrain binary (default: next to meshtest)");
   cmd->add_option("--retries", o->retries, "Reruns of a failing case; one that then passes is flaky and its commit skipped")
       ->capture_default_str();
-  cmd->add_flag("--json", o->json, "The result as one JSON document");
+cmd->add_flag("--drift", o->drift, "Bad means the loss curve moved from GOOD's (the history's drift band), though it passes");
+    cmd->add_flag("--json", o->json, "The result as one JSON document");
   return {cmd, [o] { return bisect(*o); }};
 }
 

@@ -18,7 +18,7 @@ const std::vector<std::string> kFileKeys = {"suite", "description", "defaults", 
 // Keys a case and `defaults` share; a case adds name, phases and matrix.
 const std::vector<std::string> kCommonKeys = {"adapter", "command", "model",  "mesh",   "ngpu",     "options",
                                               "tags",    "timeout", "env",    "expect", "checks",   "duration",
-                                              "outputs", "requires"};
+                                              "outputs", "requires", "drift"};
 const std::vector<std::string> kPhaseKeys = {"name", "action", "command", "mesh", "options", "env", "timeout", "outputs"};
 const std::vector<std::string> kLoadTimePlaceholders = {"action", "model", "mesh", "nproc", "phase", "matrix_dir"};
 // Filled when a phase runs; each adapter adds the programs it names ({meshtrain}).
@@ -85,6 +85,7 @@ struct Fields {
   std::optional<CheckpointSource> checkpoint;  // outputs.checkpoint
   std::optional<std::string> tokens;           // outputs.tokens
   std::vector<Requirement> requirements;       // requires: a case's entries add to the defaults'
+  std::optional<bool> drift_fails;             // drift: fail (the run history's drift fails the case)
 };
 
 std::optional<Layout> read_mesh(const ReadContext& ctx, const YAML::Node& node) {
@@ -597,6 +598,14 @@ void read_common(const ReadContext& ctx, const MapReader& m, Fields& f) {
   }
   if (auto* n = m.get("outputs")) read_outputs(ctx, *n, f);
   if (auto* n = m.get("requires")) read_requirements(ctx, *n, f);
+  if (auto* n = m.get("drift")) {
+    const auto policy = read_string(ctx, *n, "drift");
+    if (policy && *policy != "note" && *policy != "fail")
+      ctx.error(*n, "drift must be note (the default: a drift is reported) or fail (a drift fails the case), got '" +
+                        *policy + "'");
+    else if (policy)
+      f.drift_fails = *policy == "fail";
+  }
 }
 
 std::string option_text(const Options& options, const std::string& key) {
@@ -791,6 +800,7 @@ std::optional<Case> build_case(const ReadContext& ctx, const YAML::Node& node, c
   c.checks = f.checks.value_or(std::vector<CheckSpec>{});
   c.requirements = f.requirements;
   c.duration_hint_s = f.duration.value_or(0);
+  c.drift_fails = f.drift_fails.value_or(false);
   c.adapter = adapter_name(f);
   const TrainerAdapter* adapter = trainer_adapters().find(c.adapter);
   if (f.model && adapter) {
@@ -991,6 +1001,7 @@ nlohmann::json Case::to_json() const {
   j["ngpu"] = ngpu;
   j["tags"] = tags;
   j["expect"] = expect.str();
+  if (drift_fails) j["drift"] = "fail";
   j["matrix"] = nlohmann::json::object();
   for (const auto& [k, v] : matrix_values) j["matrix"][k] = v;
   j["phases"] = nlohmann::json::array();

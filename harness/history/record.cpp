@@ -8,6 +8,8 @@
 #include <random>
 
 #include "core/git.h"
+#include "core/matrix.h"
+#include "judge/judge.h"
 
 namespace meshtest {
 
@@ -88,6 +90,30 @@ void add_history_strips(nlohmann::json& summary, const std::string& path, int ru
   } catch (const std::exception& e) {
     if (log) std::fprintf(log, "meshtest: warning: no history strips: %s\n", e.what());
   }
+}
+
+bool fail_drifted_cases(std::vector<CaseOutcome>& cases, const std::map<std::string, DriftFinding>& drift) {
+  bool changed = false;
+  for (auto& o : cases) {
+    if (!o.spec || !o.spec->drift_fails) continue;
+    const auto it = drift.find(o.spec->id);
+    if (it == drift.end()) continue;
+    const DriftFinding& f = it->second;
+    CheckResult k;
+    k.kind = "drift";
+    k.message = "drifted (drift: fail): " + f.describe();
+    k.finding = {VerdictKind::kCheckFailed, k.message};
+    k.finding.check = "drift";
+    k.finding.phase = f.curve.substr(0, f.curve.find('/'));
+    k.finding.step = f.step;
+    k.finding.value = f.value;
+    k.finding.reference = f.center;
+    k.finding.tolerance = f.half_width;
+    o.checks.push_back(std::move(k));
+    judge(o);
+    changed = true;
+  }
+  return changed;
 }
 
 std::string new_run_id(const std::string& host) {

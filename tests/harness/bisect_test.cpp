@@ -200,3 +200,28 @@ TEST_F(Bisect, OnMeshtestsOwnHistoryNamesTheCommitThatBrokeACase) {
 }
 
 }  // namespace
+
+namespace {
+
+// --drift (docs/history.md): losses 1 % off from c14, judged against a 5 % tolerance, pass
+// everywhere, so a plain bisect finds nothing; bisecting the drift names c14.
+TEST_F(Bisect, DriftFindsWhereTheNumbersMovedInsideEveryTolerance) {
+  make_repo(14, 99, 99);
+  std::ofstream(dir_ + "/loose.yaml") << "suite: toy\ncases:\n  - name: train\n    ngpu: 2\n"
+                                         "    command: [sh, train.sh, \"{phase_dir}\"]\n"
+                                         "    checks: [{loss_matches: {golden: " + repo_ + "/golden.txt, rtol: 0.05}}]\n";
+  const std::string bisect = "(cd " + repo_ + " && " + kMeshtest + " bisect toy/train " + dir_ + "/loose.yaml --good HEAD~20 --build '' --json";
+  const Output plain = sh(bisect + " --out " + dir_ + "/plain 2>/dev/null)");
+  EXPECT_EQ(json::parse(plain.text)["outcome"], "not reproduced at bad") << plain.text;
+  const Output drift = sh(bisect + " --drift --out " + dir_ + "/drift 2>/dev/null)");
+  ASSERT_EQ(drift.rc, 0) << drift.text;
+  const json r = json::parse(drift.text);
+  EXPECT_EQ(r["first_bad"]["subject"], "c14");
+  const json c14 = commit_named(r, "c14");
+  EXPECT_EQ(c14["judgement"], "bad");
+  EXPECT_NE(c14["why"].get<std::string>().find("loss of phase train at step 1: 6.06, good's 6 (band"), std::string::npos) << c14;
+  EXPECT_NE(c14["why"].get<std::string>().find("; the case passed"), std::string::npos) << c14;
+  EXPECT_EQ(git("status --porcelain"), "");
+}
+
+}  // namespace

@@ -14,6 +14,8 @@
 #include "history/drift.h"
 #include "history/history.h"
 #include "history/record.h"
+#include "core/matrix.h"
+#include "judge/judge.h"
 
 namespace fs = std::filesystem;
 using namespace meshtest;
@@ -205,4 +207,33 @@ TEST_F(HistoryTest, MedianDurationsAreWhatTheSchedulerPacksBy) {
   EXPECT_DOUBLE_EQ(h.median_durations(5).at("s/a"), 12.0);
   ASSERT_EQ(h.slowest(5, 1).size(), 1u);
   EXPECT_DOUBLE_EQ(h.slowest(5, 1)[0].last_s, 13.0);
+}
+
+// `drift: fail` (docs/history.md): a case that passed its checks but drifted fails, by a `drift`
+// check with the step, value and band; without it, and for another case, nothing changes.
+TEST_F(HistoryTest, DriftFailFailsTheCaseThatDriftedAndOnlyThatOne) {
+  const Suite suite = load_suite_text("suite: s\ncases:\n  - {name: a, command: [t], drift: fail}\n"
+                                      "  - {name: b, command: [t]}\n", "m.yaml");
+  std::vector<CaseOutcome> cases(2);
+  for (size_t i = 0; i < 2; ++i) {
+    cases[i].spec = &suite.cases[i];
+    cases[i].checks.push_back({"exit", true});
+    judge(cases[i]);
+    ASSERT_EQ(cases[i].status(), Status::kPassed);
+  }
+  DriftFinding f{"train/loss", 4, 5.9729352, 5.97294331, 5.97e-06, 8, "c4", "c11"};
+  EXPECT_FALSE(fail_drifted_cases(cases, {{"s/c", f}}));
+  EXPECT_TRUE(fail_drifted_cases(cases, {{"s/a", f}, {"s/b", f}}));
+  EXPECT_EQ(cases[0].status(), Status::kFailed);
+  EXPECT_EQ(cases[0].verdict.check, "drift");
+  EXPECT_EQ(cases[0].verdict.step, 4);
+  EXPECT_NE(cases[0].verdict.message.find("drift: drifted (drift: fail): loss of phase train at step 4"), std::string::npos)
+      << cases[0].verdict.message;
+  EXPECT_EQ(cases[1].status(), Status::kPassed);  // drift: note, the default
+  try {
+    load_suite_text("suite: s\ncases:\n  - {name: a, command: [t], drift: maybe}\n", "m.yaml");
+    ADD_FAILURE() << "drift: maybe loaded";
+  } catch (const MatrixError& e) {
+    EXPECT_NE(std::string(e.what()).find("m.yaml:3:36: drift must be note"), std::string::npos) << e.what();
+  }
 }
