@@ -2,7 +2,7 @@
 # On the (offline) GPU machine: the real torchtitan (pytorch/torchtitan e51e914, carried as source
 # in .deps/python with the pure-Python packages the image lacks) under meshtest's torchtitan
 # adapter: examples/torchtitan.yaml, every case that fits the machine's GPUs.
-# Carry: .deps/include .deps/pugixml .deps/python .deps/python-fallback .deps/torchtitan-assets
+# Carry: .deps/include .deps/pugixml .deps/sqlite .deps/python .deps/python-fallback .deps/torchtitan-assets
 # Results in $OUT: env-check.log, run.log, torchtitan-run.tgz (summary.json, junit.xml,
 # report.html, summary.md, every rank log and TensorBoard event file), losses_h200.txt (the
 # single case's losses, as `meshtest golden export` prints them).
