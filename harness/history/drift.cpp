@@ -9,12 +9,6 @@ namespace meshtest {
 
 namespace {
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 std::optional<double> at_step(const Curve& c, long long step) {
   const auto it = std::lower_bound(c.begin(), c.end(), step, [](const auto& p, long long s) { return p.first < s; });
   return it != c.end() && it->first == step ? std::optional<double>(it->second) : std::nullopt;

@@ -119,14 +119,14 @@ std::optional<double> number(const nlohmann::json& j, const char* key) {
   return j[key].get<double>();
 }
 
+}  // namespace
+
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
-
-}  // namespace
 
 struct History::Db {
   sqlite3* handle = nullptr;

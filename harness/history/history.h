@@ -61,6 +61,9 @@ struct SlowCase {
   double median_s = 0, last_s = 0, first_s = 0;  // first_s: the oldest run in the window
 };
 
+// The median of `values` (the mean of the middle two for an even count; 0 for none).
+double median(std::vector<double> values);
+
 class History {
  public:
   // Opens the database at `path`, creating it or migrating its schema forward (WAL mode, waits
