@@ -17,6 +17,7 @@
 
 #ifdef MESHTEST_CUDA
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #else
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
@@ -107,6 +108,25 @@ inline torch::Tensor to_float8(const torch::Tensor&, bool) { throw std::logic_er
 inline torch::Tensor scaled_mm(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
                                torch::ScalarType, bool) {
   throw std::logic_error("float8 needs LibTorch 2.x");
+}
+#endif
+
+// Grouped GEMMs (torch._grouped_mm, from 2.8): `a` [M, K] against `b` [E, K, N], rows
+// [offsets[e-1], offsets[e]) of `a` with b[e] -> [M, N]; offsets int32 [E] on the device.
+// The CUTLASS kernel runs for bf16 on sm90 and later, with 16-byte aligned rows.
+#if defined(MESHTEST_CUDA) && (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 8))
+inline bool grouped_mm_runs(const torch::Tensor& x, const torch::Tensor& w) {
+  if (!x.is_cuda() || x.scalar_type() != torch::kBFloat16 || w.scalar_type() != torch::kBFloat16) return false;
+  if (x.size(-1) % 8 != 0 || w.size(-1) % 8 != 0 || w.size(-2) % 8 != 0) return false;
+  return at::cuda::getDeviceProperties(x.device().index())->major >= 9;
+}
+inline torch::Tensor grouped_mm(const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& offsets) {
+  return at::_grouped_mm(a, b, offsets);
+}
+#else
+inline bool grouped_mm_runs(const torch::Tensor&, const torch::Tensor&) { return false; }
+inline torch::Tensor grouped_mm(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&) {
+  throw std::logic_error("grouped GEMMs need a CUDA build of LibTorch 2.8 or later");
 }
 #endif
 

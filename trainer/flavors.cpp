@@ -23,7 +23,7 @@ int64_t ModelArgs::num_parameters() const {
   return total;
 }
 
-std::vector<std::string> model_flavor_names() { return {"tiny", "tiny_uneven", "tiny_moe", "debugmodel", "debugmodel_moe", "1B"}; }
+std::vector<std::string> model_flavor_names() { return {"tiny", "tiny_uneven", "tiny_moe", "debugmodel", "debugmodel_moe", "1B", "1B_moe", "8B_short"}; }
 
 ModelArgs model_flavor(const std::string& name) {
   ModelArgs a;
@@ -44,6 +44,13 @@ ModelArgs model_flavor(const std::string& name) {
   } else if (name == "1B") {  // Llama-3.2-1B dimensions, untied 128k vocabulary
     a.dim = 2048, a.n_layers = 16, a.n_heads = 32, a.n_kv_heads = 8, a.vocab_size = 128256;
     a.multiple_of = 256, a.ffn_dim_multiplier = 1.5;
+  } else if (name == "1B_moe") {  // 1B's width and depth, layers 1.. on 8 experts (top 2) + 1 shared
+    a.dim = 2048, a.n_layers = 16, a.n_heads = 32, a.n_kv_heads = 8, a.vocab_size = 128256;
+    a.multiple_of = 256, a.ffn_dim_multiplier = 1.5;
+    a.moe_experts = 8, a.moe_top_k = 2, a.moe_hidden_dim = 2048, a.moe_dense_layers = 1;
+  } else if (name == "8B_short") {  // Llama-3-8B's width (ffn 14336), 8 of its 32 layers: fits one GPU
+    a.dim = 4096, a.n_layers = 8, a.n_heads = 32, a.n_kv_heads = 8, a.vocab_size = 128256;
+    a.multiple_of = 1024, a.ffn_dim_multiplier = 1.3;
   } else {
     std::string known;
     for (const auto& n : model_flavor_names()) known += (known.empty() ? "" : ", ") + n;

@@ -42,7 +42,7 @@ struct ModelArgs {
   int64_t num_parameters() const;
 };
 
-// The named flavors: tiny, debugmodel, 1B. Throws std::invalid_argument for others.
+// The named flavors (model_flavor_names()). Throws std::invalid_argument for others.
 ModelArgs model_flavor(const std::string& name);
 std::vector<std::string> model_flavor_names();
 // Throws std::invalid_argument naming the violated constraint.

@@ -20,8 +20,21 @@ enum class Mode { kOff, kScaledMm, kEmulate };
 // "off" | "scaled_mm" (CUDA, LibTorch 2.x) | "emulate"; throws for others.
 Mode parse_mode(const std::string& s);
 
-// x [..., K] times W [N, K]^T in float8; K and N must be multiples of 16 for scaled_mm.
-torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, Mode mode);
+// x [..., K] times W [N, K]^T in float8. For scaled_mm the tokens M, K and N must be
+// multiples of 16: otherwise std::invalid_argument names `name` and the dimensions.
+torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, Mode mode, const std::string& name = "a linear layer");
+
+// A float8 cast of t [R, C] (tensorwise dynamic scaling): data [R, C] in e4m3 or e5m2, its
+// transpose data_t [C, R] (row-major, when asked for), and the float32 scalar that multiplies
+// them back to t's scale.
+struct Float8Tensor {
+  torch::Tensor data, data_t, inverse_scale;
+};
+// On CUDA (bf16 or float32 input) two fused kernels (trainer/cuda/float8_cast.cu); elsewhere
+// cast_reference. LibTorch 2.x only (1.13 has no float8 dtypes).
+Float8Tensor cast(const torch::Tensor& t, bool e4m3, bool transposed);
+// The same bytes from ATen ops, one pass each: amax, scale, multiply, clamp, cast, transpose.
+Float8Tensor cast_reference(const torch::Tensor& t, bool e4m3, bool transposed);
 
 // x rounded to float8 e4m3 (e4m3 = true) or e5m2 after scaling by `scale`, then unscaled:
 // what a float8 cast and its dequantisation leave, computed in float32.

@@ -150,7 +150,9 @@ void add_precision_and_data_options(CLI::App& cmd, meshtrain::TrainConfig& c) {
 
 // This process: threads, timeouts, console, tracing and planted faults.
 void add_runtime_options(CLI::App& cmd, meshtrain::TrainConfig& c) {
-  cmd.add_option("--threads", c.threads, "CPU threads per rank")->capture_default_str();
+  cmd.add_option("--threads", c.threads,
+                 "CPU threads per rank (0: one, or with --fsdp.cpu-offload the host's cores shared among its ranks)")
+      ->capture_default_str();
   cmd.add_option("--timeout", c.timeout_s, "Seconds a collective may wait for a peer")->capture_default_str();
   cmd.add_flag("--deterministic", c.deterministic,
                "Use deterministic CUDA kernels, so reruns give bitwise-identical losses (slower)");

@@ -122,17 +122,62 @@ GroupedExpertsImpl::GroupedExpertsImpl(int64_t experts, int64_t dim, int64_t hid
   w2 = register_module("w2", ExpertWeight(experts, dim, hidden));
   w3 = register_module("w3", ExpertWeight(experts, hidden, dim));
 }
-torch::Tensor GroupedExpertsImpl::forward(const torch::Tensor& input, const std::vector<int64_t>& counts) {
-  const auto x = hooks.in(input);                                      // [M, D]
-  const auto w1_ = w1->compute_weight(), w2_ = w2->compute_weight(), w3_ = w3->compute_weight();  // [E, ...]
+namespace {
+
+// The loop: one SwiGLU per expert on its rows; the counts are read on the host.
+torch::Tensor experts_loop(const torch::Tensor& x, const torch::Tensor& counts, const torch::Tensor& w1,
+                           const torch::Tensor& w2, const torch::Tensor& w3) {
+  const auto host = counts.to(torch::kCPU, torch::kLong);
   std::vector<torch::Tensor> out;
   int64_t row = 0;
-  for (size_t e = 0; e < counts.size(); ++e) {
-    const auto e_ = static_cast<int64_t>(e);
-    out.push_back(swiglu(x.narrow(0, row, counts[e]), w1_[e_], w2_[e_], w3_[e_]));  // [counts[e], D]
-    row += counts[e];
+  for (int64_t e = 0; e < host.size(0); ++e) {
+    const int64_t n = host[e].item<int64_t>();
+    out.push_back(swiglu(x.narrow(0, row, n), w1[e], w2[e], w3[e]));  // [n, D]
+    row += n;
   }
-  return hooks.out(torch::cat(out));  // [M, D]
+  return torch::cat(out);  // [M, D]
+}
+
+// The grouped GEMMs read each group's start off the device, and their TMA loads need it
+// 16-byte aligned: every expert's rows are padded to a multiple of 8 (bf16) with zero rows,
+// which compute to zero and add nothing to the weight gradients. M_pad is fixed by M and E
+// alone, so nothing is read on the host; the last expert takes the slack.
+torch::Tensor experts_grouped(const torch::Tensor& x, const torch::Tensor& counts, const torch::Tensor& w1,
+                              const torch::Tensor& w2, const torch::Tensor& w3) {
+  constexpr int64_t kAlign = 8;
+  const int64_t M = x.size(0), E = counts.size(0);
+  const int64_t M_pad = (M + E * (kAlign - 1) + kAlign - 1) / kAlign * kAlign;
+  const auto ends = counts.cumsum(0);                                            // [E]
+  const auto padded = (counts + (kAlign - 1)).div(kAlign, "floor") * kAlign;   // [E]
+  const auto padded_ends = padded.cumsum(0);                                   // [E]
+  const auto starts = ends - counts, padded_starts = padded_ends - padded;     // [E]
+  // Row p of the padded layout belongs to expert e (the last takes the slack) and holds x's
+  // row starts[e] + (p - padded_starts[e]) if that is one of e's rows, else a zero row (M).
+  const auto p = torch::arange(M_pad, counts.options());
+  const auto expert = torch::searchsorted(padded_ends, p, /*out_int32=*/false, /*right=*/true).clamp_max(E - 1);
+  const auto within = p - padded_starts.index_select(0, expert);
+  const auto source = torch::where(within < counts.index_select(0, expert), starts.index_select(0, expert) + within,
+                                   torch::full_like(within, M));
+  const auto x_pad = torch::cat({x, x.new_zeros({1, x.size(1)})}).index_select(0, source);  // [M_pad, D]
+  auto offsets = padded_ends.to(torch::kInt);
+  offsets.index_fill_(0, torch::full({1}, E - 1, counts.options()), static_cast<int64_t>(M_pad));
+  // Row r of x sits at row r + (padded_starts - starts)[its expert] of the padded layout.
+  const auto r = torch::arange(M, counts.options());
+  const auto expert_of_r = torch::searchsorted(ends, r, /*out_int32=*/false, /*right=*/true);
+  const auto place = r + (padded_starts - starts).index_select(0, expert_of_r);
+  // [M_pad, D] x [E, D, Hm] per group -> [M_pad, Hm]; then [M_pad, Hm] x [E, Hm, D] -> [M_pad, D]
+  const auto h = torch::silu(compat::grouped_mm(x_pad, w1.transpose(-2, -1), offsets)) *
+                 compat::grouped_mm(x_pad, w3.transpose(-2, -1), offsets);
+  return compat::grouped_mm(h, w2.transpose(-2, -1), offsets).index_select(0, place);  // [M, D]
+}
+
+}  // namespace
+
+torch::Tensor GroupedExpertsImpl::forward(const torch::Tensor& input, const torch::Tensor& counts) {
+  const auto x = hooks.in(input);                                      // [M, D]
+  const auto w1_ = w1->compute_weight(), w2_ = w2->compute_weight(), w3_ = w3->compute_weight();  // [E, ...]
+  const bool grouped = compat::grouped_mm_runs(x, w1_) && x.size(0) > 0;
+  return hooks.out(grouped ? experts_grouped(x, counts, w1_, w2_, w3_) : experts_loop(x, counts, w1_, w2_, w3_));
 }
 
 MoEImpl::MoEImpl(const ModelArgs& a) : top_k(a.moe_top_k) {
@@ -153,19 +198,19 @@ torch::Tensor MoEImpl::forward(const torch::Tensor& input) {
   gates = gates / (gates.sum(-1, true) + 1e-20);                           // each token's weights sum to 1
   // Each token appears k times, its copies sorted by expert (stable: token order within one).
   const auto expert_of_copy = chosen.flatten();                            // [N*k]
-  const auto order = std::get<1>(torch::sort(expert_of_copy, /*stable=*/true, 0, false));  // [N*k]
+  const auto [sorted_experts, order] = torch::sort(expert_of_copy, /*stable=*/true, 0, false);  // [N*k] each
   const auto token_of = order.div(top_k, "floor");                         // [N*k]
-  const auto per_expert = torch::bincount(expert_of_copy, {}, n_experts);  // [E]
+  // Copies per expert, counted on the device (bincount would read its maximum on the host).
+  const auto experts_upto = torch::searchsorted(sorted_experts, torch::arange(1, n_experts + 1, sorted_experts.options()));
+  const auto per_expert = torch::diff(experts_upto, 1, 0, torch::zeros({1}, experts_upto.options()));  // [E]
   // Counted once per step's forward with gradients (an activation-checkpointed block's
   // first forward runs without them), never in validation or generation.
   if (torch::GradMode::is_enabled()) {
     torch::NoGradGuard no_grad;
     tokens_per_expert.add_(per_expert.to(tokens_per_expert.dtype()));
   }
-  const auto counts_cpu = per_expert.cpu();
-  const std::vector<int64_t> counts(counts_cpu.data_ptr<int64_t>(), counts_cpu.data_ptr<int64_t>() + n_experts);
   const auto sorted = tokens.index_select(0, token_of);                   // [N*k, D]
-  const auto routed = route ? route(sorted, counts) : experts(sorted, counts);  // [N*k, D]
+  const auto routed = route ? route(sorted, per_expert) : experts(sorted, per_expert);  // [N*k, D]
   const auto weighted = routed * gates.flatten().index_select(0, order).unsqueeze(1).to(routed.scalar_type());
   const auto out = torch::zeros_like(tokens).index_add(0, token_of, weighted) + shared_experts(tokens);  // [N, D]
   return hooks.out(out.view(x.sizes()));

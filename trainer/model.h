@@ -110,11 +110,15 @@ struct ExpertWeightImpl : WeightModule {
 TORCH_MODULE(ExpertWeight);
 
 // Experts applied to tokens already grouped by expert: x [M, D] holds counts[0] rows for
-// the first expert held, then counts[1] for the next, ... -> [M, D]. One SwiGLU per expert,
-// a loop of matmuls (torchtitan's for-loop path).
+// the first expert held, then counts[1] for the next, ... -> [M, D]; counts [E] (int64) is
+// a tensor on x's device. One SwiGLU per expert: on a GPU that has them (LibTorch 2.x,
+// bf16, sm90) three grouped GEMMs whose groups come from counts on the device, with no
+// host sync (torchtitan's grouped_mm path); elsewhere a loop of matmuls, which reads the
+// counts on the host (torchtitan's for-loop path, and the reference the tests hold the
+// grouped one to).
 struct GroupedExpertsImpl : torch::nn::Module {
   GroupedExpertsImpl(int64_t experts, int64_t dim, int64_t hidden);
-  torch::Tensor forward(const torch::Tensor& x, const std::vector<int64_t>& counts);
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& counts);
   ModuleHooks hooks;  // a data-parallel bucket of the expert weights enters and exits here
   ExpertWeight w1{nullptr}, w2{nullptr}, w3{nullptr};
 };
@@ -135,7 +139,7 @@ struct MoEImpl : torch::nn::Module {
   ModuleHooks hooks;
   // How tokens grouped by expert reach the experts and come back: the experts held here
   // unless set (expert parallel sends them to the ranks holding their experts).
-  std::function<torch::Tensor(const torch::Tensor& x, const std::vector<int64_t>& counts)> route;
+  std::function<torch::Tensor(const torch::Tensor& x, const torch::Tensor& counts)> route;
   Linear router{nullptr};  // the gate: [E, D]
   GroupedExperts experts{nullptr};
   FeedForward shared_experts{nullptr};

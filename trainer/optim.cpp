@@ -10,8 +10,11 @@ AdamW::AdamW(std::vector<std::pair<std::string, torch::Tensor>> named_params, Ad
     : params_(std::move(named_params)), config_(config) {
   for (const auto& [name, p] : params_)
     state_[name] = State{torch::zeros_like(p, torch::kFloat32), torch::zeros_like(p, torch::kFloat32)};
+  // One fused kernel over every parameter: on the GPU, and on the host for offloaded
+  // weights (LibTorch 2.x's CPU kernel runs over --threads cores).
   fused_ = compat::kHasFusedAdamW && !params_.empty();
-  for (const auto& [name, p] : params_) fused_ = fused_ && p.is_cuda() && p.scalar_type() == torch::kFloat32;
+  for (const auto& [name, p] : params_)
+    fused_ = fused_ && p.device().type() == params_.front().second.device().type() && p.scalar_type() == torch::kFloat32;
   if (fused_) step_tensor_ = torch::zeros({}, params_.front().second.options());
   for (size_t i = 0; i < params_.size(); ++i) index_of_[params_[i].second.unsafeGetTensorImpl()] = i;
 }

@@ -20,9 +20,9 @@ struct AdamWConfig {
 };
 
 // Decoupled weight decay Adam, the same arithmetic as torch.optim.AdamW: p -= lr*wd*p;
-// then the bias-corrected Adam update. On CUDA with LibTorch 2.x one fused kernel
-// updates every parameter (torch.optim.AdamW(fused=True)); elsewhere a loop per
-// parameter (foreach=False).
+// then the bias-corrected Adam update. With LibTorch 2.x one fused kernel updates every
+// parameter (torch.optim.AdamW(fused=True)), on the GPU or, for CPU-offloaded weights, on
+// the host over the process's threads; LibTorch 1.13 loops per parameter (foreach=False).
 class AdamW {
  public:
   struct State {

@@ -1,6 +1,7 @@
 #include "parallelize.h"
 
 #include "block_bucket.h"
+#include "offload.h"
 #include "faults.h"
 #include "mappings.h"
 
@@ -158,11 +159,14 @@ void apply_tp(Transformer& model, MeshGroups& groups, const ParallelConfig& conf
 // copies grouped by global expert, counts[e] of them for expert e. Each goes to the ep rank
 // holding its expert, the experts there run on what every rank sent them, and the outputs
 // come back in `sorted`'s order.
-torch::Tensor route_to_experts(const torch::Tensor& sorted, const std::vector<int64_t>& counts, Comm& ep,
+torch::Tensor route_to_experts(const torch::Tensor& sorted, const torch::Tensor& counts_on_device, Comm& ep,
                                GroupedExperts& experts) {
+  // The all-to-all's splits are host values: expert parallel reads the counts here.
+  const auto counts_t = counts_on_device.to(torch::kCPU, torch::kLong);
+  const std::vector<int64_t> counts(counts_t.data_ptr<int64_t>(), counts_t.data_ptr<int64_t>() + counts_t.numel());
   const int64_t n = ep.size(), held = static_cast<int64_t>(counts.size()) / n;
   // First the counts: got[i * held + e] is how many copies rank i sends to local expert e.
-  auto sent_counts = torch::tensor(counts, torch::kLong).to(sorted.device());
+  auto sent_counts = counts_on_device.to(torch::kLong);
   const auto got_t = ep.all_to_all_dim0(sent_counts, std::vector<int64_t>(n, held), std::vector<int64_t>(n, held)).cpu();
   const std::vector<int64_t> got(got_t.data_ptr<int64_t>(), got_t.data_ptr<int64_t>() + n * held);
   std::vector<int64_t> send_rows(n, 0), recv_rows(n, 0), local_counts(held, 0);
@@ -185,7 +189,7 @@ torch::Tensor route_to_experts(const torch::Tensor& sorted, const std::vector<in
     }
   if (injected(Fault::kEpTokensNotRegrouped)) std::iota(by_expert.begin(), by_expert.end(), 0);
   const auto perm = torch::tensor(by_expert, torch::kLong).to(sorted.device());
-  const auto out = experts(received.index_select(0, perm), local_counts);  // [sum(recv_rows), D]
+  const auto out = experts(received.index_select(0, perm), torch::tensor(local_counts, torch::kLong).to(sorted.device()));  // [sum(recv_rows), D]
   const auto back = out.index_select(0, torch::argsort(perm));             // by source rank again
   return ep::exchange_tokens(back, ep, recv_rows, send_rows);
 }
@@ -379,8 +383,7 @@ void apply_cp(Transformer& model, Comm& cp_group, cp::Rotate rotate) {
 void apply_ep(Transformer& model, Comm& ep) {
   for (int64_t id : model->layer_ids())
     if (auto moe = model->block(id)->moe)
-      moe->route = [&ep, experts = moe->experts](const torch::Tensor& sorted,
-                                                 const std::vector<int64_t>& counts) mutable {
+      moe->route = [&ep, experts = moe->experts](const torch::Tensor& sorted, const torch::Tensor& counts) mutable {
         return route_to_experts(sorted, counts, ep, experts);
       };
 }
@@ -483,6 +486,7 @@ void apply_fsdp(ParallelModel& pm, const ParallelConfig& config,
   link_buckets(units, buckets);
   torch::NoGradGuard no_grad;
   std::map<std::shared_ptr<BlockBucket>, size_t> bucket_size;
+  std::shared_ptr<OffloadedWeights> offloaded;
   for (const auto& item : model->named_modules()) {
     auto* wm = dynamic_cast<WeightModule*>(item.value().get());
     if (wm == nullptr) continue;
@@ -497,6 +501,10 @@ void apply_fsdp(ParallelModel& pm, const ParallelConfig& config,
       const size_t index = bucket_size[bucket]++;
       bucket->add(layout, wm->weight);
       dp = [bucket, index](const torch::Tensor&) { return bucket->weight(index); };
+    } else if (config.cpu_offload && groups.device.is_cuda()) {  // one rank: streamed from pinned host memory
+      if (!offloaded) offloaded = std::make_shared<OffloadedWeights>(groups.device, config.param_dtype);
+      const size_t index = offloaded->add(wm->weight);
+      dp = [offloaded, index](const torch::Tensor&) { return offloaded->weight(index); };
     } else if (needs_dp_function) {  // one rank of data parallelism: only the cast (and the copy)
       dp = [dtype = config.param_dtype, device = groups.device](const torch::Tensor& piece) {
         return piece.to(device, dtype);

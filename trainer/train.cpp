@@ -8,7 +8,9 @@
 #include <cmath>
 #include <optional>
 #include <cstdio>
+#include <cstdlib>
 #include <stdexcept>
+#include <thread>
 
 #include "checkpoint.h"
 #include "comm.h"
@@ -298,6 +300,16 @@ RankReport rank_report(const LaunchEnv& env, ParallelModel& pm, const AdamW& opt
 
 }  // namespace
 
+// One thread per rank keeps many ranks on few cores fair; a host optimizer (CPU offload)
+// wants every core this host's ranks can share.
+static int cpu_threads(const TrainConfig& cfg, const LaunchEnv& env) {
+  if (cfg.threads > 0) return cfg.threads;
+  if (!cfg.cpu_offload) return 1;
+  const char* local = std::getenv("LOCAL_WORLD_SIZE");  // torchrun and meshtest launch set it
+  const int ranks_here = std::max(1, local != nullptr ? std::atoi(local) : env.world_size);
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / ranks_here);
+}
+
 int train(const TrainConfig& cfg) {
   inject_fault(parse_fault(cfg.inject_fault));
   // ---- configuration, checked before anything expensive
@@ -307,7 +319,7 @@ int train(const TrainConfig& cfg) {
   const int64_t global_batch = plan.global_batch, accum_steps = plan.accum_steps;
   const pp::PipelinePlan& pipeline = plan.pipeline;
   prepare_dump_folder(cfg.dump_folder);
-  torch::set_num_threads(cfg.threads);
+  torch::set_num_threads(cpu_threads(cfg, env));
   if (cfg.deterministic) compat::use_deterministic_algorithms();
 
   // ---- the job: peers, model, data, optimizer

@@ -59,7 +59,7 @@ struct TrainConfig {
   int64_t validation_freq = 0;   // validate after every N steps (0: never)
   int64_t validation_steps = 4;  // global batches of held-out text per validation (-1: all of it)
   std::string validation_corpus = shipped_validation_corpus_path();
-  int threads = 1;
+  int threads = 0;  // 0: 1, or with cpu_offload the host's cores shared among its ranks (train.cpp)
   double timeout_s = 300;
   bool deterministic = false;  // deterministic kernels on CUDA (CPU kernels already are)
   bool quiet = false;

@@ -132,7 +132,7 @@ TEST(MeshtrainCli, BadInputGetsOneLineErrors) {
   expect_one_line_error(meshtrain({"train", "--bogus", "1"}), "--bogus");
   expect_one_line_error(meshtrain({"train", "--steps", "ten"}), "--steps");
   expect_one_line_error(meshtrain({"train", "--model", "huge", "--dump-folder", dump.string()}),
-                        "unknown model flavor 'huge' (known: tiny, tiny_uneven, tiny_moe, debugmodel, debugmodel_moe, 1B)");
+                        "unknown model flavor 'huge' (known: tiny, tiny_uneven, tiny_moe, debugmodel, debugmodel_moe, 1B, 1B_moe, 8B_short)");
   expect_one_line_error(meshtrain({"train", "--seq-len", "0", "--dump-folder", dump.string()}),
                         "seq_len must be positive");
   expect_one_line_error(meshtrain({"train", "--backend", "mpi", "--dump-folder", dump.string()}),

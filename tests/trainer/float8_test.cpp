@@ -46,3 +46,37 @@ TEST(Float8, EmulatedProductAndGradientsAreWithinFloat8RoundingOfFloat32) {
   EXPECT_LT(rel(x.grad(), x_ref.grad()), 0.1);
   EXPECT_LT(rel(w.grad(), w_ref.grad()), 0.1);
 }
+
+// The fused cast kernels (trainer/cuda/float8_cast.cu) against the ATen reference, byte for
+// byte: bf16 and float32 inputs, both formats, shapes that are not multiples of the 32 x 32
+// tile, values past the format's range after scaling and values that fall to subnormals.
+TEST(Float8, FusedCastEqualsTheReferenceByteForByte) {
+  if (!compat::kHasFloat8 || !torch::cuda::is_available()) GTEST_SKIP() << "needs a CUDA build and a GPU";
+  torch::manual_seed(2);
+  for (auto dtype : {torch::kBFloat16, torch::kFloat32})
+    for (bool e4m3 : {true, false})
+      for (auto shape : {std::vector<int64_t>{48, 80}, std::vector<int64_t>{1000, 37}, std::vector<int64_t>{256, 2048}}) {
+        auto t = (torch::randn(shape) * torch::logspace(-6, 3, shape[1])).to(torch::kCUDA, dtype);
+        t[0][0] = -7e3;  // the amax, negative
+        const auto fused = float8::cast(t, e4m3, /*transposed=*/true);
+        const auto reference = float8::cast_reference(t, e4m3, true);
+        const auto bytes = [](const torch::Tensor& f8) { return f8.view(torch::kUInt8).cpu(); };
+        const std::string what = std::string(e4m3 ? "e4m3" : "e5m2") + " from " + c10::toString(dtype) + " " +
+                                 std::to_string(shape[0]) + "x" + std::to_string(shape[1]);
+        EXPECT_TRUE(torch::equal(bytes(fused.data), bytes(reference.data))) << what;
+        EXPECT_TRUE(torch::equal(bytes(fused.data_t), bytes(reference.data_t))) << what;
+        EXPECT_TRUE(torch::equal(fused.inverse_scale.cpu(), reference.inverse_scale.cpu())) << what;
+      }
+}
+
+TEST(Float8, ScaledMmNamesTheLayerWhoseDimensionsAreNotMultiplesOf16) {
+  auto x = torch::randn({2, 5, 32});  // 10 tokens
+  auto w = torch::randn({48, 32});
+  try {
+    float8::linear(x, w, float8::Mode::kScaledMm, "layers.0.attention.wq");
+    FAIL() << "expected an error";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("layers.0.attention.wq multiplies [10 tokens, 32] by [32, 48]"), std::string::npos)
+        << e.what();
+  }
+}

@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "compat.h"
 #include "model.h"
 
 using namespace meshtrain;
@@ -108,6 +109,7 @@ TEST(ModelArgs, LlamaHiddenDimRule) {
   EXPECT_EQ(model_flavor("tiny").ffn_hidden_dim(), 192);
   EXPECT_EQ(model_flavor("debugmodel").ffn_hidden_dim(), 768);
   EXPECT_EQ(model_flavor("1B").ffn_hidden_dim(), 8192);  // Llama-3.2-1B's intermediate size
+  EXPECT_EQ(model_flavor("8B_short").ffn_hidden_dim(), 14336);  // Llama-3-8B's intermediate size
 }
 
 TEST(ModelArgs, ConstraintsAreCheckedWithClearErrors) {
@@ -217,6 +219,47 @@ TEST(MoE, MatchesPerTokenLoopOverChosenExperts) {
       }
       EXPECT_LT(max_abs_diff(y[b][t], want), 1e-5) << "token " << b << "," << t;
     }
+}
+
+// The grouped-GEMM path (bf16 on a GPU with torch._grouped_mm) against a float32 loop over
+// the experts, forward and weight gradients: counts that are not multiples of the 8-row
+// alignment, and an expert with no tokens.
+TEST(MoE, GroupedGemmsMatchAFloat32LoopOnTheGpu) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "needs a GPU";
+  const auto bf16 = torch::dtype(torch::kBFloat16).device(torch::kCUDA);
+  if (!compat::grouped_mm_runs(torch::zeros({1, 64}, bf16), torch::zeros({1, 32, 64}, bf16)))
+    GTEST_SKIP() << "no grouped GEMMs here (LibTorch 2.8 or later, sm90)";
+  GroupedExperts experts(4, 64, 32);
+  for (auto& p : experts->parameters()) {
+    torch::NoGradGuard no_grad;
+    p.set_data((randn(p.sizes(), 5 + p.numel()) * 0.1).to(bf16));
+  }
+  const std::vector<int64_t> counts = {5, 0, 13, 30};
+  const auto x = randn({48, 64}, 21).to(bf16).requires_grad_();
+  const auto g = randn({48, 64}, 22).to(bf16);
+  experts(x, torch::tensor(counts, torch::kLong).to(torch::kCUDA)).backward(g);
+  // The reference: the same bf16 values, a loop of float32 SwiGLUs.
+  std::vector<torch::Tensor> w, grads;
+  for (auto* p : {&experts->w1->weight, &experts->w2->weight, &experts->w3->weight})
+    w.push_back(p->detach().to(torch::kFloat32).requires_grad_());
+  const auto xf = x.detach().to(torch::kFloat32);
+  std::vector<torch::Tensor> rows;
+  int64_t at = 0;
+  for (int64_t e = 0; e < 4; ++e) {
+    rows.push_back(swiglu(xf.narrow(0, at, counts[e]), w[0][e], w[1][e], w[2][e]));
+    at += counts[e];
+  }
+  const auto y_ref = torch::cat(rows);
+  y_ref.backward(g.to(torch::kFloat32));
+  const auto y = experts(x.detach(), torch::tensor(counts, torch::kLong).to(torch::kCUDA));
+  auto rel = [](const torch::Tensor& a, const torch::Tensor& b) {
+    return ((a.to(torch::kFloat32) - b).norm() / b.norm()).item<double>();
+  };
+  EXPECT_LT(rel(y, y_ref.detach()), 2e-2);
+  EXPECT_LT(rel(experts->w1->weight.grad(), w[0].grad()), 2e-2);
+  EXPECT_LT(rel(experts->w2->weight.grad(), w[1].grad()), 2e-2);
+  EXPECT_LT(rel(experts->w3->weight.grad(), w[2].grad()), 2e-2);
+  EXPECT_EQ(experts->w1->weight.grad()[1].abs().max().item<float>(), 0.0f);  // the expert with no tokens
 }
 
 TEST(MoE, BiasMovesTowardAnEvenLoadAndKeepsItsMean) {
