@@ -55,7 +55,8 @@ TEST(Float8, FusedCastEqualsTheReferenceByteForByte) {
   torch::manual_seed(2);
   for (auto dtype : {torch::kBFloat16, torch::kFloat32})
     for (bool e4m3 : {true, false})
-      for (auto shape : {std::vector<int64_t>{48, 80}, std::vector<int64_t>{1000, 37}, std::vector<int64_t>{256, 2048}}) {
+      for (auto shape : {std::vector<int64_t>{48, 80}, std::vector<int64_t>{1000, 37}, std::vector<int64_t>{256, 2048},
+                         std::vector<int64_t>{200, 72}}) {
         auto t = (torch::randn(shape) * torch::logspace(-6, 3, shape[1])).to(torch::kCUDA, dtype);
         t[0][0] = -7e3;  // the amax, negative
         const auto fused = float8::cast(t, e4m3, /*transposed=*/true);
@@ -79,4 +80,15 @@ TEST(Float8, ScaledMmNamesTheLayerWhoseDimensionsAreNotMultiplesOf16) {
     EXPECT_NE(std::string(e.what()).find("layers.0.attention.wq multiplies [10 tokens, 32] by [32, 48]"), std::string::npos)
         << e.what();
   }
+}
+
+// wq, wk and wv share one cast of their input; a changed input is cast again.
+TEST(Float8, InputCastIsSharedUntilTheInputChanges) {
+  torch::manual_seed(3);
+  auto x = torch::randn({16, 32});
+  auto w = torch::randn({16, 32});
+  const auto first = float8::linear(x, w, float8::Mode::kEmulate);
+  EXPECT_TRUE(torch::equal(float8::linear(x, w, float8::Mode::kEmulate), first));
+  x.mul_(2);  // a power of two: the float8 grid scales with it, so the product exactly doubles
+  EXPECT_TRUE(torch::equal(float8::linear(x, w, float8::Mode::kEmulate), first * 2));
 }

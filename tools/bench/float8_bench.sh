@@ -1,33 +1,76 @@
 #!/usr/bin/env bash
-# float8 against bf16 on one GPU, both measured in this run: the 1B flavor, seq 2048, the
-# same seed and data, STEPS steps each. Prints the loss curves' largest and final relative
-# difference and the median tokens/s of each, with their ratio.
-# Usage: tools/bench/float8_bench.sh [STEPS] [BATCH]   (needs the CUDA build: ci/gpu-build.sh)
-set -euo pipefail
-cd "$(dirname "$0")/../.."
-steps=${1:-200}
-batch=${2:-4}
+# float8 against bf16 on one GPU, both measured in this run: for each flavor (default 1B and
+# 8B_short, Llama-3-8B's width with 8 of its layers), meshtrain --float8 off and --float8
+# scaled_mm with the same seed and data, seq 2048, STEPS steps each. Prints per flavor the
+# loss curves' largest and last relative difference, the median tokens/s of each over steps
+# >= 6 and their ratio, and the peak device memory of each; writes float8.json.
+# The peer is meshtrain's own bf16 step. torchtitan's float8 needs torchao: the script says
+# whether it is importable, and runs no torchao peer either way.
+# Usage: tools/bench/float8_bench.sh [STEPS] [FLAVOR...]   (STEPS default 60; needs build/cuda/meshtrain)
+#   (the earlier form, float8_bench.sh STEPS BATCH, still runs 1B alone at that batch)
+#   BATCH_1B=4 BATCH_8B_short=2 (BATCH_<flavor>: sequences per step); MT_THREADS (default nproc);
+#   RESULTS=DIR: the runs in DIR/float8, the summary in DIR/float8.json (default: the runs in
+#   build/cuda/float8-bench, the summary in ${OUT:-build/cuda}/float8.json);
+#   BENCH_DEADLINE=EPOCH_SECONDS: no run goes past it (ci/gpu-advanced.sh sets it).
+set -uo pipefail
+cd "$(dirname "$0")/../.." || exit 2
+tag=float8-bench
+steps=${1:-60}
+[ $# -gt 0 ] && shift
+if [[ ${1:-} =~ ^[0-9]+$ ]]; then  # the earlier form, [STEPS] [BATCH]: 1B at that batch
+  # shellcheck disable=SC2034 # read through ${!var} below
+  BATCH_1B=$1
+  set -- 1B
+fi
+flavors=${*:-${FLAVORS:-1B 8B_short}}
+res=${RESULTS:-${OUT:-build/cuda}}
+work=${RESULTS:+$RESULTS/float8}
+work=${work:-build/cuda/float8-bench}
+rm -rf "$work" && mkdir -p "$work" "$res"
 bin=build/cuda/meshtrain
-work=build/cuda/float8-bench
-rm -rf "$work" && mkdir -p "$work"
-common=(train --model 1B --steps "$steps" --warmup-steps 20 --seq-len 2048 --local-batch-size "$batch"
-        --param-dtype bfloat16 --reduce-dtype float32 --backend nccl --quiet)
-for mode in off scaled_mm; do
-  echo "float8-bench: --float8 $mode ($(date +%T))"
-  "$bin" "${common[@]}" --float8 "$mode" --dump-folder "$work/$mode"
+[ -x "$bin" ] || { echo "$tag: no $bin (build it: ci/gpu-build.sh)"; exit 2; }
+
+# run NAME SECONDS CMD...: one measurement, its output in NAME.log. A failed run is reported
+# (NAME.failed holds its exit status) and the rest go on; with BENCH_DEADLINE a run gets no
+# more than the time left, and is skipped (NAME.skipped) when under 20 s are left.
+run() {
+  local name=$1 secs=$2 rc; shift 2
+  if [ "${BENCH_DEADLINE:-0}" -gt 0 ]; then
+    local left=$((BENCH_DEADLINE - $(date +%s) - 10))
+    if [ "$left" -lt 20 ]; then echo "$tag: $name skipped: the time budget is spent" | tee "$work/$name.skipped"; return 0; fi
+    [ "$left" -lt "$secs" ] && secs=$left
+  fi
+  echo "$tag: $name ($(date +%T), at most ${secs} s)"
+  timeout -k 10 "$secs" "$@" > "$work/$name.log" 2>&1
+  rc=$?
+  if [ "$rc" != 0 ]; then
+    echo "$rc" > "$work/$name.failed"
+    echo "$tag: $name failed (exit $rc$([ "$rc" = 124 ] && echo ', timed out')): $(tail -n 2 "$work/$name.log" | tr '\n' ' ')"
+  fi
+  return 0
+}
+
+if python3 -c 'import torchao' 2>/dev/null; then
+  torchao="importable (torchao $(python3 -c 'import torchao; print(getattr(torchao, "__version__", "?"))' 2>/dev/null)); no torchao peer is run: the comparison is meshtrain bf16 vs meshtrain float8"
+else
+  torchao="not importable, so the peer is meshtrain's bf16 step only"
+fi
+echo "$tag: torchao $torchao"
+
+threads=${MT_THREADS:-$(nproc)}
+batches=""
+for f in $flavors; do
+  var="BATCH_$f"
+  case $f in 1B) def=4 ;; *) def=2 ;; esac
+  b=${!var:-$def}
+  batches="$batches $f=$b"
+  case $f in 1B) secs=$((60 + steps)) ;; *) secs=$((90 + 2 * steps)) ;; esac  # start-up, then ~0.2 / ~0.6 s a step
+  for mode in off scaled_mm; do
+    run "mt-$f-$mode" "$secs" "$bin" train --model "$f" --steps "$steps" --warmup-steps "$((steps < 40 ? steps / 4 : 10))" \
+      --seq-len 2048 --local-batch-size "$b" --param-dtype bfloat16 --reduce-dtype float32 --backend nccl --quiet \
+      --threads "$threads" --seed 42 --float8 "$mode" --dump-folder "$work/mt-$f-$mode"
+  done
 done
-python3 - "$work" "$steps" <<'PY'
-import json, statistics, sys
-work, steps = sys.argv[1], int(sys.argv[2])
-def rows(mode): return [json.loads(line) for line in open(f"{work}/{mode}/metrics.jsonl")]
-bf16, f8 = rows("off"), rows("scaled_mm")
-rel = [abs(a["loss"] - b["loss"]) / abs(a["loss"]) for a, b in zip(bf16, f8)]
-tps = lambda r: statistics.median(x["tokens_per_s"] for x in r[1:])
-print(f"float8-bench: {steps} steps of 1B; loss bf16 {bf16[0]['loss']:.4f} -> {bf16[-1]['loss']:.4f}, "
-      f"float8 {f8[0]['loss']:.4f} -> {f8[-1]['loss']:.4f}")
-print(f"float8-bench: loss relative difference: max {max(rel):.2e} (step {rel.index(max(rel)) + 1}), "
-      f"last {rel[-1]:.2e}, mean over the last 50 steps {statistics.mean(rel[-50:]):.2e}")
-print(f"float8-bench: tokens/s median bf16 {tps(bf16):.0f}, float8 {tps(f8):.0f}, ratio {tps(f8) / tps(bf16):.3f}")
-print(f"float8-bench: peak device memory bf16 {bf16[-1].get('device_peak_bytes', 0) / 2**30:.1f} GiB, "
-      f"float8 {f8[-1].get('device_peak_bytes', 0) / 2**30:.1f} GiB")
-PY
+
+python3 tools/bench/advanced_report.py float8 --work "$work" --flavors "$flavors" --batches "$batches" --min-step 6 \
+  --torchao "$torchao" --json "$res/float8.json" | tee "$work/table.md"
