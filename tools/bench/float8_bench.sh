@@ -30,25 +30,7 @@ rm -rf "$work" && mkdir -p "$work" "$res"
 bin=build/cuda/meshtrain
 [ -x "$bin" ] || { echo "$tag: no $bin (build it: ci/gpu-build.sh)"; exit 2; }
 
-# run NAME SECONDS CMD...: one measurement, its output in NAME.log. A failed run is reported
-# (NAME.failed holds its exit status) and the rest go on; with BENCH_DEADLINE a run gets no
-# more than the time left, and is skipped (NAME.skipped) when under 20 s are left.
-run() {
-  local name=$1 secs=$2 rc; shift 2
-  if [ "${BENCH_DEADLINE:-0}" -gt 0 ]; then
-    local left=$((BENCH_DEADLINE - $(date +%s) - 10))
-    if [ "$left" -lt 20 ]; then echo "$tag: $name skipped: the time budget is spent" | tee "$work/$name.skipped"; return 0; fi
-    [ "$left" -lt "$secs" ] && secs=$left
-  fi
-  echo "$tag: $name ($(date +%T), at most ${secs} s)"
-  timeout -k 10 "$secs" "$@" > "$work/$name.log" 2>&1
-  rc=$?
-  if [ "$rc" != 0 ]; then
-    echo "$rc" > "$work/$name.failed"
-    echo "$tag: $name failed (exit $rc$([ "$rc" = 124 ] && echo ', timed out')): $(tail -n 2 "$work/$name.log" | tr '\n' ' ')"
-  fi
-  return 0
-}
+source tools/bench/bench_run.sh  # run NAME SECONDS CMD...
 
 if python3 -c 'import torchao' 2>/dev/null; then
   torchao="importable (torchao $(python3 -c 'import torchao; print(getattr(torchao, "__version__", "?"))' 2>/dev/null)); no torchao peer is run: the comparison is meshtrain bf16 vs meshtrain float8"

@@ -27,27 +27,7 @@ rm -rf "$work" && mkdir -p "$work" "$res"
 bin=build/cuda/meshtrain
 [ -x "$bin" ] || { echo "$tag: no $bin (build it: ci/gpu-build.sh)"; exit 2; }
 
-# run NAME SECONDS CMD...: one measurement; a Python peer's stdout (its one JSON line) to
-# NAME.json, everything else to NAME.log. A failed run is reported (NAME.failed holds its
-# exit status) and the rest go on; with BENCH_DEADLINE a run gets no more than the time
-# left, and is skipped (NAME.skipped) when under 20 s are left.
-run() {
-  local name=$1 secs=$2 rc; shift 2
-  if [ "${BENCH_DEADLINE:-0}" -gt 0 ]; then
-    local left=$((BENCH_DEADLINE - $(date +%s) - 10))
-    if [ "$left" -lt 20 ]; then echo "$tag: $name skipped: the time budget is spent" | tee "$work/$name.skipped"; return 0; fi
-    [ "$left" -lt "$secs" ] && secs=$left
-  fi
-  echo "$tag: $name ($(date +%T), at most ${secs} s)"
-  if [[ $name == mt-* ]]; then timeout -k 10 "$secs" "$@" > "$work/$name.log" 2>&1
-  else timeout -k 10 "$secs" "$@" > "$work/$name.json" 2> "$work/$name.log"; fi
-  rc=$?
-  if [ "$rc" != 0 ]; then
-    echo "$rc" > "$work/$name.failed"
-    echo "$tag: $name failed (exit $rc$([ "$rc" = 124 ] && echo ', timed out')): $(tail -n 2 "$work/$name.log" | tr '\n' ' ')"
-  fi
-  return 0
-}
+source tools/bench/bench_run.sh  # run NAME SECONDS CMD...
 
 threads=()
 if [ -n "${MT_OFFLOAD_THREADS:-}" ]; then
