@@ -70,7 +70,7 @@ struct OffloadedWeights::State {
   }
 
   void prefetch_after(size_t i) {
-    if (!sequence_known) return;
+    if (!sequence_known || !position.count(i)) return;  // a weight the first forward did not use: no order to follow
     int64_t bytes = 0;
     for (size_t p = position.at(i) + 1; p < sequence.size() && bytes < bytes_ahead; ++p) {
       start_copy(sequence[p]);
