@@ -3,21 +3,37 @@
 #include <sqlite3.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <set>
 #include <sstream>
+#include <thread>
 
 namespace meshtest {
 
 namespace {
 
 // One prepared statement: bind by position from 1, step through rows, finalized on scope exit.
+// SQLite answers SQLITE_BUSY at once, without its busy handler, where waiting could deadlock
+// or while another connection switches the file to WAL: two runs opening one new database
+// meet exactly that. Such an answer is tried again, for up to 30 s like the busy timeout.
+template <typename Attempt>
+int retrying_busy(Attempt attempt) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  for (int tries = 0;; ++tries) {
+    const int rc = attempt();
+    if ((rc != SQLITE_BUSY && rc != SQLITE_LOCKED) || std::chrono::steady_clock::now() > deadline) return rc;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2 + (tries % 8) * 3));
+  }
+}
+
 class Statement {
  public:
   Statement(sqlite3* db, const std::string& sql, const std::string& path) : db_(db), path_(path) {
-    if (sqlite3_prepare_v2(db, sql.c_str(), -1, &stmt_, nullptr) != SQLITE_OK) fail("preparing " + sql);
+    if (retrying_busy([&] { return sqlite3_prepare_v2(db, sql.c_str(), -1, &stmt_, nullptr); }) != SQLITE_OK)
+      fail("preparing " + sql);
   }
   ~Statement() { sqlite3_finalize(stmt_); }
   Statement(const Statement&) = delete;
@@ -42,14 +58,24 @@ class Statement {
   }
   // True while there is a row to read.
   bool step() {
-    const int rc = sqlite3_step(stmt_);
-    if (rc == SQLITE_ROW) return true;
+    // Before its first row a statement can start again; after it, a retry would repeat rows.
+    const int rc = rows_ == 0 ? retrying_busy([&] {
+      const int r = sqlite3_step(stmt_);
+      if (r == SQLITE_BUSY || r == SQLITE_LOCKED) sqlite3_reset(stmt_);
+      return r;
+    })
+                              : sqlite3_step(stmt_);
+    if (rc == SQLITE_ROW) {
+      ++rows_;
+      return true;
+    }
     if (rc != SQLITE_DONE) fail("running " + std::string(sqlite3_sql(stmt_)));
     return false;
   }
   void run() {
     while (step()) {
     }
+    rows_ = 0;
     sqlite3_reset(stmt_);
     sqlite3_clear_bindings(stmt_);
   }
@@ -70,6 +96,7 @@ class Statement {
   }
   sqlite3* db_;
   sqlite3_stmt* stmt_ = nullptr;
+  int64_t rows_ = 0;  // rows step() returned since the last reset
   std::string path_;
 };
 
@@ -139,7 +166,12 @@ History::History(const std::string& path) : db_(std::make_unique<Db>()), path_(p
   sqlite3_busy_timeout(db_->handle, 30000);
   auto exec = [&](const std::string& sql) {
     char* error = nullptr;
-    if (sqlite3_exec(db_->handle, sql.c_str(), nullptr, nullptr, &error) != SQLITE_OK) {
+    const int rc = retrying_busy([&] {
+      sqlite3_free(error);
+      error = nullptr;
+      return sqlite3_exec(db_->handle, sql.c_str(), nullptr, nullptr, &error);
+    });
+    if (rc != SQLITE_OK) {
       const std::string why = error ? error : sqlite3_errmsg(db_->handle);
       sqlite3_free(error);
       throw HistoryError("history " + path + ": " + why);
