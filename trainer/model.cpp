@@ -124,6 +124,38 @@ GroupedExpertsImpl::GroupedExpertsImpl(int64_t experts, int64_t dim, int64_t hid
 }
 namespace {
 
+// y = x.index_select(0, index) where every row r of x is picked exactly c = |index| / |x|
+// times, by y's rows inverse[r*c .. r*c + c). The backward is then a gather by `inverse`
+// (and a sum over the c copies) rather than index_select's scatter-add with atomics, which
+// took 17 of a 178 ms 1B_moe step on an H200.
+struct GatherRows : torch::autograd::Function<GatherRows> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                               const torch::Tensor& index, const torch::Tensor& inverse) {
+    ctx->save_for_backward({inverse});
+    ctx->saved_data["rows"] = x.size(0);
+    return x.index_select(0, index);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const int64_t rows = ctx->saved_data["rows"].toInt();
+    auto grad = grads[0].index_select(0, ctx->get_saved_variables()[0]);  // [rows * c, ...]
+    if (grad.size(0) != rows) grad = grad.unflatten(0, {rows, -1}).sum(1);
+    return {grad, torch::Tensor(), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+torch::Tensor gather_rows(const torch::Tensor& x, const torch::Tensor& index, const torch::Tensor& inverse) {
+  return GatherRows::apply(x, index, inverse);
+}
+
+torch::Tensor inverse_permutation(const torch::Tensor& order) {
+  return torch::empty_like(order).scatter_(0, order, torch::arange(order.size(0), order.options()));
+}
+
+namespace {
+
 // The loop: one SwiGLU per expert on its rows; the counts are read on the host.
 torch::Tensor experts_loop(const torch::Tensor& x, const torch::Tensor& counts, const torch::Tensor& w1,
                            const torch::Tensor& w2, const torch::Tensor& w3) {
@@ -141,7 +173,8 @@ torch::Tensor experts_loop(const torch::Tensor& x, const torch::Tensor& counts, 
 // The grouped GEMMs read each group's start off the device, and their TMA loads need it
 // 16-byte aligned: every expert's rows are padded to a multiple of 8 (bf16) with zero rows,
 // which compute to zero and add nothing to the weight gradients. M_pad is fixed by M and E
-// alone, so nothing is read on the host; the last expert takes the slack.
+// alone, so nothing is read on the host; the last expert takes the slack. Padding and
+// unpadding are one permutation of [x; zero rows] and its inverse (gather_rows both ways).
 torch::Tensor experts_grouped(const torch::Tensor& x, const torch::Tensor& counts, const torch::Tensor& w1,
                               const torch::Tensor& w2, const torch::Tensor& w3) {
   constexpr int64_t kAlign = 8;
@@ -152,23 +185,22 @@ torch::Tensor experts_grouped(const torch::Tensor& x, const torch::Tensor& count
   const auto padded_ends = padded.cumsum(0);                                   // [E]
   const auto starts = ends - counts, padded_starts = padded_ends - padded;     // [E]
   // Row p of the padded layout belongs to expert e (the last takes the slack) and holds x's
-  // row starts[e] + (p - padded_starts[e]) if that is one of e's rows, else a zero row (M).
+  // row starts[e] + (p - padded_starts[e]) if that is one of e's rows, else one of the zero
+  // rows M, M + 1, ... (in order).
   const auto p = torch::arange(M_pad, counts.options());
   const auto expert = torch::searchsorted(padded_ends, p, /*out_int32=*/false, /*right=*/true).clamp_max(E - 1);
   const auto within = p - padded_starts.index_select(0, expert);
-  const auto source = torch::where(within < counts.index_select(0, expert), starts.index_select(0, expert) + within,
-                                   torch::full_like(within, M));
-  const auto x_pad = torch::cat({x, x.new_zeros({1, x.size(1)})}).index_select(0, source);  // [M_pad, D]
+  const auto is_pad = within >= counts.index_select(0, expert);
+  const auto source = torch::where(is_pad, M - 1 + is_pad.cumsum(0), starts.index_select(0, expert) + within);  // [M_pad]
+  const auto place = inverse_permutation(source);  // [M_pad]: x's row r sits at padded row place[r]
+  const auto x_pad = gather_rows(torch::cat({x, x.new_zeros({M_pad - M, x.size(1)})}), source, place);  // [M_pad, D]
   auto offsets = padded_ends.to(torch::kInt);
   offsets.index_fill_(0, torch::full({1}, E - 1, counts.options()), static_cast<int64_t>(M_pad));
-  // Row r of x sits at row r + (padded_starts - starts)[its expert] of the padded layout.
-  const auto r = torch::arange(M, counts.options());
-  const auto expert_of_r = torch::searchsorted(ends, r, /*out_int32=*/false, /*right=*/true);
-  const auto place = r + (padded_starts - starts).index_select(0, expert_of_r);
   // [M_pad, D] x [E, D, Hm] per group -> [M_pad, Hm]; then [M_pad, Hm] x [E, Hm, D] -> [M_pad, D]
   const auto h = torch::silu(compat::grouped_mm(x_pad, w1.transpose(-2, -1), offsets)) *
                  compat::grouped_mm(x_pad, w3.transpose(-2, -1), offsets);
-  return compat::grouped_mm(h, w2.transpose(-2, -1), offsets).index_select(0, place);  // [M, D]
+  const auto out_pad = compat::grouped_mm(h, w2.transpose(-2, -1), offsets);  // [M_pad, D]
+  return gather_rows(out_pad, place, source).narrow(0, 0, M);                  // [M, D]
 }
 
 }  // namespace
@@ -196,10 +228,11 @@ torch::Tensor MoEImpl::forward(const torch::Tensor& input) {
   const auto chosen = std::get<1>(torch::topk(scores.detach() + expert_bias, top_k, -1));  // [N, k]
   auto gates = scores.gather(1, chosen);                                   // [N, k]
   gates = gates / (gates.sum(-1, true) + 1e-20);                           // each token's weights sum to 1
-  // Each token appears k times, its copies sorted by expert (stable: token order within one).
+  // Each token appears k times (copy n*k + j is token n's j-th choice), its copies sorted by
+  // expert (stable: token order within one); position is where each copy went.
   const auto expert_of_copy = chosen.flatten();                            // [N*k]
   const auto [sorted_experts, order] = torch::sort(expert_of_copy, /*stable=*/true, 0, false);  // [N*k] each
-  const auto token_of = order.div(top_k, "floor");                         // [N*k]
+  const auto position = inverse_permutation(order);                       // [N*k]
   // Copies per expert, counted on the device (bincount would read its maximum on the host).
   const auto experts_upto = torch::searchsorted(sorted_experts, torch::arange(1, n_experts + 1, sorted_experts.options()));
   const auto per_expert = torch::diff(experts_upto, 1, 0, torch::zeros({1}, experts_upto.options()));  // [E]
@@ -209,10 +242,10 @@ torch::Tensor MoEImpl::forward(const torch::Tensor& input) {
     torch::NoGradGuard no_grad;
     tokens_per_expert.add_(per_expert.to(tokens_per_expert.dtype()));
   }
-  const auto sorted = tokens.index_select(0, token_of);                   // [N*k, D]
+  const auto sorted = gather_rows(tokens, order.div(top_k, "floor"), position);  // [N*k, D]
   const auto routed = route ? route(sorted, per_expert) : experts(sorted, per_expert);  // [N*k, D]
-  const auto weighted = routed * gates.flatten().index_select(0, order).unsqueeze(1).to(routed.scalar_type());
-  const auto out = torch::zeros_like(tokens).index_add(0, token_of, weighted) + shared_experts(tokens);  // [N, D]
+  const auto per_copy = gather_rows(routed, position, order).view({-1, top_k, routed.size(1)});  // [N, k, D]
+  const auto out = (per_copy * gates.unsqueeze(-1).to(routed.scalar_type())).sum(1) + shared_experts(tokens);  // [N, D]
   return hooks.out(out.view(x.sizes()));
 }
 

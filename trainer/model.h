@@ -32,6 +32,11 @@ torch::Tensor gqa_attention(const torch::Tensor& q, const torch::Tensor& k, cons
 // x: [..., D]; w1, w3: [F, D]; w2: [D, F] -> [..., D].
 torch::Tensor swiglu(const torch::Tensor& x, const torch::Tensor& w1, const torch::Tensor& w2,
                      const torch::Tensor& w3);
+// Rows of x [R, ...] by index [R*c] -> [R*c, ...], when every row of x is picked exactly c
+// times, by the rows inverse[r*c .. r*c + c); backward gathers by inverse (no scatter-add).
+torch::Tensor gather_rows(const torch::Tensor& x, const torch::Tensor& index, const torch::Tensor& inverse);
+// The permutation undoing `order` [n] (a permutation of 0..n-1): result[order[i]] = i.
+torch::Tensor inverse_permutation(const torch::Tensor& order);
 
 // ---- modules: they own parameters under torchtitan's names
 

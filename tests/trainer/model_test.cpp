@@ -194,31 +194,60 @@ TEST(MoE, ParametersBufferAndCount) {
   EXPECT_EQ(count, model->args.num_parameters());
 }
 
-TEST(MoE, MatchesPerTokenLoopOverChosenExperts) {
+// Forward and backward: the gradients of the input, the router and the experts go through
+// the token permutation's gathers (gather_rows) and must equal those of a per-token loop.
+TEST(MoE, MatchesPerTokenLoopOverChosenExpertsForwardAndBackward) {
   auto args = model_flavor("tiny_moe");
   Transformer model(args);
   init_weights(model, 3);
   MoE moe = model->block(1)->moe;
-  torch::NoGradGuard no_grad;
-  moe->expert_bias.copy_(torch::linspace(-0.02, 0.02, 8));  // moves the choice, not the weights
-  auto x = randn({2, 5, 64}, 11).to(torch::kFloat32);
-  auto y = moe(x);
-  const auto g = moe->router->weight, w1 = moe->experts->w1->weight, w2 = moe->experts->w2->weight,
+  {
+    torch::NoGradGuard no_grad;
+    moe->expert_bias.copy_(torch::linspace(-0.02, 0.02, 8));  // moves the choice, not the weights
+  }
+  const auto x = randn({2, 5, 64}, 11).to(torch::kFloat32).requires_grad_();
+  const auto g = randn({2, 5, 64}, 12).to(torch::kFloat32);
+  const auto y = moe(x);
+  y.backward(g);
+  const auto router = moe->router->weight, w1 = moe->experts->w1->weight, w2 = moe->experts->w2->weight,
              w3 = moe->experts->w3->weight;
+  const auto x_grad = x.grad().clone(), router_grad = router.grad().clone(), w1_grad = w1.grad().clone(),
+             w2_grad = w2.grad().clone();
+  for (auto* t : {&x, &router, &w1, &w2, &w3}) t->mutable_grad().zero_();
+  std::vector<torch::Tensor> want;
   for (int64_t b = 0; b < 2; ++b)
     for (int64_t t = 0; t < 5; ++t) {
       auto xt = x[b][t];
-      auto scores = torch::sigmoid(torch::mv(g, xt));
-      auto chosen = std::get<1>(torch::topk(scores + moe->expert_bias, 2));
+      auto scores = torch::sigmoid(torch::mv(router, xt));
+      auto chosen = std::get<1>(torch::topk(scores.detach() + moe->expert_bias, 2));
       auto weights = scores.index_select(0, chosen);
       weights = weights / weights.sum();
-      auto want = moe->shared_experts(xt.view({1, 64})).view({64});
+      auto out = moe->shared_experts(xt.view({1, 64})).view({64});
       for (int64_t k = 0; k < 2; ++k) {
         const int64_t e = chosen[k].item<int64_t>();
-        want = want + weights[k] * swiglu(xt.view({1, 64}), w1[e], w2[e], w3[e]).view({64});
+        out = out + weights[k] * swiglu(xt.view({1, 64}), w1[e], w2[e], w3[e]).view({64});
       }
-      EXPECT_LT(max_abs_diff(y[b][t], want), 1e-5) << "token " << b << "," << t;
+      EXPECT_LT(max_abs_diff(y[b][t], out), 1e-5) << "token " << b << "," << t;
+      want.push_back(out);
     }
+  torch::stack(want).view({2, 5, 64}).backward(g);
+  EXPECT_LT(max_abs_diff(x_grad, x.grad()), 1e-5);
+  EXPECT_LT(max_abs_diff(router_grad, router.grad()), 1e-5);
+  EXPECT_LT(max_abs_diff(w1_grad, w1.grad()), 1e-5);
+  EXPECT_LT(max_abs_diff(w2_grad, w2.grad()), 1e-5);
+  EXPECT_GT(router_grad.abs().max().item<double>(), 0);  // the gates' gradient reached the router
+}
+
+TEST(MoE, GatherRowsBackwardSumsEachRowsCopies) {
+  // Row 0 picked at y rows 1 and 2, row 1 at y rows 0 and 3.
+  const auto x = torch::tensor({1.0, 2.0}).view({2, 1}).requires_grad_();
+  const auto index = torch::tensor({1, 0, 0, 1}), inverse = torch::tensor({1, 2, 0, 3});
+  const auto y = gather_rows(x, index, inverse);
+  EXPECT_TRUE(torch::equal(y.view({4}), torch::tensor({2.0, 1.0, 1.0, 2.0})));
+  y.backward(torch::tensor({10.0, 20.0, 30.0, 40.0}).view({4, 1}));
+  EXPECT_TRUE(torch::equal(x.grad().view({2}), torch::tensor({50.0, 50.0})));
+  const auto order = torch::tensor({2, 0, 3, 1});
+  EXPECT_TRUE(torch::equal(inverse_permutation(order), torch::tensor({1, 3, 0, 2})));
 }
 
 // The grouped-GEMM path (bf16 on a GPU with torch._grouped_mm) against a float32 loop over
@@ -242,7 +271,7 @@ TEST(MoE, GroupedGemmsMatchAFloat32LoopOnTheGpu) {
   std::vector<torch::Tensor> w, grads;
   for (auto* p : {&experts->w1->weight, &experts->w2->weight, &experts->w3->weight})
     w.push_back(p->detach().to(torch::kFloat32).requires_grad_());
-  const auto xf = x.detach().to(torch::kFloat32);
+  const auto xf = x.detach().to(torch::kFloat32).requires_grad_();
   std::vector<torch::Tensor> rows;
   int64_t at = 0;
   for (int64_t e = 0; e < 4; ++e) {
@@ -259,6 +288,7 @@ TEST(MoE, GroupedGemmsMatchAFloat32LoopOnTheGpu) {
   EXPECT_LT(rel(experts->w1->weight.grad(), w[0].grad()), 2e-2);
   EXPECT_LT(rel(experts->w2->weight.grad(), w[1].grad()), 2e-2);
   EXPECT_LT(rel(experts->w3->weight.grad(), w[2].grad()), 2e-2);
+  EXPECT_LT(rel(x.grad(), xf.grad()), 2e-2);  // through the padding's gathers
   EXPECT_EQ(experts->w1->weight.grad()[1].abs().max().item<float>(), 0.0f);  // the expert with no tokens
 }
 
