@@ -456,9 +456,11 @@ LaunchEnv LaunchEnv::from_environment() {
   env.rank = env_int("RANK", 0);
   env.world_size = env_int("WORLD_SIZE", 1);
   env.local_rank = env_int("LOCAL_RANK", env.rank);
+  env.local_world_size = env_int("LOCAL_WORLD_SIZE", env.world_size);
   env.master_port = env_int("MASTER_PORT", 29500);
   if (const char* addr = std::getenv("MASTER_ADDR"); addr && *addr) env.master_addr = addr;
   if (env.world_size < 1) throw std::invalid_argument("WORLD_SIZE must be at least 1");
+  if (env.local_world_size < 1) throw std::invalid_argument("LOCAL_WORLD_SIZE must be at least 1");
   if (env.rank >= env.world_size)
     throw std::invalid_argument("RANK=" + std::to_string(env.rank) + " is not below WORLD_SIZE=" +
                                 std::to_string(env.world_size));

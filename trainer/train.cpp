@@ -305,9 +305,7 @@ RankReport rank_report(const LaunchEnv& env, ParallelModel& pm, const AdamW& opt
 static int cpu_threads(const TrainConfig& cfg, const LaunchEnv& env) {
   if (cfg.threads > 0) return cfg.threads;
   if (!cfg.cpu_offload) return 1;
-  const char* local = std::getenv("LOCAL_WORLD_SIZE");  // torchrun and meshtest launch set it
-  const int ranks_here = std::max(1, local != nullptr ? std::atoi(local) : env.world_size);
-  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / ranks_here);
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / env.local_world_size);
 }
 
 int train(const TrainConfig& cfg) {

@@ -2,6 +2,8 @@
 // collective's result checked on every rank, uneven and empty pieces included.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include "comm.h"
 #include "gloo_ranks.h"
 
@@ -21,6 +23,21 @@ TEST(Comm, ParseBackend) {
   EXPECT_EQ(parse_backend("gloo"), Backend::kGloo);
   EXPECT_EQ(parse_backend("nccl"), Backend::kNccl);
   EXPECT_THROW(parse_backend("mpi"), std::invalid_argument);
+}
+
+// The launcher's variables; LOCAL_WORLD_SIZE falls back to WORLD_SIZE (one host).
+TEST(Comm, LaunchEnvReadsTheLaunchersVariables) {
+  setenv("RANK", "3", 1);
+  setenv("WORLD_SIZE", "8", 1);
+  unsetenv("LOCAL_WORLD_SIZE");
+  EXPECT_EQ(LaunchEnv::from_environment().local_world_size, 8);
+  setenv("LOCAL_WORLD_SIZE", "4", 1);
+  const auto env = LaunchEnv::from_environment();
+  EXPECT_EQ(env.rank, 3);
+  EXPECT_EQ(env.local_world_size, 4);
+  setenv("LOCAL_WORLD_SIZE", "0", 1);
+  EXPECT_THROW(LaunchEnv::from_environment(), std::invalid_argument);
+  for (const char* name : {"RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"}) unsetenv(name);
 }
 
 TEST(Comm, AllReduceSumMeanMax) {
