@@ -189,8 +189,10 @@ torch::Tensor route_to_experts(const torch::Tensor& sorted, const torch::Tensor&
     }
   if (injected(Fault::kEpTokensNotRegrouped)) std::iota(by_expert.begin(), by_expert.end(), 0);
   const auto perm = torch::tensor(by_expert, torch::kLong).to(sorted.device());
-  const auto out = experts(received.index_select(0, perm), torch::tensor(local_counts, torch::kLong).to(sorted.device()));  // [sum(recv_rows), D]
-  const auto back = out.index_select(0, torch::argsort(perm));             // by source rank again
+  const auto unperm = inverse_permutation(perm);
+  const auto counts_here = torch::tensor(local_counts, torch::kLong).to(sorted.device());
+  const auto out = experts(gather_rows(received, perm, unperm), counts_here);  // [sum(recv_rows), D]
+  const auto back = gather_rows(out, unperm, perm);                          // by source rank again
   return ep::exchange_tokens(back, ep, recv_rows, send_rows);
 }
 

@@ -8,7 +8,6 @@
 #include <cmath>
 #include <optional>
 #include <cstdio>
-#include <cstdlib>
 #include <stdexcept>
 #include <thread>
 
