@@ -190,7 +190,8 @@ void print_plan(const Plan& plan, const RunOptions& opt) {
   const auto sim = simulate(plan.tasks, opt.devices, opt.jobs);
   for (size_t i = 0; i < plan.cases.size(); ++i) {
     const CaseOutcome& o = plan.cases[i];
-    std::printf("%s  (%d %s, expected %.1f s, %s)\n", o.spec->id.c_str(), o.spec->ngpu, plan.unit.c_str(),
+    std::printf("%s  (%d %s%s, expected %.1f s, %s)\n", o.spec->id.c_str(), o.spec->devices(on_gpus(opt)),
+                plan.unit.c_str(), o.spec->simulated ? (", " + std::to_string(o.spec->ngpu) + " ranks simulated").c_str() : "",
                 plan.tasks[i].expected_s, o.spec->expect.str().c_str());
     if (!plan.runs(i)) {
       std::printf("  skipped: %s\n", plan.skip[i].c_str());
@@ -270,6 +271,7 @@ int run_matrix(Selection sel, RunOptions opt, bool dry_run, int ngpu, const char
   if (ngpu < 0) ngpu = opt.launcher == "slurm" ? 1024 : default_devices(opt.backend);
   opt.devices = ngpu;
   opt.slurm.gpus = opt.backend == "nccl";
+  if (on_gpus(opt)) opt.gpu_memory_bytes = smallest_gpu_memory_bytes();
   if (opt.durations.empty()) opt.durations = (fs::path(opt.out_dir) / "summary.json").string();
   const auto history = expected_durations(opt);
   std::string files;
@@ -461,7 +463,8 @@ int list_cases(const Selection& sel) {
     std::string tags, needs;
     for (const auto& x : c->tags) tags += (tags.empty() ? "  tags=" : ",") + x;
     for (const auto& r : c->requirements) needs += (needs.empty() ? "  requires: " : "; ") + r.describe();
-    std::printf("%-50s ngpu=%d phases=%zu expect=%s%s%s\n", c->id.c_str(), c->ngpu, c->phases.size(),
+    std::printf("%-50s ngpu=%d%s phases=%zu expect=%s%s%s\n", c->id.c_str(), c->ngpu, c->simulated ? " simulated" : "",
+                c->phases.size(),
                 c->expect.str().c_str(), tags.c_str(), needs.c_str());
   }
   return 0;
@@ -476,7 +479,7 @@ int show_case(const std::vector<std::string>& files, const std::string& id) {
       const std::string case_dir = case_folder("meshtest-out", c);
       for (size_t i = 0; i < c.phases.size(); ++i)
         j["phases"][i]["command"] = join_argv(resolve_argv(
-            c.phases[i].argv, {"gloo", case_dir, case_dir + "/" + c.phases[i].name, trainer_adapters().placeholders()}));
+            c.phases[i].argv, {backend_of(c, "gloo"), case_dir, case_dir + "/" + c.phases[i].name, trainer_adapters().placeholders()}));
       std::cout << j.dump(2) << "\n";
       return 0;
     }

@@ -13,6 +13,7 @@
 
 #include "compat.h"
 #include "faults.h"
+#include "shm_comm.h"
 
 #ifdef MESHTEST_CUDA
 #include <c10/cuda/CUDAFunctions.h>
@@ -91,6 +92,14 @@ class CollectiveTrace {
 };
 
 }  // namespace
+
+// The planted hang (--inject-fault hang-before-all-reduce) stops global rank 1 for good
+// just before an all-reduce its peers enter, until meshtest's timeout ends it.
+void enter_collective(const char* op, const std::string& group, int global_rank, int size) {
+  if (injected(Fault::kHangBeforeAllReduce) && global_rank == 1 && std::strncmp(op, "all_reduce", 10) == 0)
+    for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
+  CollectiveTrace::instance().enter(op, group, size);
+}
 
 CommVolume& comm_volume() {
   static CommVolume volume;
@@ -372,14 +381,7 @@ class C10dComm : public Comm {
   }
 
  private:
-  // Notes the collective for the harness (CollectiveTrace). The planted hang
-  // (--inject-fault hang-before-all-reduce) stops global rank 1 for good just before an
-  // all-reduce its peers enter, until meshtest's timeout ends it.
-  void enter(const char* op) {
-    if (injected(Fault::kHangBeforeAllReduce) && global_rank_ == 1 && std::strncmp(op, "all_reduce", 10) == 0)
-      for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
-    CollectiveTrace::instance().enter(op, name_, size_);
-  }
+  void enter(const char* op) { enter_collective(op, name_, global_rank_, size_); }
 
   bool needs_wire_cast(const torch::Tensor& t) const {
     return wire_float32_ && t.scalar_type() == torch::kBFloat16;
@@ -426,6 +428,7 @@ std::shared_ptr<Comm> make_group(const c10::intrusive_ptr<c10d::Store>& root, co
   // One prefix per group instance: its members meet there and nowhere else.
   auto store = c10::make_intrusive<c10d::PrefixStore>(name + "/" + id, root);
   const int size = static_cast<int>(ranks.size());
+  if (backend == Backend::kShm) return make_shm_group(store, name, global_rank, group_rank, size, timeout);
   if (backend == Backend::kNccl) {
 #ifdef MESHTEST_CUDA
     auto opts = c10d::ProcessGroupNCCL::Options::create();
@@ -472,7 +475,16 @@ LaunchEnv LaunchEnv::from_environment() {
 Backend parse_backend(const std::string& name) {
   if (name == "gloo") return Backend::kGloo;
   if (name == "nccl") return Backend::kNccl;
-  throw std::invalid_argument("unknown backend '" + name + "' (known: gloo, nccl)");
+  if (name == "shm") return Backend::kShm;
+  throw std::invalid_argument("unknown backend '" + name + "' (known: gloo, nccl, shm)");
+}
+
+bool computes_on_cuda(Backend backend) {
+  if (backend == Backend::kNccl) return true;
+#ifdef MESHTEST_CUDA
+  if (backend == Backend::kShm) return c10::cuda::device_count() > 0;
+#endif
+  return false;
 }
 
 void Comm::all_reduce_mean(torch::Tensor& t) {
@@ -487,9 +499,12 @@ MeshGroups join_mesh(const LaunchEnv& env, const MeshShape& shape, Backend backe
   g.shape = shape;
   g.coord = coord_of(env.rank, shape);
 #ifdef MESHTEST_CUDA
-  if (backend == Backend::kNccl) {
-    c10::cuda::set_device(static_cast<c10::DeviceIndex>(env.local_rank));
-    g.device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank));
+  if (computes_on_cuda(backend)) {
+    // NCCL: one rank per GPU. A simulated world (shm) deals its ranks out over the GPUs it sees.
+    const auto index = static_cast<c10::DeviceIndex>(
+        backend == Backend::kShm ? env.local_rank % c10::cuda::device_count() : env.local_rank);
+    c10::cuda::set_device(index);
+    g.device = torch::Device(torch::kCUDA, index);
   }
 #endif
   c10::intrusive_ptr<c10d::Store> store;

@@ -1,5 +1,6 @@
 // How a rank finds its peers (the torchrun environment) and talks to them
-// (a c10d backend: Gloo on CPU, NCCL on CUDA). Version differences stay in compat.h.
+// (a c10d backend: Gloo on CPU, NCCL on CUDA; or shared memory, for a simulated world of
+// many ranks on one device: shm_comm.h). Version differences stay in compat.h.
 #pragma once
 
 #include <torch/torch.h>
@@ -29,9 +30,12 @@ struct LaunchEnv {
   static LaunchEnv from_environment();
 };
 
-enum class Backend { kGloo, kNccl };
-// "gloo" | "nccl"; throws std::invalid_argument for anything else.
+enum class Backend { kGloo, kNccl, kShm };
+// "gloo" | "nccl" | "shm"; throws std::invalid_argument for anything else.
 Backend parse_backend(const std::string& name);
+// Whether a rank of this backend computes on a GPU: NCCL always; shm in the CUDA build
+// when a GPU is visible (all of a simulated world's ranks share the visible GPUs).
+bool computes_on_cuda(Backend backend);
 
 // A collective in flight. Calling it waits for the result and returns it: on CUDA the
 // current stream waits for the collective's stream (the host does not block); on CPU the

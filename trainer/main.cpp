@@ -132,7 +132,9 @@ void add_precision_and_data_options(CLI::App& cmd, meshtrain::TrainConfig& c) {
       ->capture_default_str();
   cmd.add_option("--reduce-dtype", c.reduce_dtype, "Mixed precision: dtype gradients are reduced in (float32|bfloat16)")
       ->capture_default_str();
-  cmd.add_option("--backend", c.backend, "Collective backend: gloo (CPU build) | nccl (CUDA build)")
+  cmd.add_option("--backend", c.backend, "Collective backend: gloo (CPU build) | nccl (CUDA build) | shm (a simulated world: any number of "
+                 "ranks per device, collectives through host shared memory, reduced in rank order; on the GPU in "
+                 "the CUDA build)")
       ->capture_default_str();
   cmd.add_option("--dump-folder", c.dump_folder, "Where metrics.jsonl and the other outputs go")
       ->capture_default_str();

@@ -157,8 +157,9 @@ RunPlan plan_run(const TrainConfig& cfg, const LaunchEnv& env) {
   plan.pipeline = pp::plan_pipeline(cfg.pp, plan.args.n_layers, shape, env.rank, cfg.local_batch_size,
                                     activation_tokens, plan.parallel.param_dtype);
   plan.float8_mode = float8::parse_mode(cfg.float8);
-  if (plan.float8_mode == float8::Mode::kScaledMm && plan.backend != Backend::kNccl)
-    throw std::invalid_argument("--float8 scaled_mm needs the CUDA build and --backend nccl; --float8 emulate runs on CPU");
+  if (plan.float8_mode == float8::Mode::kScaledMm && !computes_on_cuda(plan.backend))
+    throw std::invalid_argument("--float8 scaled_mm needs the CUDA build and a GPU (--backend nccl or shm); --float8 "
+                                "emulate runs on CPU");
   return plan;
 }
 

@@ -88,6 +88,15 @@ class TrainerAdapter {
   // a meshtest built without meshtrain: cases whose command uses a placeholder are then skipped
   // with this reason, or the run stops when every selected case would be.
   virtual std::string program_problem() const { return ""; }
+  // What {backend} becomes in a simulated world (`simulate: true`): the ranks' backend when all
+  // of them share one device. "" when this trainer cannot simulate a world.
+  virtual std::string simulated_backend() const { return ""; }
+  // About how many bytes of GPU memory a simulated world of `nproc` ranks of `model` takes
+  // (every rank's share summed), or nullopt when the adapter cannot tell.
+  virtual std::optional<double> simulated_world_bytes(const std::string& model, int nproc) const {
+    (void)model, (void)nproc;
+    return std::nullopt;
+  }
 };
 
 // The adapters this process knows, by name.

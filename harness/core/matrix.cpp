@@ -18,7 +18,7 @@ const std::vector<std::string> kFileKeys = {"suite", "description", "defaults", 
 // Keys a case and `defaults` share; a case adds name, phases and matrix.
 const std::vector<std::string> kCommonKeys = {"adapter", "command", "model",  "mesh",   "ngpu",     "options",
                                               "tags",    "timeout", "env",    "expect", "checks",   "duration",
-                                              "outputs", "requires", "drift"};
+                                              "outputs", "requires", "drift", "simulate"};
 const std::vector<std::string> kPhaseKeys = {"name", "action", "command", "mesh", "options", "env", "timeout", "outputs"};
 const std::vector<std::string> kLoadTimePlaceholders = {"action", "model", "mesh", "nproc", "phase", "matrix_dir"};
 // Filled when a phase runs; each adapter adds the programs it names ({meshtrain}).
@@ -86,6 +86,8 @@ struct Fields {
   std::optional<std::string> tokens;           // outputs.tokens
   std::vector<Requirement> requirements;       // requires: a case's entries add to the defaults'
   std::optional<bool> drift_fails;             // drift: fail (the run history's drift fails the case)
+  std::optional<bool> simulate;                // simulate: true (every rank on one device)
+  YAML::Node simulate_node;
 };
 
 std::optional<Layout> read_mesh(const ReadContext& ctx, const YAML::Node& node) {
@@ -598,6 +600,12 @@ void read_common(const ReadContext& ctx, const MapReader& m, Fields& f) {
   }
   if (auto* n = m.get("outputs")) read_outputs(ctx, *n, f);
   if (auto* n = m.get("requires")) read_requirements(ctx, *n, f);
+  if (auto* n = m.get("simulate")) {
+    if (!n->IsScalar() || (n->Scalar() != "true" && n->Scalar() != "false"))
+      ctx.error(*n, "simulate must be true (every rank of the case on one device, docs/simulation.md) or false");
+    else
+      f.simulate = n->Scalar() == "true", f.simulate_node = *n;
+  }
   if (auto* n = m.get("drift")) {
     const auto policy = read_string(ctx, *n, "drift");
     if (policy && *policy != "note" && *policy != "fail")
@@ -803,6 +811,10 @@ std::optional<Case> build_case(const ReadContext& ctx, const YAML::Node& node, c
   c.drift_fails = f.drift_fails.value_or(false);
   c.adapter = adapter_name(f);
   const TrainerAdapter* adapter = trainer_adapters().find(c.adapter);
+  c.simulated = f.simulate.value_or(false);
+  if (c.simulated && adapter && adapter->simulated_backend().empty())
+    ctx.error(f.simulate_node, "adapter '" + c.adapter + "' cannot simulate a world (simulate: true needs a trainer "
+                               "whose ranks can share one device: meshtrain)");
   if (f.model && adapter) {
     const auto known = adapter->models();
     if (known && std::find(known->begin(), known->end(), *f.model) == known->end()) {
@@ -1002,6 +1014,7 @@ nlohmann::json Case::to_json() const {
   j["tags"] = tags;
   j["expect"] = expect.str();
   if (drift_fails) j["drift"] = "fail";
+  if (simulated) j["simulated"] = true;
   j["matrix"] = nlohmann::json::object();
   for (const auto& [k, v] : matrix_values) j["matrix"][k] = v;
   j["phases"] = nlohmann::json::array();

@@ -72,7 +72,8 @@ struct Case {
   std::string adapter;  // the trainer adapter that reads this case (core/adapters.h)
   std::string model;    // the adapter's model name, "" when it needs none
   std::string seed;   // options.seed as written, for reports
-  int ngpu = 1;       // GPUs (or CPU slots) held for the whole case: the widest phase
+  int ngpu = 1;       // ranks of the widest phase: the GPUs (or CPU slots) it holds, unless simulated
+  bool simulated = false;  // `simulate: true`: every rank on one GPU, through the adapter's simulated backend
   std::vector<Phase> phases;
   std::vector<std::string> tags;
   Expectation expect;
@@ -82,6 +83,8 @@ struct Case {
   bool drift_fails = false;    // `drift: fail`: a drift the run history finds fails the case (docs/history.md)
   std::vector<std::pair<std::string, std::string>> matrix_values;  // the axes that made it
 
+  // GPUs (gpus) or CPU slots it holds: one GPU for a simulated world, else a device per rank.
+  int devices(bool gpus) const { return simulated && gpus ? 1 : ngpu; }
   // The other cases this one's checks compare against (resolved ids).
   std::vector<std::string> baselines() const;
   nlohmann::json to_json() const;

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cctype>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -33,18 +34,42 @@ CaseOutcome prepared(const Case& c, const RunOptions& opt, double expected_s) {
     po.name = p.name;
     po.nproc = p.nproc;
     po.dir = (fs::path(o.dir) / p.name).string();
-    po.argv = resolve_argv(p.argv, {opt.backend, o.dir, po.dir, trainer_adapters().placeholders()});
+    po.argv = resolve_argv(p.argv, {backend_of(c, opt.backend), o.dir, po.dir, trainer_adapters().placeholders()});
     o.phases.push_back(po);
   }
   return o;
 }
 
+// Why a simulated world cannot run on this run's GPUs ("" when it can, or nobody can tell):
+// all of its ranks share one GPU, so their memory must fit that one.
+std::string simulated_memory_problem(const Case& c, const RunOptions& opt) {
+  const TrainerAdapter* adapter = trainer_adapters().find(c.adapter);
+  if (!c.simulated || !on_gpus(opt) || opt.gpu_memory_bytes <= 0 || !adapter) return "";
+  for (const auto& p : c.phases) {
+    const auto need = adapter->simulated_world_bytes(c.model, p.nproc);
+    if (!need || *need <= opt.gpu_memory_bytes) continue;
+    char text[320];
+    std::snprintf(text, sizeof text,
+                  "a simulated world of %d ranks of %s needs about %.1f GiB on one GPU (phase %s), more than its "
+                  "%.1f GiB: run it on %d GPUs without simulate, or simulate fewer ranks",
+                  p.nproc, c.model.c_str(), *need / (1u << 30), p.name.c_str(), opt.gpu_memory_bytes / (1u << 30),
+                  p.nproc);
+    return text;
+  }
+  return "";
+}
+
 }  // namespace
+
+std::string backend_of(const Case& c, const std::string& run_backend) {
+  const TrainerAdapter* adapter = trainer_adapters().find(c.adapter);
+  return c.simulated && adapter ? adapter->simulated_backend() : run_backend;
+}
 
 Plan plan_run(const std::vector<const Case*>& cases, const RunOptions& opt,
               const std::map<std::string, double>& history) {
   Plan plan;
-  plan.unit = opt.backend == "nccl" ? "GPUs" : "CPU slots";
+  plan.unit = on_gpus(opt) ? kGpuUnit : "CPU slots";
   plan.skip = pool_skips(cases, opt.devices, plan.unit);
   std::set<std::string> baselines;
   for (const Case* c : cases)
@@ -52,11 +77,12 @@ Plan plan_run(const std::vector<const Case*>& cases, const RunOptions& opt,
   for (size_t i = 0; i < cases.size(); ++i) {
     const Case& c = *cases[i];
     if (c.expect.kind == Expectation::kSkip) plan.skip[i] = c.expect.reason.empty() ? "skip declared" : c.expect.reason;
+    if (plan.skip[i].empty()) plan.skip[i] = simulated_memory_problem(c, opt);
     auto h = history.find(c.id);
     plan.cases.push_back(prepared(c, opt, h != history.end() ? h->second : estimate_seconds(c)));
     // Skipped cases hold no devices; the scheduler still reaches them, in order.
     const bool runs = plan.runs(i);
-    plan.tasks.push_back({runs ? c.ngpu : 0, runs ? plan.cases[i].expected_s : 0.0, c.id, baselines.count(c.id) > 0});
+    plan.tasks.push_back({runs ? c.devices(on_gpus(opt)) : 0, runs ? plan.cases[i].expected_s : 0.0, c.id, baselines.count(c.id) > 0});
   }
   return plan;
 }
@@ -117,8 +143,9 @@ std::vector<std::string> pool_skips(const std::vector<const Case*>& cases, int d
   for (size_t i = 0; i < cases.size(); ++i) index_of[cases[i]->id] = i;
   std::vector<std::string> reason(cases.size());
   for (size_t i = 0; i < cases.size(); ++i)
-    if (cases[i]->ngpu > devices && cases[i]->expect.kind != Expectation::kSkip)
-      reason[i] = "needs " + std::to_string(cases[i]->ngpu) + " " + unit + "; --ngpu is " + std::to_string(devices);
+    if (cases[i]->devices(unit == kGpuUnit) > devices && cases[i]->expect.kind != Expectation::kSkip)
+      reason[i] = "needs " + std::to_string(cases[i]->devices(unit == kGpuUnit)) + " " + unit + "; --ngpu is " +
+                  std::to_string(devices);
   for (bool grew = true; grew;) {
     grew = false;
     for (size_t i = 0; i < cases.size(); ++i) {

@@ -13,6 +13,10 @@
 
 namespace meshtest {
 
+// Whether the run's cases hold GPUs (nccl), else CPU slots.
+inline bool on_gpus(const RunOptions& options) { return options.backend == "nccl"; }
+inline const char* const kGpuUnit = "GPUs";
+
 struct Plan {
   // Per case, in selection order: spec, dir, expected_s, repro and phases (name, nproc,
   // dir, argv) filled in; nothing has run.
@@ -22,6 +26,10 @@ struct Plan {
   std::string unit;               // "GPUs" or "CPU slots"
   bool runs(size_t i) const { return skip[i].empty(); }
 };
+
+// {backend} in a case's commands: the run's (`--backend`), or for a simulated world its
+// adapter's simulated backend.
+std::string backend_of(const Case& c, const std::string& run_backend);
 
 // `history`: expected seconds per case id from an earlier run (load_durations).
 Plan plan_run(const std::vector<const Case*>& cases, const RunOptions& options,

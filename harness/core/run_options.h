@@ -24,6 +24,7 @@ struct RunOptions {
   std::string out_dir = "meshtest-out";
   std::string backend = "gloo";
   int devices = 8;      // GPUs (nccl) or CPU rank slots (gloo)
+  double gpu_memory_bytes = 0;  // the smallest GPU's memory, for simulated worlds (0: unknown, not checked)
   int jobs = 0;         // cases at once; 0 = as many as fit
   double grace_s = 30;  // SIGTERM to SIGKILL
   std::string durations;  // an earlier summary.json for expected durations (--durations)

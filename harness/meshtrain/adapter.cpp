@@ -169,6 +169,22 @@ class MeshtrainAdapter : public TrainerAdapter {
     return {{"meshtrain", meshtrain_binary()}};
   }
 
+  // meshtrain's shared-memory backend: any number of ranks per device (trainer/shm_comm.h).
+  std::string simulated_backend() const override { return "shm"; }
+
+  // Per rank: a CUDA context, the whole model in float32 (every rank builds it before keeping
+  // its part, trainer/train.cpp's build_model), and at most all of its weights, gradients and
+  // two AdamW moments in float32 spread over the ranks. Activations come on top; a tiny or
+  // debug model's are small next to the context.
+  std::optional<double> simulated_world_bytes(const std::string& model, int nproc) const override {
+    const nlohmann::json& d = description();
+    if (d.is_null() || !d.at("flavors").contains(model) || !d["flavors"][model].contains("num_parameters"))
+      return std::nullopt;
+    const double params = d["flavors"][model]["num_parameters"].get<double>();
+    constexpr double kContextBytes = 0.5 * (1u << 30);
+    return nproc * (kContextBytes + 4 * params) + 16 * params;
+  }
+
   std::string program_problem() const override {
     const std::string binary = meshtrain_binary();
     std::error_code ec;

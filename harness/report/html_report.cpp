@@ -450,6 +450,10 @@ std::string facts(const CaseView& c) {
   if (c.expected_s > 0) time += " (expected about " + human_seconds(c.expected_s) + ")";
   out += dl_row("duration", time);
   out += dl_row("devices", "ngpu " + std::to_string(c.ngpu) + "; " + esc(joined(c.devices)));
+  if (c.simulated)
+    out += dl_row("world", "<b>simulated</b>: " + std::to_string(c.ngpu) +
+                               " ranks on one device, collectives through shared memory in rank order (proves the "
+                               "layout's numerics, not NCCL's streams, overlap or timeouts)");
   const std::pair<const char*, std::string> more[] = {{"model", c.model}, {"seed", c.seed},  {"tags", joined(c.tags)},
                                                       {"file", c.file},   {"dir", c.dir},    {"timestamp", c.timestamp}};
   for (const auto& [key, value] : more)

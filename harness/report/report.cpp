@@ -78,12 +78,19 @@ Verdict verdict_of(const CaseView& c) { return verdict_of(c.verdict, c.id.empty(
 
 JunitElement element_of(const CaseView& c) { return junit_element(verdict_of(c).kind); }
 
+// What a simulated verdict stands for, in one line (docs/simulation.md).
+std::string simulated_world(const CaseView& c) {
+  return std::to_string(c.ngpu) + " ranks on one device (simulated world: real collectives' math in rank order, "
+         "not the real transport)";
+}
+
 // system-out of a case: the facts, the repro, and the failing rank's last lines.
 std::string case_output(const CaseView& c) {
   std::string out = "meshtest: " + c.id + "\n";
   out += "expect: " + c.expect + "\nstatus: " + c.status + "\n";
   if (!mesh_chain(c).empty()) out += "mesh: " + mesh_chain(c) + "\n";
   out += "ngpu: " + std::to_string(c.ngpu) + "\n";
+  if (c.simulated) out += "simulated: " + simulated_world(c) + "\n";
   if (!c.seed.empty()) out += "seed: " + c.seed + "\n";
   out += "timestamp: " + c.timestamp + "\n";
   out += "repro: " + c.repro + "\n";
@@ -127,6 +134,7 @@ void add_properties(pugi::xml_node suite, const RunView& run, const std::vector<
     add(c->id + ".seed", c->seed);
     add(c->id + ".repro", c->repro);
     if (!c->drift.empty()) add(c->id + ".drift", c->drift);
+    if (c->simulated) add(c->id + ".simulated", simulated_world(*c));
   }
 }
 

@@ -101,6 +101,7 @@ nlohmann::json case_json(const CaseOutcome& o) {
   c["verdict"] = verdict_to_json(o.verdict);
   c["details"] = o.details;
   c["ngpu"] = o.spec->ngpu;
+  c["simulated"] = o.spec->simulated;
   c["devices"] = o.devices;
   c["model"] = o.spec->model;
   c["seed"] = o.spec->seed;

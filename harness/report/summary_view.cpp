@@ -168,6 +168,7 @@ CaseView case_view(const json& c) {
   for (const auto& d : list(c, "devices"))
     if (const auto device = integer(d)) out.devices.push_back(*device);
   out.ngpu = small_integer(c, "ngpu");
+  out.simulated = flag(c, "simulated");
   out.expected_s = number(c, "expected_s");
   out.duration_s = number(c, "duration_s");
   out.met_expectation = flag(c, "met_expectation");

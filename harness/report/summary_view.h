@@ -84,6 +84,7 @@ struct CaseView {
   std::vector<std::string> tags;
   std::vector<long long> devices;
   int ngpu = 0;
+  bool simulated = false;  // every rank on one device (`simulate: true`): numerics, not the real transport
   double expected_s = 0, duration_s = 0;
   bool met_expectation = false;
   VerdictView verdict;

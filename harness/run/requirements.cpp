@@ -11,6 +11,8 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -357,6 +359,17 @@ size_t apply_program_problems(std::vector<Suite>& suites, const std::vector<cons
     std::fprintf(log, "meshtest: %zu case%s skipped: %s\n", skipped, skipped == 1 ? "" : "s",
                  reasons.begin()->second.c_str());
   return skipped;
+}
+
+double smallest_gpu_memory_bytes() {
+  if (const char* gb = std::getenv("MESHTEST_GPU_MEMORY_GB"); gb && *gb) return std::atof(gb) * (1u << 30);
+  std::FILE* smi = ::popen("nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null", "r");
+  if (!smi) return 0;
+  double smallest = 0;
+  for (double mib = 0; std::fscanf(smi, "%lf", &mib) == 1;)
+    if (mib > 0 && (smallest == 0 || mib * (1u << 20) < smallest)) smallest = mib * (1u << 20);
+  ::pclose(smi);
+  return smallest;
 }
 
 }  // namespace meshtest

@@ -66,4 +66,9 @@ ProbeReport apply_requirements(std::vector<Suite>& suites, const std::vector<con
 size_t apply_program_problems(std::vector<Suite>& suites, const std::vector<const Case*>& selected,
                               std::FILE* log = stderr);
 
+// The memory of this machine's smallest GPU in bytes, for simulated worlds (one GPU holds
+// all of a world's ranks): $MESHTEST_GPU_MEMORY_GB when set, else what nvidia-smi says; 0
+// when neither can tell (then nothing is refused for memory).
+double smallest_gpu_memory_bytes();
+
 }  // namespace meshtest

@@ -103,7 +103,7 @@ void RunLoop::start(size_t i, double now_s) {
     finalize(i, Verdict::skipped(plan_.skip[i]));
     return;
   }
-  o.devices = pool_.acquire(o.spec->ngpu);
+  o.devices = pool_.acquire(o.spec->devices(on_gpus(opt_)));
   o.start_s = now_s;
   o.timestamp = iso_now();
   std::error_code ec;
@@ -245,8 +245,10 @@ void RunLoop::finalize(size_t i) {
   o.finished = true;
   ++finals_;
   if (opt_.progress) std::fprintf(stderr, "\r\033[K");
-  std::fprintf(stderr, "[%zu/%zu] %-9s %s (%d %s, %s)%s%s\n", finals_, outcomes_.size(), status_name(o.status()),
-               o.spec->id.c_str(), o.spec->ngpu, plan_.unit.c_str(), human_seconds(o.duration_s).c_str(),
+  std::fprintf(stderr, "[%zu/%zu] %-9s %s (%d %s%s, %s)%s%s\n", finals_, outcomes_.size(), status_name(o.status()),
+               o.spec->id.c_str(), o.spec->devices(on_gpus(opt_)), plan_.unit.c_str(),
+               o.spec->simulated ? (", " + std::to_string(o.spec->ngpu) + " ranks simulated").c_str() : "",
+               human_seconds(o.duration_s).c_str(),
                o.reason().empty() ? "" : ": ", o.reason().c_str());
   // Cases judged against this one may be ready now.
   if (stopped_by_ != 0) return;  // stop() cancels them

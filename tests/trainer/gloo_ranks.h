@@ -1,5 +1,5 @@
 // Ranks as threads of one test process: body(rank, group) on `n` threads, each a rank of
-// one Gloo group over an in-memory store. Fails the test with each rank's error. Also the
+// one group over an in-memory store (Gloo unless `backend` says shm). Fails the test with each rank's error. Also the
 // seeded float64 tensors the multi-rank tests compare against plain autograd with.
 #pragma once
 
@@ -14,7 +14,8 @@
 
 namespace meshtrain_test {
 
-inline void run_ranks(int n, const std::function<void(int, meshtrain::Comm&)>& body) {
+inline void run_ranks(int n, const std::function<void(int, meshtrain::Comm&)>& body,
+                      meshtrain::Backend backend = meshtrain::Backend::kGloo) {
   auto store = c10::make_intrusive<c10d::HashStore>();
   std::vector<int64_t> ranks;
   for (int r = 0; r < n; ++r) ranks.push_back(r);
@@ -23,7 +24,7 @@ inline void run_ranks(int n, const std::function<void(int, meshtrain::Comm&)>& b
   for (int r = 0; r < n; ++r)
     threads.emplace_back([&, r] {
       try {
-        auto comm = meshtrain::make_group(store, "group", ranks, r, meshtrain::Backend::kGloo, std::chrono::seconds(30));
+        auto comm = meshtrain::make_group(store, "group", ranks, r, backend, std::chrono::seconds(30));
         body(r, *comm);
       } catch (const std::exception& e) {
         errors[r] = e.what();
