@@ -14,7 +14,9 @@ run_dir=build/cuda/matrix-$name
 rm -rf "$run_dir"
 mkdir -p "$out"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | head -n 1 > "$out/gpu.txt"
-build/cuda/meshtest run "$matrix" --backend nccl --out "$run_dir" --grace 10 "$@" 2>&1 | tee "$out/meshtest.log" | tail -n 60
+# MATRIX_LIMIT_S: a deadline for the run; meshtest stops on SIGTERM and still writes its reports.
+timeout --signal=TERM --kill-after=30 "${MATRIX_LIMIT_S:-86400}" \
+  build/cuda/meshtest run "$matrix" --backend nccl --out "$run_dir" --grace 10 "$@" 2>&1 | tee "$out/meshtest.log" | tail -n 60
 rc=${PIPESTATUS[0]}
 dest=$(cd "$out" && pwd)
 (cd "$run_dir" && find . \( -name 'rank*.log' -o -name 'rank*.json' -o -name metrics.jsonl -o -name generate.json \
