@@ -3,6 +3,7 @@
 # meshtrain (CUDA preset), runs test_matrix/gpu_sim.yaml (every multi-rank layout's ranks
 # sharing one GPU, docs/simulation.md), then the cost of simulation (tools/bench/sim_cost.sh).
 # Reports and rank logs go to ${OUT:-build/cuda/results}/gpu_sim.tgz, the bench to sim_cost.tgz.
+# Carry: .deps/include .deps/pugixml .deps/sqlite (docs/building.md: CLI11, pugixml, SQLite for the GPU image).
 # Usage: ci/gpu-sim.sh [meshtest run options...]
 #   SIM_BENCH=0 skips the bench; CALL_LIMIT_S (590) is the call's end, BENCH_S (110) the bench's share.
 set -uo pipefail

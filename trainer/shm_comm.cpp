@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <csignal>
+#include <pthread.h>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -28,14 +30,20 @@ namespace {
 // Bytes a rank can post per round; a larger tensor goes through in rounds. Only the pages
 // a collective touches are ever backed by memory.
 constexpr int64_t kSlotBytes = 4 << 20;
-constexpr int64_t kHeaderBytes = 64;
+constexpr int kMaxRanks = 1000;
+constexpr int64_t kHeaderBytes = 64 << 10;
 
-// The segment's first cache line. `generation` counts completed barriers (the futex word);
-// `failed` is 1 + the global rank of a member that gave up.
+// The segment's first pages. `generation` counts completed barriers (the futex word);
+// `failed` is 1 + the global rank of a member that gave up. Each member holds its `alive`
+// mutex (robust, process-shared) as long as it is in the group: the kernel releases it when
+// the member's process dies, however it dies, so a waiting rank can tell a dead peer from a
+// slow one.
 struct Header {
   std::atomic<uint32_t> arrived;
   std::atomic<uint32_t> generation;
   std::atomic<int32_t> failed;
+  int32_t global_rank[kMaxRanks];
+  pthread_mutex_t alive[kMaxRanks];
 };
 static_assert(sizeof(Header) <= kHeaderBytes);
 
@@ -61,6 +69,7 @@ class ShmComm : public Comm {
   ShmComm(const c10::intrusive_ptr<c10d::Store>& store, std::string name, int global_rank, int rank, int size,
           std::chrono::milliseconds timeout)
       : store_(store), name_(std::move(name)), global_rank_(global_rank), rank_(rank), size_(size), timeout_(timeout) {
+    if (size_ > kMaxRanks) throw std::invalid_argument("shm backend: at most " + std::to_string(kMaxRanks) + " ranks");
     const int64_t bytes = kHeaderBytes + kSlotBytes * size_;
     std::string path;
     int fd = -1;
@@ -88,12 +97,22 @@ class ShmComm : public Comm {
     base_ = static_cast<uint8_t*>(mapped);
     mapped_bytes_ = bytes;
     header_ = reinterpret_cast<Header*>(base_);
+    header_->global_rank[rank_] = global_rank_;
+    pthread_mutexattr_t attr;
+    pthread_mutexattr_init(&attr);
+    pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
+    pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
+    pthread_mutex_init(&header_->alive[rank_], &attr);
+    pthread_mutexattr_destroy(&attr);
+    pthread_mutex_lock(&header_->alive[rank_]);
     barrier_wait("join");  // every member has mapped the segment: its name can go
     if (rank_ == 0) ::unlink(path.c_str());
   }
 
   ~ShmComm() override {
-    if (base_) ::munmap(base_, static_cast<size_t>(mapped_bytes_));
+    if (!base_) return;
+    pthread_mutex_unlock(&header_->alive[rank_]);  // leaving: peers that still wait fail at once
+    ::munmap(base_, static_cast<size_t>(mapped_bytes_));
   }
 
   int rank() const override { return rank_; }
@@ -250,8 +269,26 @@ class ShmComm : public Comm {
         std::this_thread::yield();
         continue;
       }
-      const timespec tick{0, 50 * 1000 * 1000};  // wake now and then to look at the deadline
+      const timespec tick{0, 50 * 1000 * 1000};  // wake now and then to look at the deadline and the peers
       futex(&header_->generation, FUTEX_WAIT, gen, &tick);
+      if (spin % 20 == 0) fail_if_a_peer_is_gone(what);
+    }
+  }
+
+  // A peer that left the group (its process died, or it closed the group) never arrives:
+  // say which, instead of waiting for the timeout. Only members past the join hold a mutex.
+  void fail_if_a_peer_is_gone(const char* what) {
+    if (std::strcmp(what, "join") == 0) return;
+    for (int r = 0; r < size_; ++r) {
+      if (r == rank_) continue;
+      const int state = pthread_mutex_trylock(&header_->alive[r]);
+      if (state == EBUSY) continue;  // held: the peer is alive
+      if (state == 0 || state == EOWNERDEAD) pthread_mutex_unlock(&header_->alive[r]);
+      const int peer = header_->global_rank[r];
+      header_->failed.store(peer + 1, std::memory_order_release);
+      throw std::runtime_error("shm backend: group " + name_ + ": global rank " + std::to_string(peer) +
+                               (state == EOWNERDEAD ? " died" : " left the group") + " while rank " +
+                               std::to_string(rank_) + " waited for it in " + what);
     }
   }
 

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <future>
+#include <thread>
 
 #include "comm.h"
 #include "gloo_ranks.h"
@@ -184,23 +186,28 @@ TEST(ShmComm, Bfloat16SumsInFloat32AndRoundsOnce) {
       Backend::kShm);
 }
 
-// A peer that never arrives fails the collective after the timeout, naming the group,
-// and the peers of a rank that gave up fail at once rather than wait out their own timeout.
+// A peer that never arrives fails the collective after the timeout, naming the group; one
+// that leaves the group (its process died, or it closed the group) fails it at once (the
+// message only the liveness check writes; the timeout would say "never arrived").
 TEST(ShmComm, MissingPeerFailsTheCollectiveInsteadOfHanging) {
-  auto store = c10::make_intrusive<c10d::HashStore>();
-  std::string error;
-  std::thread late([&] {
-    auto g = make_group(store, "lonely", {0, 1}, 1, Backend::kShm, std::chrono::milliseconds(500));
-    // joins the group, then never enters a collective
-  });
-  try {
-    auto g = make_group(store, "lonely", {0, 1}, 0, Backend::kShm, std::chrono::milliseconds(500));
-    auto t = torch::ones({4});
-    g->all_reduce_sum(t);
-  } catch (const std::exception& e) {
-    error = e.what();
+  for (const bool leaves : {false, true}) {
+    auto store = c10::make_intrusive<c10d::HashStore>();
+    std::string error;
+    std::promise<void> done;
+    std::thread late([&, waiting = done.get_future()] {
+      auto g = make_group(store, "lonely", {0, 1}, 1, Backend::kShm, std::chrono::milliseconds(leaves ? 60000 : 500));
+      if (!leaves) waiting.wait();  // in the group, never in a collective
+    });
+    try {
+      auto g = make_group(store, "lonely", {0, 1}, 0, Backend::kShm, std::chrono::milliseconds(leaves ? 60000 : 500));
+      auto t = torch::ones({4});
+      g->all_reduce_sum(t);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    done.set_value();
+    late.join();
+    EXPECT_NE(error.find("group lonely"), std::string::npos) << error;
+    EXPECT_NE(error.find(leaves ? "global rank 1 left the group" : "never arrived"), std::string::npos) << error;
   }
-  late.join();
-  EXPECT_NE(error.find("group lonely"), std::string::npos) << error;
-  EXPECT_NE(error.find("never arrived"), std::string::npos) << error;
 }
