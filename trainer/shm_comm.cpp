@@ -21,7 +21,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "comm.h"
+#include "collective.h"
 
 namespace meshtrain {
 

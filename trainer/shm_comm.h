@@ -25,8 +25,4 @@ class Comm;
 std::shared_ptr<Comm> make_shm_group(const c10::intrusive_ptr<c10d::Store>& store, const std::string& name,
                                      int global_rank, int rank, int size, std::chrono::milliseconds timeout);
 
-// Notes a collective this process enters, for the harness (comm.cpp's CollectiveTrace,
-// $MESHTEST_COLLECTIVE_FILE), and applies the planted hang fault. Every backend calls it.
-void enter_collective(const char* op, const std::string& group, int global_rank, int size);
-
 }  // namespace meshtrain
