@@ -2,6 +2,7 @@
 #pragma once
 
 #include <boost/process.hpp>
+#include <csignal>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -115,6 +116,20 @@ inline std::vector<json> metrics(const fs::path& dump) {
   std::ifstream in(dump / "metrics.jsonl");
   for (std::string line; std::getline(in, line);) rows.push_back(json::parse(line));
   return rows;
+}
+
+// Two ranks training `args` (which write metrics.jsonl to `dump`) until two steps are logged,
+// then rank 1 killed the way an OOM killer would. Returns rank 0's stderr after checking that
+// it failed instead of hanging or exiting 0.
+inline std::string rank0_error_after_rank1_killed(const std::vector<std::string>& args, const fs::path& dump) {
+  Job job(2, args, dump);
+  for (int i = 0; i < 600 && metrics(dump).size() < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_GE(metrics(dump).size(), 2u) << "training never started: " << job.err(0);
+  ::kill(job.rank(1).id(), SIGKILL);
+  auto codes = job.wait(std::chrono::seconds(60));
+  EXPECT_NE(codes[0], -9) << "rank 0 hung after its peer died";
+  EXPECT_NE(codes[0], 0) << "rank 0 exited 0 after its peer died";
+  return job.err(0);
 }
 
 }  // namespace meshtrain_test
