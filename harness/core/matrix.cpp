@@ -62,6 +62,24 @@ void set_env(std::vector<std::pair<std::string, std::string>>& env, const std::s
   env.emplace_back(key, value);
 }
 
+// outputs.checkpoint as written: each key set here overrides that key of what the defaults
+// said, and those the adapter's default outputs, so `{step: 5}` alone keeps the path and the
+// model_prefix the adapter knows.
+struct CheckpointOverride {
+  std::optional<std::string> path;
+  std::optional<long long> step;
+  std::optional<std::string> model_prefix;
+  std::optional<std::vector<std::pair<std::string, std::string>>> rename;
+  YAML::Node node;  // where it was last written
+  bool any() const { return path || step || model_prefix || rename; }
+  void apply_to(CheckpointSource& src) const {
+    if (path) src.path = *path;
+    if (step) src.step = *step;
+    if (model_prefix) src.model_prefix = *model_prefix;
+    if (rename) src.rename = *rename;
+  }
+};
+
 // What `defaults`, a case and (in part) a phase may say. Unset fields inherit.
 struct Fields {
   std::optional<std::string> adapter;
@@ -82,7 +100,7 @@ struct Fields {
   std::optional<std::vector<CheckSpec>> checks;
   std::optional<double> duration;
   std::optional<MetricsSource> metrics;  // outputs.metrics
-  std::optional<CheckpointSource> checkpoint;  // outputs.checkpoint
+  CheckpointOverride checkpoint;               // outputs.checkpoint: the keys written, over the adapter's
   std::optional<std::string> tokens;           // outputs.tokens
   std::vector<Requirement> requirements;       // requires: a case's entries add to the defaults'
   std::optional<bool> drift_fails;             // drift: fail (the run history's drift fails the case)
@@ -365,20 +383,19 @@ std::optional<MetricsSource> read_metrics_source(const ReadContext& ctx, const Y
   return src;
 }
 
-std::optional<CheckpointSource> read_checkpoint_source(const ReadContext& ctx, const YAML::Node& node) {
+// Reads the keys of outputs.checkpoint that are written into `into`, over what it holds.
+void read_checkpoint_source(const ReadContext& ctx, const YAML::Node& node, CheckpointOverride& into) {
   MapReader m(ctx, node, "outputs.checkpoint", {"path", "step", "model_prefix", "rename"});
-  if (!m.ok()) return std::nullopt;
-  CheckpointSource src;
-  if (auto* n = m.get("path")) {
-    if (auto p = read_output_path(ctx, *n, "outputs.checkpoint.path")) src.path = *p;
-  } else {
-    ctx.error(node, "outputs.checkpoint needs a path (a step folder or a folder of step-<N>)");
-  }
+  if (!m.ok()) return;
+  into.node = node;
+  if (auto* n = m.get("path"))
+    if (auto p = read_output_path(ctx, *n, "outputs.checkpoint.path")) into.path = *p;
   if (auto* n = m.get("step"))
-    if (auto v = read_int(ctx, *n, "outputs.checkpoint.step", 0)) src.step = *v;
+    if (auto v = read_int(ctx, *n, "outputs.checkpoint.step", 0)) into.step = *v;
   if (auto* n = m.get("model_prefix"))
-    if (auto p = read_string(ctx, *n, "outputs.checkpoint.model_prefix")) src.model_prefix = *p;
+    if (auto p = read_string(ctx, *n, "outputs.checkpoint.model_prefix")) into.model_prefix = *p;
   if (auto* n = m.get("rename")) {
+    into.rename.emplace();
     MapReader r(ctx, *n, "outputs.checkpoint.rename", {});
     for (const auto& [pattern, to] : r.entries()) {
       try {
@@ -387,10 +404,9 @@ std::optional<CheckpointSource> read_checkpoint_source(const ReadContext& ctx, c
         ctx.error(to, "outputs.checkpoint.rename: '" + pattern + "' is not a regular expression: " + e.what());
         continue;
       }
-      if (auto t = read_string(ctx, to, "outputs.checkpoint.rename")) src.rename.emplace_back(pattern, *t);
+      if (auto t = read_string(ctx, to, "outputs.checkpoint.rename")) into.rename->emplace_back(pattern, *t);
     }
   }
-  return src;
 }
 
 void read_outputs(const ReadContext& ctx, const YAML::Node& node, Fields& f) {
@@ -400,8 +416,7 @@ void read_outputs(const ReadContext& ctx, const YAML::Node& node, Fields& f) {
     if (auto t = read_output_path(ctx, *n, "outputs.tokens")) f.tokens = *t;
   if (auto* n = m.get("metrics"))
     if (auto src = read_metrics_source(ctx, *n)) f.metrics = *src;
-  if (auto* n = m.get("checkpoint"))
-    if (auto src = read_checkpoint_source(ctx, *n)) f.checkpoint = *src;
+  if (auto* n = m.get("checkpoint")) read_checkpoint_source(ctx, *n, f.checkpoint);
 }
 
 // A probe's program or argument: {matrix_dir} filled, any other placeholder refused (a probe
@@ -670,7 +685,14 @@ Phase build_phase(const ReadContext& ctx, const YAML::Node& where_node, const st
   const Layout layout = p.mesh ? *p.mesh : adapter->default_layout(f.ngpu.value_or(1)).value_or(Layout{});
   p.outputs = adapter->default_outputs(layout);
   if (f.metrics) p.outputs.metrics = *f.metrics;
-  if (f.checkpoint) p.outputs.checkpoint = f.checkpoint;
+  if (f.checkpoint.any()) {
+    CheckpointSource merged = p.outputs.checkpoint.value_or(CheckpointSource{});
+    f.checkpoint.apply_to(merged);
+    if (merged.path.empty())
+      ctx.error(f.checkpoint.node, "outputs.checkpoint needs a path (a step folder or a folder of step-<N>): adapter '" +
+                                       adapter->name() + "' names no checkpoint of its own");
+    p.outputs.checkpoint = merged;
+  }
   if (f.tokens) p.outputs.tokens = *f.tokens;
   if (p.mesh) {
     p.nproc = static_cast<int>(p.mesh->ranks());

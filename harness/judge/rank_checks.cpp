@@ -139,11 +139,14 @@ void check_params_match(const CaseOutcome& o, const CheckSpec& spec, const FindC
       throw Finding{key + " is in " + want_label + " but not in " + t.label, ""};
     }
   }
+  // A non-finite number is written as null (JSON has no NaN): it is read as NaN, which no
+  // tolerance accepts, so a broken weight fails with its key instead of passing.
+  auto number = [](const json& v) { return v.is_null() ? std::nan("") : v.get<double>(); };
   std::optional<Finding> first;  // every key is compared, so the margin covers them all
   for (const auto& [key, want] : b.items()) {
-    const double l2 = want.at(digest::kL2).get<double>();
+    const double l2 = number(want.at(digest::kL2));
     for (const char* field : {digest::kL2, digest::kSum}) {
-      const double x = a[key].at(field).get<double>(), y = want.at(field).get<double>();
+      const double x = number(a[key].at(field)), y = number(want.at(field));
       // A trained weight's sum can be near zero: both fields are judged against the norm.
       widen_margin(result, std::fabs(x - y), atol + rtol * std::fabs(l2));
       if (!first && !(std::fabs(x - y) <= atol + rtol * std::fabs(l2)))

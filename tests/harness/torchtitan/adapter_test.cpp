@@ -218,3 +218,24 @@ TEST(TorchtitanAdapter, SaysHowToAskForAValidationLoss) {
   EXPECT_EQ(titan->steps({"python3", "--training.steps", "30"}), 30.0);
   EXPECT_FALSE(titan->steps({"python3"}).has_value());  // the config's own default: unknown here
 }
+
+// outputs.checkpoint merges key by key over the adapter's (issue 47's false red): `step` alone
+// keeps the folder and torchtitan's model prefix, so keys_match sees `model.`-prefixed keys on
+// both sides. Without an adapter default, a path is still required.
+TEST(TorchtitanAdapter, AnOutputsOverrideOfOneKeyKeepsTheAdaptersOthers) {
+  const Suite s = load_suite_text("suite: s\ndefaults: {adapter: torchtitan, model: llama3/llama3_debugmodel}\ncases:\n"
+                                  "  - {name: a, outputs: {checkpoint: {step: 5}}}\n"
+                                  "  - {name: b}\n",
+                                  "m.yaml");
+  const auto& a = s.cases.at(0).phases.at(0).outputs.checkpoint;
+  const auto& b = s.cases.at(1).phases.at(0).outputs.checkpoint;
+  ASSERT_TRUE(a && b);
+  EXPECT_EQ(a->step, 5);
+  EXPECT_EQ(a->path, b->path);
+  EXPECT_EQ(a->model_prefix, "model.");
+  EXPECT_EQ(b->step, -1);
+  const std::string e = errors_of("suite: s\ncases:\n  - {name: c, command: [x], outputs: {checkpoint: {step: 5}}}\n");
+  EXPECT_NE(e.find("m.yaml:3:"), std::string::npos) << e;
+  EXPECT_NE(e.find("outputs.checkpoint needs a path"), std::string::npos) << e;
+  EXPECT_NE(e.find("adapter 'command' names no checkpoint of its own"), std::string::npos) << e;
+}
