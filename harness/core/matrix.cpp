@@ -96,6 +96,7 @@ struct Fields {
   std::optional<std::vector<std::string>> tags;
   std::optional<double> timeout;
   std::vector<std::pair<std::string, std::string>> env;
+  std::map<std::string, YAML::Node> env_nodes;  // where each env value was written
   std::optional<Expectation> expect;
   std::optional<std::vector<CheckSpec>> checks;
   std::optional<double> duration;
@@ -213,11 +214,12 @@ void read_options(const ReadContext& ctx, const YAML::Node& node, Options& into)
   }
 }
 
-void read_env(const ReadContext& ctx, const YAML::Node& node, std::vector<std::pair<std::string, std::string>>& into) {
+void read_env(const ReadContext& ctx, const YAML::Node& node, std::vector<std::pair<std::string, std::string>>& into,
+              std::map<std::string, YAML::Node>& nodes) {
   MapReader m(ctx, node, "env", {});
   for (const auto& [key, value] : m.entries()) {
     auto text = read_string(ctx, value, "env " + key);
-    if (text) set_env(into, key, *text);
+    if (text) set_env(into, key, *text), nodes[key] = value;
   }
 }
 
@@ -596,7 +598,7 @@ void read_common(const ReadContext& ctx, const MapReader& m, Fields& f) {
       f.timeout = *t;
     }
   }
-  if (auto* n = m.get("env")) read_env(ctx, *n, f.env);
+  if (auto* n = m.get("env")) read_env(ctx, *n, f.env, f.env_nodes);
   if (auto* n = m.get("expect")) {
     if (auto e = read_expect(ctx, *n)) f.expect = *e;
   }
@@ -640,7 +642,8 @@ std::string option_text(const Options& options, const std::string& key) {
 // Replaces the load-time placeholders and reports unknown ones.
 std::vector<std::string> fill_command(const ReadContext& ctx, const YAML::Node& where_node,
                                       const std::vector<std::string>& command,
-                                      const std::map<std::string, std::string>& values) {
+                                      const std::map<std::string, std::string>& values,
+                                      const std::string& what = "command") {
   static const std::regex placeholder(R"(\{([A-Za-z_][A-Za-z0-9_]*)\})");
   std::vector<std::string> out;
   for (const auto& arg : command) {
@@ -660,8 +663,8 @@ std::vector<std::string> fill_command(const ReadContext& ctx, const YAML::Node& 
         const bool loadtime = std::find(kLoadTimePlaceholders.begin(), kLoadTimePlaceholders.end(), name) !=
                               kLoadTimePlaceholders.end();
         const std::string hint = did_you_mean(name, known);
-        ctx.error(where_node, loadtime ? "command uses {" + name + "} but this phase has no " + name
-                                       : "unknown placeholder {" + name + "} in command" +
+        ctx.error(where_node, loadtime ? what + " uses {" + name + "} but this phase has no " + name
+                                       : "unknown placeholder {" + name + "} in " + what +
                                              (hint.empty() ? "" : "; did you mean {" + hint + "}?"));
         filled += it->str();
       }
@@ -712,6 +715,12 @@ Phase build_phase(const ReadContext& ctx, const YAML::Node& where_node, const st
                                                {"matrix_dir", std::filesystem::absolute(file).parent_path().string()}};
   if (f.model) values["model"] = *f.model;
   if (const auto layout = p.mesh ? p.mesh : adapter->default_layout(p.nproc)) values["mesh"] = layout->to_compact_string();
+  // env values take the same placeholders as the command: load-time ones now, run-time ones
+  // ({case_dir}, {phase_dir}, {backend}, programs) when the phase runs (resolve_argv).
+  for (auto& [key, value] : p.env) {
+    auto node = f.env_nodes.find(key);
+    value = fill_command(ctx, node != f.env_nodes.end() ? node->second : where_node, {value}, values, "env " + key).front();
+  }
   const YAML::Node& command_node = f.command ? f.command_node : where_node;
   p.argv = fill_command(ctx, command_node, f.command.value_or(adapter->default_command()), values);
   if (p.argv.empty()) ctx.error(where_node, "adapter '" + adapter->name() + "' has no default command; add command:");

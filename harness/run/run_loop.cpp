@@ -124,7 +124,10 @@ bool RunLoop::start_phase(size_t i) {
   LaunchSpec ls;
   ls.argv = po.argv;
   ls.nproc = spec.nproc;
-  ls.env = spec.env;
+  for (const auto& [key, value] : spec.env)  // run-time placeholders, as in the command
+    ls.env.emplace_back(key, resolve_argv({value}, {backend_of(*o.spec, opt_.backend), o.dir, po.dir,
+                                                    trainer_adapters().placeholders()})
+                                 .front());
   ls.env.emplace_back("MESHTEST_CASE_ID", o.spec->id);
   ls.env.emplace_back("MESHTEST_PHASE", spec.name);
   ls.env.emplace_back("MESHTEST_CASE_DIR", fs::absolute(o.dir).string());

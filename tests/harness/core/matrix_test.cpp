@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <filesystem>
 
 #include "core/matrix.h"
 #include "test_paths.h"
@@ -493,6 +494,23 @@ cases:
   EXPECT_NE(e.find("m.yaml:13:15: unknown key 'metric' in outputs; did you mean 'metrics'?"), std::string::npos) << e;
   EXPECT_NE(e.find("m.yaml:15:50: outputs.metrics.path uses {case_dri}; outputs paths take {case_dir} and {phase_dir}; "
                    "did you mean {case_dir}?"),
+            std::string::npos)
+      << e;
+}
+
+// env values take the command's placeholders (issue 47): load-time ones filled at load, an
+// unknown one an error with file:line:col, run-time ones left for the launch.
+TEST(MatrixEnv, EnvValuesTakeTheCommandsPlaceholders) {
+  const Suite s = load("suite: s\ncases:\n  - {name: c, command: [x], env: {PYTHONPATH: \"{matrix_dir}/src\", "
+                       "OUT: \"{case_dir}/o\", N: \"{nproc}\"}}\n");
+  const auto& env = s.cases.at(0).phases.at(0).env;
+  const std::string dir = std::filesystem::absolute("m.yaml").parent_path().string();
+  ASSERT_EQ(env.size(), 3u);
+  EXPECT_EQ(env[0].second, dir + "/src");
+  EXPECT_EQ(env[1].second, "{case_dir}/o");
+  EXPECT_EQ(env[2].second, "1");
+  const std::string e = errors_of("suite: s\ncases:\n  - name: c\n    command: [x]\n    env: {A: \"{matrx_dir}/src\"}\n");
+  EXPECT_NE(e.find("m.yaml:5:14: unknown placeholder {matrx_dir} in env A; did you mean {matrix_dir}?"),
             std::string::npos)
       << e;
 }

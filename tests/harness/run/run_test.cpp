@@ -28,7 +28,8 @@ using meshtest_test::Run;
 using nlohmann::json;
 
 TEST_F(Run, EveryRankGetsTorchrunsEnvironmentAndItsOwnLog) {
-  matrix("suite: s\ncases:\n  - name: env\n    command: [FAKE, --print-env]\n    ngpu: 3\n");
+  matrix("suite: s\ncases:\n  - name: env\n    command: [FAKE, --print-env]\n    ngpu: 3\n"
+         "    env: {PHASE_DIR_SEEN: \"{phase_dir}/x\"}\n");
   const Output o = meshtest("--ngpu 4");
   ASSERT_EQ(o.rc, 0) << o.text;
   for (int r = 0; r < 3; ++r) {
@@ -44,6 +45,7 @@ TEST_F(Run, EveryRankGetsTorchrunsEnvironmentAndItsOwnLog) {
     EXPECT_NE(t.find("MASTER_ADDR=127.0.0.1\n"), std::string::npos) << t;
     EXPECT_NE(t.find("OMP_NUM_THREADS=1\n"), std::string::npos) << t;
     EXPECT_NE(t.find("MESHTEST_CASE_ID=s/env\n"), std::string::npos) << t;
+    EXPECT_NE(t.find("PHASE_DIR_SEEN=" + dir_ + "/out/s/env/train/x\n"), std::string::npos) << t;  // filled at launch
   }
 }
 
