@@ -30,6 +30,7 @@
 #include "run/launch.h"
 #include "report/markdown_report.h"
 #include "core/matrix.h"
+#include "core/git.h"
 #include "core/plan.h"
 #include "report/report.h"
 #include "run/requirements.h"
@@ -224,11 +225,24 @@ void add_history_options(CLI::App& cmd, std::string& history, std::string& commi
 
 // Expected seconds per case: the medians of the history's last runs where it has them, else
 // the durations of an earlier summary.json (by default this --out's), else estimates.
-std::map<std::string, double> expected_durations(const RunOptions& opt) {
-  auto durations = load_durations(opt.durations);
+// The commit a run is recorded at: --commit, else the matrices' checkout's HEAD, else
+// "unknown" (as history/record.cpp's run_identity records it).
+std::string commit_of_run(const RunOptions& opt, const std::vector<std::string>& matrices) {
+  if (!opt.commit.empty()) return opt.commit;
+  const std::string repo =
+      matrices.empty() ? fs::current_path().string() : fs::absolute(matrices.front()).parent_path().string();
+  const std::string head = git_line(repo, {"rev-parse", "HEAD"});
+  return head.empty() ? "unknown" : head;
+}
+
+// Expected seconds per case: `durations_file`'s, then the history's medians. `except_commit`
+// leaves out the history's runs at that commit (for --shard, see median_durations).
+std::map<std::string, double> expected_durations(const RunOptions& opt, const std::string& durations_file,
+                                                 const std::string& except_commit = "") {
+  auto durations = load_durations(durations_file);
   if (opt.history.empty() || !fs::exists(opt.history)) return durations;
   try {
-    for (const auto& [id, seconds] : History(opt.history).median_durations(5)) durations[id] = seconds;
+    for (const auto& [id, seconds] : History(opt.history).median_durations(5, except_commit)) durations[id] = seconds;
   } catch (const HistoryError& e) {
     std::fprintf(stderr, "meshtest: warning: durations not read from the history: %s\n", e.what());
   }
@@ -272,8 +286,13 @@ int run_matrix(Selection sel, RunOptions opt, bool dry_run, int ngpu, const char
   opt.devices = ngpu;
   opt.slurm.gpus = opt.backend == "nccl";
   if (on_gpus(opt)) opt.gpu_memory_bytes = smallest_gpu_memory_bytes();
+  // Every shard of a sharded run must split alike: from --durations only as given (not this
+  // machine's last summary.json) and the history's runs of other commits (not the runs its
+  // sibling shards are recording now).
+  const auto shard_durations =
+      expected_durations(opt, opt.durations, sel.shard.empty() ? "" : commit_of_run(opt, sel.matrices));
   if (opt.durations.empty()) opt.durations = (fs::path(opt.out_dir) / "summary.json").string();
-  const auto history = expected_durations(opt);
+  const auto history = expected_durations(opt, opt.durations);
   std::string files;
   for (const auto& m : sel.matrices) files += " " + shell_quote(m);
   for (const auto& m : sel.matrices) opt.matrices.push_back(absolute_path(m));
@@ -288,7 +307,7 @@ int run_matrix(Selection sel, RunOptions opt, bool dry_run, int ngpu, const char
   }
   opt.progress = ::isatty(2) && !std::getenv("CI");
   // The shard is chosen before probing, so every machine of a sharded run splits the same way.
-  const std::vector<const Case*> selected = select_shard(suites, sel, opt, history);
+  const std::vector<const Case*> selected = select_shard(suites, sel, opt, shard_durations);
   apply_program_problems(suites, selected);
   apply_requirements(suites, selected, {opt.backend, opt.devices});
   const Plan plan = plan_run(selected, opt, history);

@@ -353,9 +353,22 @@ std::vector<SlowCase> History::slowest(int window, int limit) const {
   return out;
 }
 
-std::map<std::string, double> History::median_durations(int window) const {
+std::map<std::string, double> History::median_durations(int window, const std::string& except_commit) const {
   std::map<std::string, double> out;
-  for (const auto& s : slowest(window, 1 << 30)) out[s.case_id] = s.median_s;
+  if (except_commit.empty()) {
+    for (const auto& s : slowest(window, 1 << 30)) out[s.case_id] = s.median_s;
+    return out;
+  }
+  for (const auto& id : case_ids()) {
+    std::vector<double> d;
+    int counted = 0;
+    for (const auto& r : case_runs(id, 1 << 30)) {
+      if (r.commit == except_commit) continue;
+      if (++counted > window) break;
+      if (r.status != "skipped" && r.status != "cancelled" && r.duration_s > 0) d.push_back(r.duration_s);
+    }
+    if (!d.empty()) out[id] = median(d);
+  }
   return out;
 }
 

@@ -88,7 +88,9 @@ class History {
   // Cases by the median duration of their last `window` runs, slowest first.
   std::vector<SlowCase> slowest(int window, int limit) const;
   // Each case's median duration over its last `window` runs that ran (for the scheduler).
-  std::map<std::string, double> median_durations(int window) const;
+  // Runs at `except_commit` are left out: the shards of one commit record while the others read,
+  // so only earlier commits give every shard the same durations, hence the same split.
+  std::map<std::string, double> median_durations(int window, const std::string& except_commit = "") const;
   int run_count() const;
 
   static constexpr int kSchemaVersion = 1;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `meshtest run --history` and `meshtest history` as processes (docs/history.md): two runs writing
 # one database at once are both recorded; a truncated database is one warning and the run still
-# completes and reports; `history merge` counts a run once; `history CASE --json` and the flags.
+# completes and reports; `history merge` counts a run once; `history CASE --json` and the flags;
+# two shards sharing the history, one after the other and at once, run every case once.
 # Usage: tests/history/history_cli_test.sh MESHTEST WORK_DIR
 set -uo pipefail
 meshtest=$1 work=$2
@@ -31,4 +32,34 @@ grep -q "meshtest: warning: run not recorded in the history: history $PWD/broken
 [ -s three/summary.json ] && [ -s three/report.html ] || fail "the run with a truncated history wrote no reports"
 "$meshtest" history --history broken.db > broken.txt 2>&1 && fail "history of a truncated database succeeded"
 grep -q "broken.db" broken.txt || fail "the error does not name the file: $(cat broken.txt)"
-echo "history_cli: concurrent runs recorded, truncated database a warning, merge idempotent"
+# Shards that share a history split alike whether they run one after the other or at once
+# (issue 47): the split reads no run of the commit being tested, so a shard that records first
+# cannot move a case into the other shard. Earlier runs at c1 make c's the slowest case.
+cat > s.yaml <<'YAML'
+suite: s
+cases:
+  - {name: a, command: [sh, -c, "sleep 0.1"], default_checks: false, checks: [exit]}
+  - {name: b, command: [sh, -c, "sleep 0.1"], default_checks: false, checks: [exit]}
+  - {name: c, command: [sh, -c, "sleep 0.1"], default_checks: false, checks: [exit]}
+  - {name: d, command: [sh, -c, "sleep 0.1"], default_checks: false, checks: [exit]}
+YAML
+for mode in sequential concurrent; do
+  rm -f s.db
+  "$meshtest" run s.yaml --out "s0-$mode" --history s.db --commit c1 > /dev/null 2>&1 || fail "seed run"
+  if [ "$mode" = sequential ]; then
+    "$meshtest" run s.yaml --shard 1/2 --out "s1-$mode" --history s.db --commit c2 > "s1-$mode.log" 2>&1 || fail "shard 1: $(cat "s1-$mode.log")"
+    "$meshtest" run s.yaml --shard 2/2 --out "s2-$mode" --history s.db --commit c2 > "s2-$mode.log" 2>&1 || fail "shard 2: $(cat "s2-$mode.log")"
+  else
+    "$meshtest" run s.yaml --shard 1/2 --out "s1-$mode" --history s.db --commit c2 > "s1-$mode.log" 2>&1 &
+    "$meshtest" run s.yaml --shard 2/2 --out "s2-$mode" --history s.db --commit c2 > "s2-$mode.log" 2>&1 &
+    wait %1 || fail "shard 1: $(cat "s1-$mode.log")"
+    wait %2 || fail "shard 2: $(cat "s2-$mode.log")"
+  fi
+  python3 - "s1-$mode/summary.json" "s2-$mode/summary.json" <<'PY' || fail "$mode shards: a case ran twice or never"
+import json, sys
+ran = [c["id"] for f in sys.argv[1:] for c in json.load(open(f))["cases"]]
+assert sorted(ran) == ["s/a", "s/b", "s/c", "s/d"], ran
+PY
+  "$meshtest" merge "merged-$mode" "s1-$mode" "s2-$mode" > "merge-$mode.log" 2>&1 || fail "$mode: merge: $(cat "merge-$mode.log")"
+done
+echo "history_cli: concurrent runs recorded, truncated database a warning, merge idempotent, shards split alike"
