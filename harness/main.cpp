@@ -255,7 +255,11 @@ std::map<std::string, DriftFinding> record_in_history(json& summary, const std::
   if (!summary.contains("run_id")) summary["run_id"] = new_run_id(summary.value("hostname", ""));
   if (history.empty()) return {};
   const std::string repo = matrices.empty() ? fs::current_path().string() : fs::path(matrices.front()).parent_path().string();
-  const auto drift = record_run(history, summary, run_identity(summary, commit, repo, meshtest_version()));
+  const RunIdentity id = run_identity(summary, commit, repo, meshtest_version());
+  if (id.commit == "unknown")
+    std::fprintf(stderr, "meshtest: warning: recording this run at commit 'unknown': %s is not in a git checkout, so "
+                         "drift and flaky-since cannot place it among other runs; pass --commit SHA\n", repo.c_str());
+  const auto drift = record_run(history, summary, id);
   for (const auto& [id, finding] : drift)
     std::fprintf(stderr, "meshtest: drift: %s passed but left the band of its recent green runs: %s\n", id.c_str(),
                  finding.describe().c_str());

@@ -32,6 +32,12 @@ grep -q "meshtest: warning: run not recorded in the history: history $PWD/broken
 [ -s three/summary.json ] && [ -s three/report.html ] || fail "the run with a truncated history wrote no reports"
 "$meshtest" history --history broken.db > broken.txt 2>&1 && fail "history of a truncated database succeeded"
 grep -q "broken.db" broken.txt || fail "the error does not name the file: $(cat broken.txt)"
+# Outside git and without --commit, the run is recorded at 'unknown' with one warning saying so.
+nogit=$(mktemp -d /tmp/meshtest-nogit-XXXXXX) && cp m.yaml "$nogit/"  # /tmp: outside any checkout
+"$meshtest" run "$nogit/m.yaml" --out four --history h2.db > four.log 2>&1 || fail "run outside git: $(cat four.log)"
+rm -rf "$nogit"
+[ "$(grep -c "recording this run at commit 'unknown'" four.log)" = 1 ] && grep -q -- "--commit SHA" four.log ||
+  fail "no single warning for an unknown commit: $(cat four.log)"
 # Shards that share a history split alike whether they run one after the other or at once
 # (issue 47): the split reads no run of the commit being tested, so a shard that records first
 # cannot move a case into the other shard. Earlier runs at c1 make c's the slowest case.
