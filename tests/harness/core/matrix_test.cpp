@@ -376,7 +376,7 @@ TEST(MatrixValidate, DuplicateIdsAndBaselinesAcrossFiles) {
 namespace {
 std::vector<Suite> shipped() {
   std::vector<Suite> suites;
-  for (const char* f : {"cpu", "simplefsdp", "integration", "resharding", "gpu2", "gpu1"})
+  for (const char* f : {"cpu", "simplefsdp", "integration", "resharding", "gpu2", "gpu1", "gpu_sim"})
     suites.push_back(load_suite_file(std::string(MESHTEST_SOURCE_DIR) + "/test_matrix/" + f + ".yaml"));
   validate_suites(suites);
   return suites;
@@ -387,6 +387,24 @@ bool has(const Suite& s, const std::string& name) {
   return false;
 }
 }  // namespace
+
+// gpu_sim.yaml (docs/simulation.md): at least 30 multi-rank layouts simulated on one GPU, the
+// seed's chain and its twins among them, each judged against a real (not simulated) one-rank run.
+TEST(ShippedMatrices, GpuSimSimulatesEveryMultiRankLayoutOnOneGpu) {
+  const auto suites = shipped();
+  const Suite& sim = suites[6];
+  int layouts = 0;
+  for (const auto& c : sim.cases) {
+    if (c.ngpu == 1) EXPECT_FALSE(c.simulated) << c.id << ": a one-rank baseline is a real run";
+    if (c.ngpu > 1) EXPECT_TRUE(c.simulated) << c.id;
+    layouts += c.simulated && c.ngpu > 1 && c.name.rfind("canary/", 0) != 0 && c.name.rfind("refused/", 0) != 0;
+  }
+  EXPECT_GE(layouts, 30);
+  for (const char* f : {"reshard_chain", "seed/save[dp_shard=4]-load[dp_shard=2,tp=2]", "seed/save[dp_shard=4]-load[tp=4]",
+                        "seed/save[dp_shard=4]-load[tp=4]-key_map", "pp_interleaved_1f1b", "cp_ring", "moe_ep2_etp2",
+                        "float8_fsdp", "hsdp+tp"})
+    EXPECT_TRUE(has(sim, f)) << "gpu_sim.yaml lacks " << f;
+}
 
 TEST(ShippedMatrices, LoadAndListEveryReferenceFlavor) {
   const auto suites = shipped();
