@@ -177,15 +177,23 @@ History::History(const std::string& path) : db_(std::make_unique<Db>()), path_(p
       throw HistoryError("history " + path + ": " + why);
     }
   };
-  exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;");
-  // Concurrent writers (two runs sharing one database) migrate one at a time.
-  exec("BEGIN IMMEDIATE");
-  try {
+  auto schema_version = [&] {
     Statement version(db_->handle, "PRAGMA user_version", path);
     const int at = version.step() ? static_cast<int>(version.integer(0)) : 0;
     if (at > kSchemaVersion)
       throw HistoryError("history " + path + ": schema version " + std::to_string(at) +
                          " was written by a newer meshtest (this one knows " + std::to_string(kSchemaVersion) + ")");
+    return at;
+  };
+  exec("PRAGMA synchronous=NORMAL;");
+  // A database at this schema is only read here: no lock, so a reader (meshtest history) never
+  // waits behind a run that is recording (WAL lets readers and one writer go side by side).
+  if (schema_version() == kSchemaVersion) return;
+  exec("PRAGMA journal_mode=WAL;");
+  // Concurrent writers (two runs sharing one new database) migrate one at a time.
+  exec("BEGIN IMMEDIATE");
+  try {
+    const int at = schema_version();
     for (int v = at; v < kSchemaVersion; ++v) exec(kMigrations[static_cast<size_t>(v)]);
     if (at < kSchemaVersion) exec("PRAGMA user_version=" + std::to_string(kSchemaVersion));
     exec("COMMIT");

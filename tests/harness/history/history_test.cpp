@@ -11,6 +11,8 @@
 #include <fstream>
 #include <thread>
 
+#include <sqlite3.h>
+
 #include "history/drift.h"
 #include "history/history.h"
 #include "history/record.h"
@@ -236,4 +238,25 @@ TEST_F(HistoryTest, DriftFailFailsTheCaseThatDriftedAndOnlyThatOne) {
   } catch (const MatrixError& e) {
     EXPECT_NE(std::string(e.what()).find("m.yaml:3:36: drift must be note"), std::string::npos) << e.what();
   }
+}
+
+// A reader does not take the write lock (issue 47: `meshtest history` failed after 35 s with
+// "database is locked" while a run was recording): with another connection in the middle of a
+// write transaction, opening the history and reading it succeeds and sees the committed runs.
+TEST_F(HistoryTest, ReadersDoNotWaitForAWriter) {
+  History(db_).record(summary({"s/a"}), at("r1", "c1", 1));
+  sqlite3* writer = nullptr;
+  ASSERT_EQ(sqlite3_open(db_.c_str(), &writer), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(writer, "BEGIN IMMEDIATE; DELETE FROM runs;", nullptr, nullptr, nullptr), SQLITE_OK);
+  std::string error;
+  int runs = -1;
+  try {
+    runs = History(db_).run_count();
+  } catch (const HistoryError& e) {
+    error = e.what();
+  }
+  sqlite3_exec(writer, "ROLLBACK", nullptr, nullptr, nullptr);
+  sqlite3_close(writer);
+  EXPECT_EQ(error, "");
+  EXPECT_EQ(runs, 1) << "the reader must see the last committed state, not the writer's";
 }
