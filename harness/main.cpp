@@ -798,12 +798,24 @@ Subcommand add_history(CLI::App& app) {
   return {cmd, [a, merge] {
             if (*merge) {
               History into(a->into);
+              int skipped = 0;
               for (const auto& f : a->from) {
-                const int added = into.merge_from(f);
-                std::printf("history merge: %d run%s from %s\n", added, added == 1 ? "" : "s", f.c_str());
+                // `history merge ci.db *.db` names INTO among its inputs; a bad input costs itself only.
+                std::error_code ec;
+                if (fs::equivalent(f, a->into, ec)) {
+                  std::fprintf(stderr, "history merge: warning: skipping %s: it is INTO itself\n", f.c_str());
+                  continue;
+                }
+                try {
+                  const int added = into.merge_from(f);
+                  std::printf("history merge: %d run%s from %s\n", added, added == 1 ? "" : "s", f.c_str());
+                } catch (const HistoryError& e) {
+                  std::fprintf(stderr, "history merge: warning: skipping %s: %s\n", f.c_str(), e.what());
+                  ++skipped;
+                }
               }
               std::printf("history merge: %s holds %d runs\n", a->into.c_str(), into.run_count());
-              return 0;
+              return skipped == static_cast<int>(a->from.size()) ? 1 : 0;
             }
             const std::string db = a->db.empty() ? history_from_environment() : a->db;
             return show_history(db, a->case_id, a->last, a->flaky, a->slowest, a->drift, a->json);

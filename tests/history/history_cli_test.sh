@@ -27,6 +27,11 @@ python3 -c "import json,sys; d=json.load(open('a.json')); assert len(d['runs'])=
 grep -q "2 runs from h.db" merge1.txt && grep -q "0 runs from h.db" merge2.txt && grep -q "merged.db holds 2 runs" merge2.txt ||
   fail "history merge twice: $(cat merge1.txt merge2.txt)"
 head -c 3000 h.db > broken.db
+# INTO among its inputs and a bad input: one warning each, the others merged (issue 47).
+cp merged.db again.db
+"$meshtest" history merge again.db again.db broken.db h.db > merge3.txt 2> merge3.err || fail "merge with INTO and a bad input: $(cat merge3.err)"
+[ "$(grep -c "skipping again.db: it is INTO itself" merge3.err)" = 1 ] && [ "$(grep -c "skipping broken.db" merge3.err)" = 1 ] &&
+  grep -q "0 runs from h.db" merge3.txt || fail "merge did not skip INTO and the bad input once each: $(cat merge3.txt merge3.err)"
 "$meshtest" run m.yaml --out three --history broken.db > three.log 2>&1 || fail "a run with a truncated history failed: $(cat three.log)"
 grep -q "meshtest: warning: run not recorded in the history: history $PWD/broken.db" three.log || fail "no warning: $(cat three.log)"
 [ -s three/summary.json ] && [ -s three/report.html ] || fail "the run with a truncated history wrote no reports"
