@@ -223,8 +223,6 @@ void add_history_options(CLI::App& cmd, std::string& history, std::string& commi
   cmd.add_option("--commit", commit, "The commit recorded with the run (default: git rev-parse HEAD in the matrix's folder)");
 }
 
-// Expected seconds per case: the medians of the history's last runs where it has them, else
-// the durations of an earlier summary.json (by default this --out's), else estimates.
 // The commit a run is recorded at: --commit, else the matrices' checkout's HEAD, else
 // "unknown" (as history/record.cpp's run_identity records it).
 std::string commit_of_run(const RunOptions& opt, const std::vector<std::string>& matrices) {
@@ -461,7 +459,9 @@ int merge_runs(const std::string& out, const std::vector<std::string>& inputs, c
   merged["matrices"] = std::vector<std::string>(matrices.begin(), matrices.end());
   merged["merged_from"] = inputs;
   merged["run_id"] = new_run_id(merged.value("hostname", ""));
-  const std::string db = history.empty() ? history_from_environment() : absolute_path(history);
+  // The shards recorded their runs already (through $MESHTEST_HISTORY, say): the merged run is
+  // recorded only when --history asks for it, or it would count twice.
+  const std::string db = history.empty() ? "" : absolute_path(history);
   add_history_notes(merged, record_in_history(merged, db, commit, merged["matrices"].get<std::vector<std::string>>()), db);
   write_summary(merged, (fs::path(out) / "summary.json").string());
   return render_reports(out, true);
@@ -653,6 +653,8 @@ Subcommand add_merge(CLI::App& app) {
   cmd->add_option("IN", *in, "The shards' --out folders")->required();
   auto history = std::make_shared<std::pair<std::string, std::string>>();
   add_history_options(*cmd, history->first, history->second);
+  cmd->get_option("--history")->description("SQLite run history to record the merged run in; only when given (not "
+                                            "$MESHTEST_HISTORY): the shards recorded their own runs");
   return {cmd, [out, in, history] { return merge_runs(*out, *in, history->first, history->second); }};
 }
 

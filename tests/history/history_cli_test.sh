@@ -71,6 +71,9 @@ import json, sys
 ran = [c["id"] for f in sys.argv[1:] for c in json.load(open(f))["cases"]]
 assert sorted(ran) == ["s/a", "s/b", "s/c", "s/d"], ran
 PY
-  "$meshtest" merge "merged-$mode" "s1-$mode" "s2-$mode" > "merge-$mode.log" 2>&1 || fail "$mode: merge: $(cat "merge-$mode.log")"
+  before=$("$meshtest" history --history s.db)
+  MESHTEST_HISTORY=s.db "$meshtest" merge "merged-$mode" "s1-$mode" "s2-$mode" > "merge-$mode.log" 2>&1 ||
+    fail "$mode: merge: $(cat "merge-$mode.log")"
+  [ "$("$meshtest" history --history s.db)" = "$before" ] || fail "$mode: merge recorded the shards' runs again"
 done
 echo "history_cli: concurrent runs recorded, truncated database a warning, merge idempotent, shards split alike"
