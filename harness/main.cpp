@@ -242,7 +242,7 @@ std::map<std::string, double> expected_durations(const RunOptions& opt, const st
   try {
     for (const auto& [id, seconds] : History(opt.history).median_durations(5, except_commit)) durations[id] = seconds;
   } catch (const HistoryError& e) {
-    std::fprintf(stderr, "meshtest: warning: durations not read from the history: %s\n", e.what());
+    warn_history_unusable(stderr, opt.history, "durations not read from the history", e);
   }
   return durations;
 }

@@ -1,5 +1,8 @@
 #include "history/record.h"
 
+#include <mutex>
+#include <set>
+
 #include <unistd.h>
 
 #include <chrono>
@@ -12,6 +15,14 @@
 #include "judge/judge.h"
 
 namespace meshtest {
+
+void warn_history_unusable(std::FILE* log, const std::string& path, const std::string& what, const std::exception& error) {
+  static std::mutex mutex;
+  static std::set<std::string> warned;
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (!log || !warned.insert(path).second) return;
+  std::fprintf(log, "meshtest: warning: %s: %s\n", what.c_str(), error.what());
+}
 
 RunIdentity run_identity(const nlohmann::json& summary, const std::string& commit, const std::string& repo_dir,
                          const std::string& version) {
@@ -51,7 +62,7 @@ std::map<std::string, DriftFinding> record_run(const std::string& path, const nl
         }
     }
   } catch (const std::exception& e) {
-    if (log) std::fprintf(log, "meshtest: warning: run not recorded in the history: %s\n", e.what());
+    warn_history_unusable(log, path, "run not recorded in the history", e);
   }
   return drift;
 }
@@ -88,7 +99,7 @@ void add_history_strips(nlohmann::json& summary, const std::string& path, int ru
     }
     if (!from.empty()) summary["history"] = {{"from_commit", from}, {"to_commit", to}};
   } catch (const std::exception& e) {
-    if (log) std::fprintf(log, "meshtest: warning: no history strips: %s\n", e.what());
+    warn_history_unusable(log, path, "no history strips", e);
   }
 }
 
