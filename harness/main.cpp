@@ -759,14 +759,17 @@ int show_history(const std::string& db, const std::string& case_id, int last, bo
   }
   if (drift) {
     out["drift"] = json::array();
-    const auto cases = drifted_cases(history);
+    const auto cases = drifted_cases(history, DriftRule{}, last);
     if (!as_json) std::printf("%zu case%s left the band of their green runs\n", cases.size(), cases.size() == 1 ? "" : "s");
     for (const auto& d : cases) {
       out["drift"].push_back({{"case", d.case_id}, {"first_commit", d.first.commit}, {"first_time", d.first.time},
-                              {"message", d.finding.describe()}, {"still", d.still}});
+                              {"message", d.finding.describe()}, {"still", d.still}, {"back_in_band", d.back_in_band}});
+      const char* now = d.back_in_band ? "; the newest run is back in the band it left"
+                        : d.still      ? "; the newest run still drifts"
+                                       : "; the newest run stays at the moved numbers, now its recent runs' band";
       if (!as_json)
         std::printf("  %s: first at commit %s (%s): %s%s\n", d.case_id.c_str(), d.first.commit.substr(0, 12).c_str(),
-                    when(d.first.time).c_str(), d.finding.describe().c_str(), d.still ? "; the newest run still drifts" : "");
+                    when(d.first.time).c_str(), d.finding.describe().c_str(), now);
     }
   }
   if (case_id.empty() && !flaky && !slowest && !drift) {

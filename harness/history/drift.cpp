@@ -60,15 +60,21 @@ std::vector<CaseDrift> drifted_cases(const History& history, const DriftRule& ru
   for (const auto& id : history.case_ids()) {
     const auto runs = history.case_runs(id, depth, true);  // newest first
     std::optional<CaseDrift> found;
+    std::vector<CaseRun> before_drift;  // the green runs whose band the first drifted run left
     for (size_t i = runs.size(); i-- > 0;) {  // oldest first
-      const std::vector<CaseRun> earlier(runs.begin() + static_cast<long>(i) + 1, runs.end());
+      std::vector<CaseRun> earlier(runs.begin() + static_cast<long>(i) + 1, runs.end());
       if (auto f = find_drift(runs[i], earlier, rule)) {
-        found = CaseDrift{id, runs[i], *f, false};
+        found = CaseDrift{id, runs[i], *f, false, false};
+        before_drift = std::move(earlier);
         break;
       }
     }
     if (!found) continue;
-    found->still = !runs.empty() && find_drift(runs[0], std::vector<CaseRun>(runs.begin() + 1, runs.end()), rule).has_value();
+    // A fixed drift is back in the band it left, though its recent runs (the drifted ones) now
+    // make a band it is outside of: that is not "still drifting".
+    found->back_in_band = found->first.run_id != runs[0].run_id && !find_drift(runs[0], before_drift, rule).has_value();
+    found->still = !found->back_in_band &&
+                   find_drift(runs[0], std::vector<CaseRun>(runs.begin() + 1, runs.end()), rule).has_value();
     out.push_back(std::move(*found));
   }
   return out;

@@ -46,7 +46,8 @@ struct CaseDrift {
   std::string case_id;
   CaseRun first;  // the first run outside its band
   DriftFinding finding;
-  bool still = false;
+  bool still = false;         // the newest run is outside the band of its own recent green runs
+  bool back_in_band = false;  // the newest run is inside the band the first drifted run left (fixed)
 };
 std::vector<CaseDrift> drifted_cases(const History& history, const DriftRule& rule = {}, int depth = 1000);
 

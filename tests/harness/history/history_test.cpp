@@ -260,3 +260,24 @@ TEST_F(HistoryTest, ReadersDoNotWaitForAWriter) {
   EXPECT_EQ(error, "");
   EXPECT_EQ(runs, 1) << "the reader must see the last committed state, not the writer's";
 }
+
+// A drift that was fixed is back in the band it left, not "still drifting" against the band
+// its drifted runs made (issue 47); a shift that stays is neither.
+TEST_F(HistoryTest, AFixedDriftIsBackInTheBandItLeft) {
+  History h(db_);
+  for (int i = 0; i < 19; ++i) {
+    const double scale = i >= 10 && i < 18 ? 1.0 + 5e-5 : 1.0;  // c10..c17 moved, c18 fixed
+    h.record(summary({"s/a"}, scale), at("r" + std::to_string(i), "c" + std::to_string(i), i));
+  }
+  const DriftRule rule{12, 3, 4, 1e-6};
+  auto drift = drifted_cases(h, rule);
+  ASSERT_EQ(drift.size(), 1u);
+  EXPECT_EQ(drift[0].first.commit, "c10");
+  EXPECT_TRUE(drift[0].back_in_band);
+  EXPECT_FALSE(drift[0].still) << "a fixed drift reported as still drifting";
+  // Through its last 4 runs only (`--last 4`), c10 is out of sight: the 3 moved runs before c18
+  // are the band, and c18 left it.
+  drift = drifted_cases(h, rule, 4);
+  ASSERT_EQ(drift.size(), 1u);
+  EXPECT_EQ(drift[0].first.commit, "c18");
+}
