@@ -230,6 +230,20 @@ void compare_curves(const Curve& got, const Curve& want, const std::string& metr
     result.margin.reset();
     throw Failure{got_label + " reports no " + metric + hint, ""};
   }
+  // A step the reference has inside the subject's own span, which the subject skipped (a
+  // lost log line, a step that never ran) is no match: the comparison above saw only the rest.
+  // Steps before or after the span are the subject's choice (a resumed run, a --stop-at).
+  const long long from = got.begin()->first, to = got.rbegin()->first;
+  for (const auto& [step, m] : want) {
+    if (step < from || step > to || !metric_value(m, metric)) continue;
+    auto it = got.find(step);
+    if (it == got.end() || !metric_value(it->second, metric)) {
+      result.margin.reset();  // a missing step is no matter of tolerance
+      throw Finding{want_label + " has " + metric + " at step " + std::to_string(step) + " but " + got_label +
+                        " skipped it (it has steps " + std::to_string(from) + "-" + std::to_string(to) + ")",
+                    ""};
+    }
+  }
   if (first) {
     first->message += " (" + std::to_string(mismatches) + " of " + std::to_string(compared) + " steps differ)";
     first->details = "  step  " + got_label + "  |  " + want_label + "  |  |diff|\n" + table;

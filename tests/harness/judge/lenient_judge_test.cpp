@@ -60,3 +60,14 @@ TEST_F(Checks, TheLastLogLineCountsWithoutANewline) {
   EXPECT_FALSE(r.passed) << "the unterminated last line (step 3, loss inf) was not read";
   EXPECT_NE(r.message.find("step 3"), std::string::npos) << r.message;
 }
+
+// Mutant: the curves compared only on the steps both sides have, so a step the subject never
+// logged (a skipped step) passes.
+TEST_F(Checks, AStepMissingOnOneSideFailsTheComparison) {
+  load("  - name: a\n  - name: b\n    checks: [{loss_matches: {baseline: a, rtol: 1.0e-4}}]\n");
+  write("a/train/metrics.jsonl", curve({6.0, 5.0, 4.0}));
+  write("b/train/metrics.jsonl", "{\"step\":1,\"loss\":6.0,\"grad_norm\":1.0}\n{\"step\":3,\"loss\":4.0,\"grad_norm\":1.0}\n");
+  const CheckResult r = run(1, "loss_matches");
+  EXPECT_FALSE(r.passed) << "a curve without step 2 matched one with it";
+  EXPECT_NE(r.message.find("2"), std::string::npos) << r.message;
+}
