@@ -70,7 +70,8 @@ struct CheckpointOverride {
   std::optional<long long> step;
   std::optional<std::string> model_prefix;
   std::optional<std::vector<std::pair<std::string, std::string>>> rename;
-  YAML::Node node;  // where it was last written
+  YAML::Node node;                          // where it was last written
+  std::map<std::string, YAML::Node> nodes;  // where each key was written
   bool any() const { return path || step || model_prefix || rename; }
   void apply_to(CheckpointSource& src) const {
     if (path) src.path = *path;
@@ -101,6 +102,7 @@ struct Fields {
   std::optional<std::vector<CheckSpec>> checks;
   std::optional<double> duration;
   std::optional<MetricsSource> metrics;  // outputs.metrics
+  YAML::Node metrics_node, tokens_node;  // where they were written, for `show`
   CheckpointOverride checkpoint;               // outputs.checkpoint: the keys written, over the adapter's
   std::optional<std::string> tokens;           // outputs.tokens
   std::vector<Requirement> requirements;       // requires: a case's entries add to the defaults'
@@ -390,6 +392,8 @@ void read_checkpoint_source(const ReadContext& ctx, const YAML::Node& node, Chec
   MapReader m(ctx, node, "outputs.checkpoint", {"path", "step", "model_prefix", "rename"});
   if (!m.ok()) return;
   into.node = node;
+  for (const char* key : {"path", "step", "model_prefix", "rename"})
+    if (auto* n = m.get(key)) into.nodes[key] = *n;
   if (auto* n = m.get("path"))
     if (auto p = read_output_path(ctx, *n, "outputs.checkpoint.path")) into.path = *p;
   if (auto* n = m.get("step"))
@@ -415,9 +419,9 @@ void read_outputs(const ReadContext& ctx, const YAML::Node& node, Fields& f) {
   MapReader m(ctx, node, "outputs", {"metrics", "checkpoint", "tokens"});
   if (!m.ok()) return;
   if (auto* n = m.get("tokens"))
-    if (auto t = read_output_path(ctx, *n, "outputs.tokens")) f.tokens = *t;
+    if (auto t = read_output_path(ctx, *n, "outputs.tokens")) f.tokens = *t, f.tokens_node = *n;
   if (auto* n = m.get("metrics"))
-    if (auto src = read_metrics_source(ctx, *n)) f.metrics = *src;
+    if (auto src = read_metrics_source(ctx, *n)) f.metrics = *src, f.metrics_node = *n;
   if (auto* n = m.get("checkpoint")) read_checkpoint_source(ctx, *n, f.checkpoint);
 }
 
@@ -687,6 +691,17 @@ Phase build_phase(const ReadContext& ctx, const YAML::Node& where_node, const st
   p.mesh = checked_layout(ctx, *adapter, f);
   const Layout layout = p.mesh ? *p.mesh : adapter->default_layout(f.ngpu.value_or(1)).value_or(Layout{});
   p.outputs = adapter->default_outputs(layout);
+  // Where each output setting comes from, for `meshtest show`: the matrix (file:line:col) or the adapter.
+  const std::string from_adapter = "adapter " + adapter->name();
+  auto from = [&](const YAML::Node& node) { return ctx.where(node).str(); };
+  p.outputs_from = {{"metrics", f.metrics ? from(f.metrics_node) : from_adapter},
+                    {"tokens", f.tokens ? from(f.tokens_node) : from_adapter}};
+  if (p.outputs.checkpoint || f.checkpoint.any())
+    for (const char* key : {"path", "step", "model_prefix", "rename"}) {
+      const auto it = f.checkpoint.nodes.find(key);
+      p.outputs_from.emplace_back(std::string("checkpoint.") + key,
+                                  it != f.checkpoint.nodes.end() ? from(it->second) : from_adapter);
+    }
   if (f.metrics) p.outputs.metrics = *f.metrics;
   if (f.checkpoint.any()) {
     CheckpointSource merged = p.outputs.checkpoint.value_or(CheckpointSource{});
@@ -1054,6 +1069,7 @@ nlohmann::json Case::to_json() const {
     if (p.mesh) jp["mesh"] = p.mesh->to_compact_string();
     for (const auto& [k, v] : p.env) jp["env"][k] = v;
     jp["outputs"] = outputs_to_json(p.outputs);
+    for (const auto& [key, where] : p.outputs_from) jp["outputs_from"][key] = where;
     j["phases"].push_back(jp);
   }
   j["checks"] = nlohmann::json::array();

@@ -60,6 +60,7 @@ struct Phase {
   std::vector<std::pair<std::string, std::string>> env;
   double timeout_s = 0;
   Outputs outputs;
+  std::vector<std::pair<std::string, std::string>> outputs_from;  // setting -> "file:line:col" or "adapter NAME"
   Where where;
 };
 

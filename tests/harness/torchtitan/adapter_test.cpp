@@ -239,3 +239,15 @@ TEST(TorchtitanAdapter, AnOutputsOverrideOfOneKeyKeepsTheAdaptersOthers) {
   EXPECT_NE(e.find("outputs.checkpoint needs a path"), std::string::npos) << e;
   EXPECT_NE(e.find("adapter 'command' names no checkpoint of its own"), std::string::npos) << e;
 }
+
+// `meshtest show` says where each output setting comes from: the matrix, or the adapter.
+TEST(TorchtitanAdapter, ShowSaysWhereEachOutputSettingComesFrom) {
+  const Suite s = load_suite_text("suite: s\ndefaults: {adapter: torchtitan, model: llama3/llama3_debugmodel}\ncases:\n"
+                                  "  - {name: a, outputs: {checkpoint: {step: 5}}}\n",
+                                  "m.yaml");
+  const auto from = s.cases.at(0).to_json()["phases"][0]["outputs_from"];
+  EXPECT_EQ(from.value("checkpoint.step", ""), "m.yaml:4:44") << from.dump();
+  EXPECT_EQ(from.value("checkpoint.path", ""), "adapter torchtitan") << from.dump();
+  EXPECT_EQ(from.value("checkpoint.model_prefix", ""), "adapter torchtitan") << from.dump();
+  EXPECT_EQ(from.value("metrics", ""), "adapter torchtitan") << from.dump();
+}
