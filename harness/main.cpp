@@ -291,10 +291,12 @@ int run_matrix(Selection sel, RunOptions opt, bool dry_run, int ngpu, const char
   // Every shard of a sharded run must split alike: from --durations only as given (not this
   // machine's last summary.json) and the history's runs of other commits (not the runs its
   // sibling shards are recording now).
-  const auto shard_durations =
-      expected_durations(opt, opt.durations, sel.shard.empty() ? "" : commit_of_run(opt, sel.matrices));
+  // Without --shard nothing is split, and the history is read once.
+  const std::string given_durations = opt.durations;
   if (opt.durations.empty()) opt.durations = (fs::path(opt.out_dir) / "summary.json").string();
   const auto history = expected_durations(opt, opt.durations);
+  const auto shard_durations =
+      sel.shard.empty() ? history : expected_durations(opt, given_durations, commit_of_run(opt, sel.matrices));
   std::string files;
   for (const auto& m : sel.matrices) files += " " + shell_quote(m);
   for (const auto& m : sel.matrices) opt.matrices.push_back(absolute_path(m));

@@ -166,10 +166,11 @@ class ShmComm : public Comm {
                                 const std::vector<int64_t>& recv_rows) override {
     enter("all_to_all");
     // Every rank posts what it sends, padded to the longest; each takes its rows from each.
-    auto counts = gather(torch::tensor(send_rows, torch::kInt64)).view({size_, size_});  // [from, to]
-    auto total = counts.sum(1);
+    const auto gathered = gather(torch::tensor(send_rows, torch::kInt64)).contiguous();
+    const int64_t* counts = gathered.data_ptr<int64_t>();  // [from * size + to]: rows from -> to
     std::vector<int64_t> sent(static_cast<size_t>(size_));
-    for (int i = 0; i < size_; ++i) sent[static_cast<size_t>(i)] = total[i].item<int64_t>();
+    for (int from = 0; from < size_; ++from)
+      for (int to = 0; to < size_; ++to) sent[static_cast<size_t>(from)] += counts[from * size_ + to];
     const int64_t rows = *std::max_element(sent.begin(), sent.end());
     auto shape = x.sizes().vec();
     shape[0] = rows;
@@ -179,8 +180,8 @@ class ShmComm : public Comm {
     std::vector<torch::Tensor> pieces;
     for (int from = 0; from < size_; ++from) {
       int64_t start = 0;
-      for (int to = 0; to < rank_; ++to) start += counts[from][to].item<int64_t>();
-      const int64_t n = counts[from][rank_].item<int64_t>();
+      for (int to = 0; to < rank_; ++to) start += counts[from * size_ + to];
+      const int64_t n = counts[from * size_ + rank_];
       if (n != recv_rows[static_cast<size_t>(from)])
         throw std::logic_error("all_to_all in group " + name_ + ": rank " + std::to_string(from) + " sends " +
                                std::to_string(n) + " rows to rank " + std::to_string(rank_) + ", which expects " +
