@@ -5,11 +5,12 @@
 #   2. writes the outputs `status` (meshtest's exit status), `out`, `report` and `artifact-dir` to
 #      $GITHUB_OUTPUT, the status first, whatever happens next;
 #   3. appends `meshtest report OUT --markdown` to $GITHUB_STEP_SUMMARY (or, when this run wrote no
-#      summary.json, a line saying how meshtest ended);
+#      summary.json, how meshtest ended and the errors it printed);
 #   4. gathers what the action uploads into a fresh folder under $RUNNER_TEMP (output
-#      `artifact-dir`): report.html, junit.xml, summary.json, surefire/, and the logs of the cases
-#      that missed their expectation (`logs: failed`), of every case (`all`) or none (`none`),
-#      never checkpoints;
+#      `artifact-dir`): meshtest's own output (meshtest-output.txt), report.html, junit.xml,
+#      summary.json, surefire/, and the logs of the cases that missed their expectation
+#      (`logs: failed`), of every case (`all`) or none (`none`), never checkpoints. A run that
+#      wrote no summary.json still uploads its output and every case log it left;
 #   5. exits with meshtest's status (action.yml carries on to the upload and fails the job in
 #      its last step).
 #
@@ -42,13 +43,19 @@ say() { echo "meshtest-action: $*"; }
 warn() { echo "::warning::meshtest-action: $*"; }
 output() { printf '%s=%s\n' "$1" "$2" >> "$outputs"; }
 
-# The step summary when meshtest wrote no summary.json: how it ended, and where to look.
+# The step summary when meshtest wrote no summary.json: how it ended, the last lines meshtest
+# printed (its errors: `FILE:LINE:COL: ...`, `meshtest: ...`) and where to look.
 summary_without_report() {
   # shellcheck disable=SC2016 # the backquotes are Markdown
   {
     printf '### meshtest: exited %s without a report\n\n' "$1"
     printf '%s\n\n' "$2"
-    [ -z "${3:-}" ] || printf 'The command: `%s`. Its output is in this step'"'"'s log.\n\n' "$3"
+    if [ -s "${4:-}" ]; then
+      printf '```\n'
+      tail -n 10 "$4"
+      printf '```\n\n'
+    fi
+    [ -z "${3:-}" ] || printf 'The command: `%s`. Its output is in this step'"'"'s log and the artifact.\n\n' "$3"
   } >> "$summary_md"
 }
 
@@ -109,8 +116,10 @@ before=$(stamp)
 printf -v shown ' %q' "$meshtest" "${argv[@]}"
 shown=${shown# }
 say "$shown"
-"$meshtest" "${argv[@]}"
-status=$?
+# meshtest's output goes to the step's log and, for the artifact and the summary, to a file.
+output_file=$(mktemp "$tmp_root/meshtest-output.XXXXXX") || output_file=/dev/null
+"$meshtest" "${argv[@]}" 2>&1 | tee "$output_file"
+status=${PIPESTATUS[0]}
 say "meshtest exited $status"
 
 # ---- 2. outputs, the status first ----
@@ -135,7 +144,7 @@ else
     1[0-2][0-9]) why="meshtest did not accept its command line (CLI11 exit $status; 105: a MATRIX file does not exist)." ;;
     *) why="meshtest ended with status $status before writing $out/summary.json." ;;
   esac
-  summary_without_report "$status" "$why" "$shown"
+  summary_without_report "$status" "$why" "$shown" "$output_file"
 fi
 
 # ---- 4. the artifact folder ----
@@ -146,10 +155,11 @@ stage_file() {
     { ln -f "$out/$1" "$stage/$1" 2> /dev/null || cp -f "$out/$1" "$stage/$1"; }
 }
 # A case's diagnostics (its dir relative to OUT): logs, error files, collective counts, metrics and
-# the contract's JSON dumps, never a checkpoint folder or a weights file.
+# the contract's JSON dumps, never a checkpoint folder or a weights file; with a second argument,
+# only those written after that file was.
 case_files() {
   (cd "$out" && find "$1" -type d -name checkpoint -prune -o -type f \
-    \( -name '*.log' -o -name '*.txt' -o -name '*.json' -o -name '*.jsonl' \) -print0)
+    \( -name '*.log' -o -name '*.txt' -o -name '*.json' -o -name '*.jsonl' \) ${2:+-newer "$2"} -print0)
 }
 # The folders (relative to OUT, NUL-separated) of this run's cases from summary.json: with
 # `failed`, those that missed their expectation; with `all`, every one; and in both the folders of
@@ -192,13 +202,27 @@ staged_dirs() {
   fi
 }
 
+# Without this run's summary.json: every case folder (of which case_files keeps the files written
+# since meshtest started: the output file is created just before), none of an earlier run's reports.
+every_case_dir() {
+  [ -d "$out" ] && (cd "$out" && find . -mindepth 1 -maxdepth 1 -type d ! -name surefire -printf '%P\0')
+}
+
 stage=""
-if ! $fresh; then
-  warn "this run wrote no $out/summary.json: nothing to upload"
-elif ! stage=$(mktemp -d "$tmp_root/meshtest-artifact.XXXXXX"); then
+if ! stage=$(mktemp -d "$tmp_root/meshtest-artifact.XXXXXX"); then
   warn "cannot create a folder in $tmp_root: nothing to upload"
   stage=""
+elif ! $fresh; then
+  cp "$output_file" "$stage/meshtest-output.txt" 2> /dev/null || warn "could not stage meshtest's output"
+  n=0
+  while IFS= read -r -d '' dir; do
+    while IFS= read -r -d '' rel; do
+      stage_file "$rel" && n=$((n + 1))
+    done < <(case_files "$dir" "$output_file")
+  done < <(every_case_dir)
+  say "artifact folder $stage: meshtest's output and $n files of case logs (this run wrote no summary.json)"
 else
+  cp "$output_file" "$stage/meshtest-output.txt" 2> /dev/null || warn "could not stage meshtest's output"
   for f in report.html junit.xml summary.json; do
     [ ! -f "$out/$f" ] || stage_file "$f" || warn "could not stage $out/$f"
   done
@@ -218,6 +242,8 @@ if [ -n "$stage" ] && [ -n "${INPUT_ARTIFACT_NAME:-}" ]; then
   # shellcheck disable=SC2016
   printf 'Reports and logs: artifact `%s`.\n\n' "$INPUT_ARTIFACT_NAME" >> "$summary_md"
 fi
+
+[ "$output_file" = /dev/null ] || rm -f "$output_file"
 
 # ---- 5. meshtest's status ----
 exit "$status"

@@ -86,14 +86,19 @@ check 'grep -q "no time here" out-all/summary.json' "quoted args: 'slow=no time 
 art=$(out_of all artifact-dir)
 check '[ -f "$art/tiny/ok/train/rank0.log" ]' "logs: all: the passing case's log in the artifact folder"
 
-# 4. an invalid matrix into the folder of run 2: exit 2, a summary saying so, and run 2's stale
-#    summary.json neither reported nor uploaded.
+# 4. an invalid matrix into the folder of run 2: exit 2, a summary saying so with meshtest's error,
+#    meshtest's output uploaded, and run 2's stale summary.json and logs neither reported nor uploaded.
 run broken INPUT_MATRIX=broken.yaml
 want=$(direct broken.yaml --out direct-broken)
 check '[ "$rc" = 2 ] && [ "$rc" = "$want" ]' "invalid matrix: exit $rc, meshtest alone $want"
-check '[ "$(out_of broken status)" = 2 ] && [ -z "$(out_of broken report)" ] && [ -z "$(out_of broken artifact-dir)" ]' \
-  "invalid matrix: status=2, no report, nothing to upload (the earlier run's summary.json is not this run's)"
+art=$(out_of broken artifact-dir)
+check '[ "$(out_of broken status)" = 2 ] && [ -z "$(out_of broken report)" ]' "invalid matrix: status=2, no report"
+check '[ -d "$art" ] && grep -q "^broken.yaml:4:5: unknown key" "$art/meshtest-output.txt"' \
+  "invalid matrix: meshtest's output with its error is uploaded"
+check '[ ! -e "$art/summary.json" ] && [ ! -e "$art/report.html" ] && [ ! -e "$art/tiny" ]' \
+  "invalid matrix: the earlier run's summary.json, report and logs are not uploaded as this run's"
 check 'grep -q "^### meshtest: exited 2 without a report" summary.md' "invalid matrix: the summary says so"
+check 'grep -q "^broken.yaml:4:5: unknown key" summary.md' "invalid matrix: the summary shows meshtest's error"
 
 # 5. no meshtest: exit 127, status=127.
 run missing INPUT_MESHTEST="$work/no-such-meshtest"
