@@ -1,25 +1,38 @@
 #!/usr/bin/env bash
-# Installs every Debian 12 package that meshtest's CPU build and tests need.
+# Installs every Debian 12 package that meshtest's CPU build and tests need, or with `harness`
+# only what the harness-only build and its .deb need (the `harness` preset, docs/install.md).
 # Idempotent: installs only what is missing, runs `apt-get update` at most once.
+# Usage: ci/setup-deps.sh [harness]
 set -euo pipefail
 
-packages=(
-  build-essential cmake ninja-build pkg-config git ccache dpkg-dev  # dpkg-dev: the .deb's Depends (dpkg-shlibdeps)
-  libtorch-dev libgloo-dev libopenblas0-openmp
+# meshtest alone: compiler, CMake, its libraries; dpkg-dev makes the .deb's Depends (dpkg-shlibdeps).
+harness_packages=(
+  build-essential cmake ninja-build pkg-config git ccache dpkg-dev
   libyaml-cpp-dev nlohmann-json3-dev libboost-dev libboost-filesystem-dev libsqlite3-dev
-  libgtest-dev libgmock-dev libcli11-dev libpugixml-dev
+  libcli11-dev libpugixml-dev
+)
+packages=(
+  "${harness_packages[@]}"
+  lintian  # checks the .deb (tests/install/harness_install_test.sh)
+  libtorch-dev libgloo-dev libopenblas0-openmp
+  libgtest-dev libgmock-dev
   libxml2-utils python3 python3-junitparser
   python3-torch clang-14 libfuzzer-14-dev
   chromium fonts-dejavu-core  # report.html opened headless (tests/report/browser_check.sh)
   slurmctld slurmd slurm-client  # --launcher slurm against a local cluster (ci/slurm-local.sh)
 )
+case ${1:-} in
+  harness) packages=("${harness_packages[@]}") ;;
+  "") ;;
+  *) echo "usage: ci/setup-deps.sh [harness]" >&2; exit 2 ;;
+esac
 
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 
-command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
+[ "${1:-}" = harness ] || command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
 
 # junit2json (npm) parses meshtest's JUnit in the tests, as GitHub's JUnit actions do.
 install_junit2json() {
@@ -41,7 +54,7 @@ install_junit2json() {
 
 if [ ${#missing[@]} -eq 0 ]; then
   echo "setup-deps: all ${#packages[@]} packages present"
-  install_junit2json
+  [ "${1:-}" = harness ] || install_junit2json
   exit 0
 fi
 
@@ -54,5 +67,5 @@ echo "setup-deps: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-install_junit2json
+[ "${1:-}" = harness ] || install_junit2json
 echo "setup-deps: done"

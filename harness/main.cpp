@@ -67,7 +67,7 @@ std::vector<Suite> load_all(const std::vector<std::string>& files) {
   std::vector<Suite> suites;
   std::vector<std::string> errors;
   if (files.empty()) {
-    suites.push_back(load_suite_text(kDefaultMatrixYaml, kDefaultMatrixName));
+    suites.push_back(load_suite_text(kDefaultMatrixYaml, default_matrix_name()));
     return suites;
   }
   for (const auto& f : files) {

@@ -8,12 +8,13 @@ namespace meshtrain {
 namespace {
 
 // An installed meshtrain (cmake --install, the meshtrain package) reads them from
-// <prefix>/share/meshtest/data; a build tree's from the source tree.
+// <prefix>/share/meshtest/trainer/data (share/meshtest mirrors the checkout); a build tree's
+// from the source tree.
 std::string shipped(const char* name, const char* in_source_tree) {
   std::error_code ec;
   const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
   if (!ec) {
-    const auto installed = exe.parent_path().parent_path() / "share" / "meshtest" / "data" / name;
+    const auto installed = exe.parent_path().parent_path() / "share" / "meshtest" / "trainer" / "data" / name;
     if (std::filesystem::exists(installed, ec)) return installed.string();
   }
   return in_source_tree;

@@ -71,12 +71,11 @@ p.add_argument("--n-layers", type=int, default=2)
 p.add_argument("--n-heads", type=int, default=8)
 p.add_argument("--n-kv-heads", type=int, default=4)
 HERE = os.path.dirname(os.path.abspath(__file__))
-SHIPPED_CORPUS = next((c for c in (os.path.join(HERE, "..", "..", "trainer", "data", "corpus.txt"),  # a checkout
-                                   os.path.join(HERE, "..", "..", "data", "corpus.txt"))  # <prefix>/share/meshtest
-                       if os.path.exists(c)), os.path.join(HERE, "..", "..", "trainer", "data", "corpus.txt"))
+# a checkout, or <prefix>/share/meshtest, which mirrors it
+SHIPPED_CORPUS = os.path.join(HERE, "..", "..", "trainer", "data", "corpus.txt")
 p.add_argument("--data", default=SHIPPED_CORPUS,
                help="default: the repository's trainer/data/corpus.txt, found from this file (any working directory), "
-                    "or an installed meshtest's share/meshtest/data/corpus.txt")
+                    "or an installed meshtest's share/meshtest/trainer/data/corpus.txt")
 p.add_argument("--job.dump_folder", "--dump_folder", dest="dump_folder", default="./outputs")
 p.add_argument("--log.legacy", dest="log_legacy", action="store_true", help="the 7.4f era: no grad_norm")
 p.add_argument("--metrics.log_freq", dest="log_freq", type=int, default=1)

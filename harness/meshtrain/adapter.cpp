@@ -189,6 +189,11 @@ class MeshtrainAdapter : public TrainerAdapter {
     const std::string binary = meshtrain_binary();
     std::error_code ec;
     if (binary.find('/') != std::string::npos ? fs::exists(binary, ec) : !bp::search_path(binary).empty()) return "";
+    const char* named = std::getenv("MESHTEST_MESHTRAIN");  // --meshtrain sets it too
+    if (named && *named)
+      return "needs meshtrain, which is not at " + binary +
+             " (named by --meshtrain or $MESHTEST_MESHTRAIN): correct that path, or drop it to use the meshtrain "
+             "beside meshtest or on PATH";
     return "needs meshtrain, which is not at " + binary +
            " (a meshtest built or installed without it): pass --meshtrain PATH, set $MESHTEST_MESHTRAIN, or put "
            "meshtrain on PATH";

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # meshtest as a user installs it, from this checkout:
 #  1. the `harness` preset (no LibTorch, no meshtrain) configures and builds; ldd shows no torch;
-#  2. cpack makes meshtest_<version>_amd64.deb; its Depends come from dpkg-shlibdeps;
+#  2. cpack makes meshtest_<version>_amd64.deb; its Depends come from dpkg-shlibdeps; it has a
+#     gzipped man page, a copyright file, a changelog and an extended description, and lintian
+#     reports no error;
 #  3. `cmake --install` into a fresh prefix, and from that prefix alone (a clean environment: no
 #     build tree on PATH, another working directory) examples/pytorch.yaml runs: its PyTorch cases
 #     judged as in the tree, the case that needs meshtrain skipped with how to point at one, and
-#     a matrix that is all meshtrain refused with that message (exit 2).
+#     a matrix that is all meshtrain refused with that message (exit 2); the built-in matrix
+#     reads its goldens, scripts and reference program from the prefix, not the checkout.
 # Exit 77 (skipped) where no Python imports torch (examples/pytorch/python.sh). Usage: harness_install_test.sh SOURCE_DIR WORK_DIR
 set -uo pipefail
 src=$(cd "$1" && pwd) work=$2
@@ -30,12 +33,49 @@ echo "harness_install: $(basename "$deb"), $(du -k "$deb" | cut -f1) KiB, Depend
 [[ $depends == *libyaml-cpp* && $depends != *torch* ]] || fail "Depends should name yaml-cpp and no torch: $depends"
 contents=$(dpkg-deb -c "$deb")
 grep -q './usr/bin/meshtest$' <<< "$contents" || fail "the package has no /usr/bin/meshtest"
-grep -q './usr/share/man/man1/meshtest.1' <<< "$contents" || fail "the package has no man page"
+grep -q './usr/share/man/man1/meshtest.1.gz$' <<< "$contents" || fail "the package has no gzipped man page"
+grep -q './usr/share/doc/meshtest/copyright$' <<< "$contents" || fail "the package has no copyright file"
+grep -q './usr/share/doc/meshtest/changelog.gz$' <<< "$contents" || fail "the package has no changelog.gz"
+[ "$(dpkg-deb -f "$deb" Description | wc -l)" -gt 1 ] || fail "the package's Description has no extended text"
+# Debian's package checker: no error (warnings are printed).
+if command -v lintian > /dev/null; then
+  lintian --fail-on error "$deb" > "$work/lintian.log" 2>&1 || { cat "$work/lintian.log"; fail "lintian reports errors"; }
+  echo "harness_install: lintian: $(grep -c '^[EW]: ' "$work/lintian.log") error(s) and warning(s), no error"
+else
+  echo "harness_install: NOTICE: no lintian here (ci/setup-deps.sh installs it); the package is not linted"
+fi
 grep -q './usr/share/meshtest/examples/pytorch.yaml$' <<< "$contents" || fail "the package has no examples"
 
 prefix=$work/prefix
 cmake --install build/harness --prefix "$prefix" --component meshtest > "$work/install.log" 2>&1 ||
   { cat "$work/install.log"; fail "cmake --install"; }
+# The built-in matrix from the prefix reads its goldens, scripts and reference program there, not
+# in this checkout: share/meshtest mirrors the checkout's folders.
+shown=$(cd / && "$prefix/bin/meshtest" show cpu/reference 2>&1) || { echo "$shown"; fail "meshtest show cpu/reference from the prefix"; }
+for f in tests/reference/llama_reference.py examples/pytorch/python.sh trainer/data/corpus.txt; do
+  grep -q "$prefix/share/meshtest/test_matrix/../$f" <<< "$shown" || { echo "$shown"; fail "the built-in matrix does not use the prefix's $f"; }
+  [ -f "$prefix/share/meshtest/$f" ] || fail "the prefix has no share/meshtest/$f"
+done
+! grep -q -E "$src/(test_matrix|examples|tests|trainer)/" <<< "$shown" ||
+  { echo "$shown"; fail "the installed built-in matrix names the checkout's files ($src)"; }
+[ -f "$prefix/share/meshtest/test_matrix/golden/tiny_1d.loss.txt" ] || fail "the prefix has no golden files"
+# Every relative link of the installed docs leads to an installed file.
+broken=$(python3 - "$prefix/share/doc/meshtest" << 'PY'
+import os, re, sys
+root = sys.argv[1]
+for d, _, files in os.walk(root):
+    for f in files:
+        if not f.endswith(".md"):
+            continue
+        text = open(os.path.join(d, f), encoding="utf-8").read()
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            path = target.split("#")[0]
+            if path and "://" not in path and not path.startswith("mailto:") and not os.path.exists(os.path.join(d, path)):
+                print("%s -> %s" % (os.path.relpath(os.path.join(d, f), root), target))
+PY
+)
+[ -z "$broken" ] || { echo "$broken"; fail "installed docs link to files that are not installed"; }
+
 if ! bash "$prefix/share/meshtest/examples/pytorch/python.sh" -c 'import torch' 2>/dev/null; then
   echo "harness_install: no Python here imports torch; the example run is skipped"
   exit 77

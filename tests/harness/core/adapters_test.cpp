@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "core/adapters.h"
 #include "core/matrix.h"
@@ -123,6 +124,22 @@ TEST(AdapterRegistry, MeshtrainSaysHowToAskForAValidationLoss) {
   EXPECT_EQ(meshtrain->how_to_report("validation_loss"), "--validation.freq");
   EXPECT_EQ(meshtrain->how_to_report("loss"), "");
   EXPECT_EQ(trainer_adapters().find("command")->how_to_report("validation_loss"), "");
+}
+
+// A meshtrain path the user named and got wrong is named as theirs to correct, not answered with
+// advice to name one.
+TEST(AdapterRegistry, AWrongMeshtrainPathIsNamedAsTheOneToCorrect) {
+  const TrainerAdapter* meshtrain = trainer_adapters().find("meshtrain");
+  ASSERT_NE(meshtrain, nullptr);
+  const char* before = std::getenv("MESHTEST_MESHTRAIN");
+  const std::string saved = before ? before : "";
+  ::setenv("MESHTEST_MESHTRAIN", "/no/such/meshtrain", 1);
+  const std::string problem = meshtrain->program_problem();
+  if (before) ::setenv("MESHTEST_MESHTRAIN", saved.c_str(), 1);
+  else ::unsetenv("MESHTEST_MESHTRAIN");
+  EXPECT_NE(problem.find("not at /no/such/meshtrain (named by --meshtrain or $MESHTEST_MESHTRAIN): correct that path"),
+            std::string::npos) << problem;
+  EXPECT_EQ(problem.find("set $MESHTEST_MESHTRAIN"), std::string::npos) << problem;
 }
 
 TEST(AdapterRegistry, ABadAxisInDefaultsIsReportedOnceNotPerCase) {
