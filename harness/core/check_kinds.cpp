@@ -16,45 +16,45 @@ const CheckParam kExact{"exact", ParamType::kBool};
 // A file of reference values from a vouched-for run, relative to the matrix file's folder.
 const CheckParam kGolden{"golden", ParamType::kString};
 
-// The parameters of `kind`. A switch with no default, built with -Werror=switch: a kind
-// added to MESHTEST_CHECK_KINDS without its parameters here does not compile.
+// What `kind` reads and its parameters, one row each. A switch with no default, built with
+// -Werror=switch: a kind added to MESHTEST_CHECK_KINDS without its row here does not compile.
 CheckSignature signature_of(CheckKind kind) {
   const std::string name = check_kind_name(kind);
   switch (kind) {
     case CheckKind::kExit:
-      return {kind, name, {}, {}};
+      return {kind, name, CheckInput::kRun, {}, {}};
     case CheckKind::kLossFinite:
-      return {kind, name, {kPhase}, {}};
+      return {kind, name, CheckInput::kMetrics, {kPhase}, {}};
     case CheckKind::kLossDecreases:
-      return {kind, name, {kPhase, {"factor", ParamType::kNumber}}, {}};
+      return {kind, name, CheckInput::kMetrics, {kPhase, {"factor", ParamType::kNumber}}, {}};
     case CheckKind::kLossMatches:
-      return {kind, name,
+      return {kind, name, CheckInput::kMetrics,
               {kPhase, kAgainst, kBaseline, kBaselinePhase, kGolden, kRtol, kAtol, kExact, {"metric", ParamType::kString}},
               {"baseline", "against", "golden"}};
     case CheckKind::kKeysMatch:
-      return {kind, name,
+      return {kind, name, CheckInput::kCheckpoint,
               {kPhase, kAgainst, kBaseline, kBaselinePhase, {"shapes", ParamType::kBool}, {"prefix", ParamType::kString}},
               {"against", "baseline"}};
     case CheckKind::kTokensMatch:
-      return {kind, name, {kPhase, kAgainst, kBaseline, kBaselinePhase}, {"against", "baseline"}};
+      return {kind, name, CheckInput::kTokens, {kPhase, kAgainst, kBaseline, kBaselinePhase}, {"against", "baseline"}};
     case CheckKind::kResumeMatches:
-      return {kind, name, {kPhase, kAgainst, kBaseline, kBaselinePhase, kRtol, kAtol, kExact}, {"against", "baseline"}};
+      return {kind, name, CheckInput::kMetrics, {kPhase, kAgainst, kBaseline, kBaselinePhase, kRtol, kAtol, kExact}, {"against", "baseline"}};
     case CheckKind::kReplicasEqual:
-      return {kind, name, {kPhase}, {}};
+      return {kind, name, CheckInput::kContractFiles, {kPhase}, {}};
     case CheckKind::kParamsMatch:
-      return {kind, name, {kPhase, kAgainst, kBaseline, kBaselinePhase, kGolden, kRtol, kAtol},
+      return {kind, name, CheckInput::kContractFiles, {kPhase, kAgainst, kBaseline, kBaselinePhase, kGolden, kRtol, kAtol},
               {"against", "baseline", "golden"}};
     case CheckKind::kTensorsMatch:
-      return {kind, name, {kPhase, kAgainst, kBaseline, kBaselinePhase, kRtol, kAtol, {"prefix", ParamType::kString}},
+      return {kind, name, CheckInput::kCheckpoint, {kPhase, kAgainst, kBaseline, kBaselinePhase, kRtol, kAtol, {"prefix", ParamType::kString}},
               {"against", "baseline"}};
     case CheckKind::kSavedOnce:
-      return {kind, name, {kPhase}, {}};
+      return {kind, name, CheckInput::kContractFiles, {kPhase}, {}};
     case CheckKind::kLogContains:
-      return {kind, name, {kPhase, {"text", ParamType::kString}, {"rank", ParamType::kInt}}, {"text"}};
+      return {kind, name, CheckInput::kRun, {kPhase, {"text", ParamType::kString}, {"rank", ParamType::kInt}}, {"text"}};
     case CheckKind::kErrorMatches:
-      return {kind, name, {kPhase, {"text", ParamType::kString}}, {"text"}};
+      return {kind, name, CheckInput::kRun, {kPhase, {"text", ParamType::kString}}, {"text"}};
   }
-  return {kind, name, {}, {}};  // not reached: every kind has a case above
+  return {kind, name, CheckInput::kRun, {}, {}};  // not reached: every kind has a case above
 }
 
 // Every kind's signature, in the list's order.

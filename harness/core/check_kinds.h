@@ -53,6 +53,16 @@ std::vector<std::string> check_kind_names();                         // for did-
 bool is_message_check(CheckKind kind);
 bool is_message_check(const std::string& name);  // false for an unknown name
 
+// What a check reads of a finished phase. The loader refuses a check whose phase cannot
+// supply it (input_problem, core/outputs.h), at the check's file:line:col.
+enum class CheckInput {
+  kRun,            // the exit status and the ranks' logs: every phase has them
+  kMetrics,        // the loss curve: every phase has a source (outputs.metrics)
+  kTokens,         // generated tokens (outputs.tokens)
+  kCheckpoint,     // a checkpoint: outputs.checkpoint, or the contract files that say where it is
+  kContractFiles,  // meshtest's contract files themselves: rank<R>.json, param_digest.json
+};
+
 enum class ParamType { kString, kNumber, kBool, kInt };
 
 struct CheckParam {
@@ -64,6 +74,7 @@ struct CheckParam {
 struct CheckSignature {
   CheckKind kind;
   std::string name;
+  CheckInput reads;
   std::vector<CheckParam> params;
   std::vector<std::string> needs_one_of;  // e.g. a reference: baseline, against or golden
   // Parameters naming another case: validated against the loaded cases.

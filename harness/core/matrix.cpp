@@ -812,6 +812,36 @@ std::string combination_label(const Combination& combo) {
 }
 
 // Builds one case from its YAML with the matrix values `combo` (empty without a matrix).
+// A check's `phase` and `against` must name phases of its case, and each phase it reads (those,
+// or the last) must supply what the check reads (core/check_kinds.h): a check that cannot apply
+// is refused here, not failed (or passed) after the run.
+void check_reads_phases(const ReadContext& ctx, const Case& c, const CheckSpec& check) {
+  std::vector<const Phase*> read = {&c.phases.back()};
+  for (const char* key : {"phase", "against"}) {
+    if (!check.params.contains(key)) continue;
+    const std::string phase = check.params[key];
+    std::vector<std::string> names;
+    const Phase* named = nullptr;
+    for (const auto& p : c.phases) names.push_back(p.name), named = p.name == phase ? &p : named;
+    if (!named) {
+      const std::string hint = did_you_mean(phase, names);
+      ctx.diag->error(check.where, "check " + check.kind + ": " + key + " '" + phase + "' is not a phase of " + c.id +
+                                       (hint.empty() ? "" : "; did you mean '" + hint + "'?"));
+      return;
+    }
+    if (std::string(key) == "phase") read.front() = named;
+    else read.push_back(named);
+  }
+  const CheckSignature* kind = find_check_kind(check.kind);
+  if (!kind) return;
+  for (const Phase* p : read)
+    if (const std::string why = input_problem(kind->reads, p->outputs, c.adapter); !why.empty()) {
+      ctx.diag->error(check.where, "check " + check.kind + " cannot judge " + c.id + (c.phases.size() > 1 ? " phase " + p->name : "") +
+                                       ": " + why);
+      return;
+    }
+}
+
 std::optional<Case> build_case(const ReadContext& ctx, const YAML::Node& node, const Fields& defaults,
                                const std::string& suite, const Combination& combo) {
   std::vector<std::string> keys = kCommonKeys;
@@ -883,21 +913,7 @@ std::optional<Case> build_case(const ReadContext& ctx, const YAML::Node& node, c
   c.ngpu = 1;
   for (const auto& p : c.phases) c.ngpu = std::max(c.ngpu, p.nproc);
 
-  // Checks that name phases must name this case's phases.
-  for (const auto& check : c.checks) {
-    for (const char* key : {"phase", "against"}) {
-      if (!check.params.contains(key)) continue;
-      const std::string phase = check.params[key];
-      bool found = false;
-      std::vector<std::string> names;
-      for (const auto& p : c.phases) names.push_back(p.name), found |= p.name == phase;
-      if (!found) {
-        const std::string hint = did_you_mean(phase, names);
-        ctx.diag->error(check.where, "check " + check.kind + ": " + key + " '" + phase + "' is not a phase of " + c.id +
-                                         (hint.empty() ? "" : "; did you mean '" + hint + "'?"));
-      }
-    }
-  }
+  for (const auto& check : c.checks) check_reads_phases(ctx, c, check);
   if (c.expect.kind == Expectation::kFail && c.expect.check != "exit") {
     bool declared = false;
     for (const auto& check : c.checks) declared |= check.kind == c.expect.check;
@@ -1174,6 +1190,22 @@ std::vector<Combination> expand_axes(const std::vector<std::pair<std::string, st
 
 Suite load_suite_file(const std::string& path) { return load_suite(load_yaml_file(path), path); }
 
+namespace {
+
+// The baseline a check reads must supply what the check reads, as the case's own phase must.
+void check_baseline_supplies(Diagnostics& diag, const CheckSpec& check, const Case& baseline) {
+  const CheckSignature* kind = find_check_kind(check.kind);
+  if (!kind || baseline.phases.empty()) return;
+  const Phase* read = &baseline.phases.back();
+  const std::string named = check.params.value("baseline_phase", "");
+  for (const auto& p : baseline.phases)
+    if (p.name == named) read = &p;
+  if (const std::string why = input_problem(kind->reads, read->outputs, baseline.adapter); !why.empty())
+    diag.error(check.where, "check " + check.kind + " cannot read its baseline " + baseline.id + ": " + why);
+}
+
+}  // namespace
+
 Suite load_suite_text(const std::string& yaml, const std::string& file_name) {
   return load_suite(load_yaml_string(yaml, file_name), file_name);
 }
@@ -1188,12 +1220,20 @@ void validate_suites(const std::vector<Suite>& suites) {
       else
         ids.emplace(c.id, c.where);
     }
+  std::map<std::string, const Case*> by_id;
+  for (const auto& s : suites)
+    for (const auto& c : s.cases) by_id.emplace(c.id, &c);
   for (const auto& s : suites)
     for (const auto& c : s.cases)
-      for (const auto& check : c.checks)
-        if (check.params.contains("baseline") && !ids.count(check.params["baseline"]))
+      for (const auto& check : c.checks) {
+        if (!check.params.contains("baseline")) continue;
+        const auto baseline = by_id.find(check.params["baseline"]);
+        if (baseline == by_id.end())
           diag.error(check.where, "check " + check.kind + ": unknown baseline '" +
                                       check.params["baseline"].get<std::string>() + "'");
+        else
+          check_baseline_supplies(diag, check, *baseline->second);
+      }
   diag.throw_if_any();
 }
 

@@ -28,6 +28,7 @@ nlohmann::json outputs_to_json(const Outputs& o) {
   if (m.kind == MetricsSource::kLogPattern) j["metrics"]["pattern"] = m.pattern;
   if (!m.tags.empty()) j["metrics"]["tags"] = m.tags;
   j["tokens"] = o.tokens;
+  j["contract_files"] = o.contract_files;
   if (const auto& ck = o.checkpoint) {
     j["checkpoint"] = {{"path", ck->path}, {"step", ck->step}, {"model_prefix", ck->model_prefix},
                        {"rename", nlohmann::json::array()}};
@@ -48,6 +49,7 @@ Outputs outputs_from_json(const nlohmann::json& j) {
       o.metrics.tags = m.value("tags", std::map<std::string, std::string>());
     }
     o.tokens = j.value("tokens", o.tokens);
+    o.contract_files = j.value("contract_files", o.contract_files);
     if (j.contains("checkpoint") && j["checkpoint"].is_object()) {
       const auto& c = j["checkpoint"];
       CheckpointSource ck;
@@ -61,6 +63,28 @@ Outputs outputs_from_json(const nlohmann::json& j) {
     // an older or hand-edited summary.json: what could be read stands
   }
   return o;
+}
+
+std::string input_problem(CheckInput input, const Outputs& o, const std::string& adapter) {
+  const std::string contract = "meshtest's contract files (rank<R>.json, param_digest.json; docs/contracts.md)";
+  switch (input) {
+    case CheckInput::kRun:
+    case CheckInput::kMetrics:
+      return "";
+    case CheckInput::kTokens:
+      if (!o.tokens.empty()) return "";
+      return "it reads generated tokens, which adapter '" + adapter +
+             "' does not write: name a JSON file with generated_ids in outputs.tokens";
+    case CheckInput::kCheckpoint:
+      if (o.checkpoint || o.contract_files) return "";
+      return "it reads a checkpoint, and adapter '" + adapter + "' writes none of " + contract +
+             " that say where one is: name it in outputs.checkpoint";
+    case CheckInput::kContractFiles:
+      if (o.contract_files) return "";
+      return "it reads " + contract + ", which adapter '" + adapter +
+             "' does not write; tensors_match compares the final checkpoints instead";
+  }
+  return "";
 }
 
 std::string MetricsSource::describe() const {

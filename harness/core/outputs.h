@@ -11,6 +11,8 @@
 #include <utility>
 #include <vector>
 
+#include "core/check_kinds.h"
+
 namespace meshtest {
 
 // Where a phase's loss curve comes from (the `outputs.metrics` key, docs/matrix.md).
@@ -38,12 +40,20 @@ struct CheckpointSource {
 struct Outputs {
   MetricsSource metrics;
   std::optional<CheckpointSource> checkpoint;
-  // Generated tokens: a JSON file with `generated_ids` (and `prompt`), as generate.json.
+  // Generated tokens: a JSON file with `generated_ids` (and `prompt`), as generate.json; "" when
+  // the trainer writes none.
   std::string tokens = "generate.json";
+  // The phase leaves meshtest's contract files (rank<R>.json, param_digest.json,
+  // state_dict_keys.json; docs/contracts.md), as meshtrain does and any trainer may.
+  bool contract_files = true;
 };
 // As `show` and summary.json write them, so `meshtest diff` reads a finished run the same way.
 nlohmann::json outputs_to_json(const Outputs& outputs);
 Outputs outputs_from_json(const nlohmann::json& j);  // absent or malformed fields keep defaults
+
+// Why a phase with these outputs cannot feed a check that reads `input`, with what would make it
+// work; "" when it can. `adapter` names the trainer adapter in the message.
+std::string input_problem(CheckInput input, const Outputs& outputs, const std::string& adapter);
 
 // The names `outputs.metrics.from` takes, in MetricsSource::Kind order.
 std::vector<std::string> metrics_source_names();

@@ -258,6 +258,8 @@ class TorchtitanAdapter : public TrainerAdapter {
     const int64_t pp = layout.size("pp"), ranks = std::max<int64_t>(1, layout.ranks());
     o.metrics.rank = static_cast<int>((pp - 1) * (ranks / pp));
     o.checkpoint = CheckpointSource{"{case_dir}/checkpoint", -1, "model.", {}};
+    o.tokens = "";             // torchtitan's training writes no generated tokens
+    o.contract_files = false;  // nor meshtest's rank<R>.json and param_digest.json
     return o;
   }
 

@@ -251,3 +251,46 @@ TEST(TorchtitanAdapter, ShowSaysWhereEachOutputSettingComesFrom) {
   EXPECT_EQ(from.value("checkpoint.model_prefix", ""), "adapter torchtitan") << from.dump();
   EXPECT_EQ(from.value("metrics", ""), "adapter torchtitan") << from.dump();
 }
+
+// A check whose input the case cannot supply is refused at load, where it is written, with what
+// would make it work; the checks torchtitan can feed load as before, and a command trainer may
+// write the contract files, so its params_match stands.
+TEST(TorchtitanAdapter, AChecksInputTheTrainerCannotSupplyIsRefusedAtLoad) {
+  const std::string head = "suite: s\ndefaults: {adapter: torchtitan, model: llama3/llama3_debugmodel}\ncases:\n"
+                           "  - {name: base}\n";
+  for (const char* kind : {"params_match", "replicas_equal", "saved_once"}) {
+    const std::string check = std::string(kind) == "params_match" ? "{params_match: {baseline: base}}" : kind;
+    const std::string e = errors_of(head + "  - {name: c, checks: [" + check + "]}\n");
+    EXPECT_NE(e.find("m.yaml:5:"), std::string::npos) << kind << ": " << e;
+    EXPECT_NE(e.find("check " + std::string(kind) + " cannot judge s/c: it reads meshtest's contract files "
+                     "(rank<R>.json, param_digest.json; docs/contracts.md), which adapter 'torchtitan' does not write; "
+                     "tensors_match compares the final checkpoints instead"),
+              std::string::npos)
+        << e;
+  }
+  const std::string tokens = errors_of(head + "  - {name: c, checks: [{tokens_match: {baseline: base}}]}\n");
+  EXPECT_NE(tokens.find("it reads generated tokens, which adapter 'torchtitan' does not write: name a JSON file with "
+                        "generated_ids in outputs.tokens"),
+            std::string::npos)
+      << tokens;
+  EXPECT_NO_THROW(load_suite_text(head + "  - {name: c, checks: [{keys_match: {baseline: base}}, "
+                                         "{tensors_match: {baseline: base}}, {loss_matches: {baseline: base}}]}\n"
+                                         "  - {name: d, outputs: {tokens: gen.json}}\n"
+                                         "  - {name: e, outputs: {tokens: gen.json}, checks: [{tokens_match: {baseline: d}}]}\n",
+                                  "m.yaml"));
+  // The baseline must supply it too (checked across the loaded suites).
+  const Suite with_baseline = load_suite_text(
+      head + "  - {name: d, outputs: {tokens: gen.json}, checks: [{tokens_match: {baseline: base}}]}\n", "m.yaml");
+  std::string baseline;
+  try {
+    validate_suites({with_baseline});
+  } catch (const MatrixError& e) {
+    for (const auto& line : e.errors()) baseline += line + "\n";
+  }
+  EXPECT_NE(baseline.find("m.yaml:5:"), std::string::npos) << baseline;
+  EXPECT_NE(baseline.find("check tokens_match cannot read its baseline s/base: it reads generated tokens"), std::string::npos)
+      << baseline;
+  EXPECT_NO_THROW(load_suite_text("suite: s\ncases:\n  - {name: a, command: [x]}\n"
+                                  "  - {name: b, command: [x], checks: [{params_match: {baseline: a}}, replicas_equal]}\n",
+                                  "m.yaml"));
+}
