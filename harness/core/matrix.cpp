@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "core/check_kinds.h"
+#include "core/placeholders.h"
 #include "readers/log_metrics.h"
 
 namespace meshtest {
@@ -26,11 +27,6 @@ std::vector<std::string> run_time_placeholders() {
   std::vector<std::string> names = {"backend", "case_dir", "phase_dir"};
   for (const auto& [name, value] : trainer_adapters().placeholders()) names.push_back(name);
   return names;
-}
-
-bool is_run_time_placeholder(const std::string& name) {
-  const auto names = run_time_placeholders();
-  return std::find(names.begin(), names.end(), name) != names.end();
 }
 
 constexpr double kDefaultTimeoutS = 600;
@@ -321,16 +317,10 @@ std::optional<CheckSpec> read_check(const ReadContext& ctx, const YAML::Node& it
 std::optional<std::string> read_output_path(const ReadContext& ctx, const YAML::Node& node, const std::string& what) {
   auto text = read_string(ctx, node, what);
   if (!text) return std::nullopt;
-  static const std::regex placeholder(R"(\{([A-Za-z_][A-Za-z0-9_]*)\})");
-  static const std::vector<std::string> allowed = {"case_dir", "phase_dir"};
-  for (auto it = std::sregex_iterator(text->begin(), text->end(), placeholder); it != std::sregex_iterator(); ++it) {
-    const std::string name = (*it)[1].str();
-    if (std::find(allowed.begin(), allowed.end(), name) != allowed.end()) continue;
-    const std::string hint = did_you_mean(name, allowed);
-    ctx.error(node, what + " uses {" + name + "}; outputs paths take {case_dir} and {phase_dir}" +
-                        (hint.empty() ? "" : "; did you mean {" + hint + "}?"));
-    return std::nullopt;
-  }
+  const PlaceholderPlace place{what, {}, {"case_dir", "phase_dir"}, {}, "outputs paths take {case_dir} and {phase_dir}"};
+  bool refused = false;
+  fill_placeholders(*text, place, [&](const std::string& message) { ctx.error(node, message), refused = true; });
+  if (refused) return std::nullopt;
   if (text->empty()) ctx.error(node, what + " is empty");
   return text;
 }
@@ -429,20 +419,9 @@ void read_outputs(const ReadContext& ctx, const YAML::Node& node, Fields& f) {
 // runs once, before any case has a folder).
 std::string fill_matrix_dir(const ReadContext& ctx, const YAML::Node& node, const std::string& text,
                             const std::string& what) {
-  static const std::regex placeholder(R"(\{([A-Za-z_][A-Za-z0-9_]*)\})");
-  std::string filled;
-  size_t last = 0;
-  for (auto it = std::sregex_iterator(text.begin(), text.end(), placeholder); it != std::sregex_iterator(); ++it) {
-    filled += text.substr(last, it->position() - last);
-    last = it->position() + it->length();
-    if ((*it)[1].str() == "matrix_dir") {
-      filled += std::filesystem::absolute(ctx.file).parent_path().string();
-    } else {
-      ctx.error(node, what + " uses " + it->str() + "; a probe knows only {matrix_dir} (it runs once, before any case)");
-      filled += it->str();
-    }
-  }
-  return filled + text.substr(last);
+  const PlaceholderPlace place{what, {{"matrix_dir", std::filesystem::absolute(ctx.file).parent_path().string()}}, {}, {},
+                               "a probe takes only {matrix_dir} (it runs once, before any case)"};
+  return fill_placeholders(text, place, [&](const std::string& message) { ctx.error(node, message); });
 }
 
 // "torch>=2.4" or "torch>=2.4,<3": a module, then comparisons of its __version__'s release numbers.
@@ -643,38 +622,17 @@ std::string option_text(const Options& options, const std::string& key) {
   return "";
 }
 
-// Replaces the load-time placeholders and reports unknown ones.
+// Fills the load-time placeholders this phase has, keeps the run-time ones, reports the others.
 std::vector<std::string> fill_command(const ReadContext& ctx, const YAML::Node& where_node,
                                       const std::vector<std::string>& command,
                                       const std::map<std::string, std::string>& values,
                                       const std::string& what = "command") {
-  static const std::regex placeholder(R"(\{([A-Za-z_][A-Za-z0-9_]*)\})");
+  PlaceholderPlace place{what, values, run_time_placeholders(), {}, ""};
+  for (const auto& name : kLoadTimePlaceholders)
+    if (!values.count(name)) place.lacking[name] = "this phase has no " + name;
   std::vector<std::string> out;
-  for (const auto& arg : command) {
-    std::string filled;
-    size_t last = 0;
-    for (auto it = std::sregex_iterator(arg.begin(), arg.end(), placeholder); it != std::sregex_iterator(); ++it) {
-      const std::string name = (*it)[1].str();
-      filled += arg.substr(last, it->position() - last);
-      last = it->position() + it->length();
-      if (auto v = values.find(name); v != values.end()) {
-        filled += v->second;
-      } else if (is_run_time_placeholder(name)) {
-        filled += it->str();
-      } else {
-        std::vector<std::string> known = run_time_placeholders();
-        known.insert(known.end(), kLoadTimePlaceholders.begin(), kLoadTimePlaceholders.end());
-        const bool loadtime = std::find(kLoadTimePlaceholders.begin(), kLoadTimePlaceholders.end(), name) !=
-                              kLoadTimePlaceholders.end();
-        const std::string hint = did_you_mean(name, known);
-        ctx.error(where_node, loadtime ? what + " uses {" + name + "} but this phase has no " + name
-                                       : "unknown placeholder {" + name + "} in " + what +
-                                             (hint.empty() ? "" : "; did you mean {" + hint + "}?"));
-        filled += it->str();
-      }
-    }
-    out.push_back(filled + arg.substr(last));
-  }
+  for (const auto& arg : command)
+    out.push_back(fill_placeholders(arg, place, [&](const std::string& message) { ctx.error(where_node, message); }));
   return out;
 }
 
@@ -1238,16 +1196,11 @@ void validate_suites(const std::vector<Suite>& suites) {
 }
 
 std::vector<std::string> resolve_argv(const std::vector<std::string>& argv, const RunPaths& paths) {
-  std::vector<std::pair<std::string, std::string>> values = {
-      {"{backend}", paths.backend}, {"{case_dir}", paths.case_dir}, {"{phase_dir}", paths.phase_dir}};
-  for (const auto& [name, value] : paths.programs) values.emplace_back("{" + name + "}", value);
+  std::map<std::string, std::string> values = {
+      {"backend", paths.backend}, {"case_dir", paths.case_dir}, {"phase_dir", paths.phase_dir}};
+  for (const auto& [name, value] : paths.programs) values.emplace(name, value);
   std::vector<std::string> out;
-  for (std::string arg : argv) {
-    for (const auto& [key, value] : values)
-      for (size_t at = arg.find(key); at != std::string::npos; at = arg.find(key, at + value.size()))
-        arg.replace(at, key.size(), value);
-    out.push_back(arg);
-  }
+  for (const auto& arg : argv) out.push_back(fill_run_time(arg, values));
   return out;
 }
 

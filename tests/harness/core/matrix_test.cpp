@@ -510,7 +510,7 @@ cases:
   EXPECT_NE(e.find("outputs.checkpoint needs a path (a step folder or a folder of step-<N>)"), std::string::npos) << e;
   EXPECT_NE(e.find("outputs.checkpoint.rename: '([' is not a regular expression"), std::string::npos) << e;
   EXPECT_NE(e.find("m.yaml:13:15: unknown key 'metric' in outputs; did you mean 'metrics'?"), std::string::npos) << e;
-  EXPECT_NE(e.find("m.yaml:15:50: outputs.metrics.path uses {case_dri}; outputs paths take {case_dir} and {phase_dir}; "
+  EXPECT_NE(e.find("m.yaml:15:50: unknown placeholder {case_dri} in outputs.metrics.path; outputs paths take {case_dir} and {phase_dir}; "
                    "did you mean {case_dir}?"),
             std::string::npos)
       << e;

@@ -121,7 +121,7 @@ cases:
            f + ":8:16: requires.gpus must be at least 1, got 0",
            f + ":9:38: requires.interpreter goes with python or python_version, not command",
            f + ":10:26: requires.python_version 'torch=>2.4' must be <module><op><version>",
-           f + ":11:19: requires.command uses {case_dir}; a probe knows only {matrix_dir}",
+           f + ":11:19: unknown placeholder {case_dir} in requires.command; a probe takes only {matrix_dir}",
            f + ":12:30: unknown key 'reson' in requires entry; did you mean 'reason'?",
            f + ":13:39: requires.timeout must be positive seconds",
            f + ":14:28: requires.timeout goes with a probe that runs, not gpus",
