@@ -1,0 +1,555 @@
+#include "core/matrix_fields.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <regex>
+#include <set>
+#include <stdexcept>
+
+#include "core/check_kinds.h"
+#include "core/placeholders.h"
+#include "readers/log_metrics.h"
+
+namespace meshtest {
+
+namespace {
+
+
+void set_option(Options& options, const std::string& key, const OptionValue& value) {
+  for (auto& [k, v] : options)
+    if (k == key) {
+      v = value;
+      return;
+    }
+  options.emplace_back(key, value);
+}
+
+void set_env(std::vector<std::pair<std::string, std::string>>& env, const std::string& key, const std::string& value) {
+  for (auto& [k, v] : env)
+    if (k == key) {
+      v = value;
+      return;
+    }
+  env.emplace_back(key, value);
+}
+
+std::optional<Layout> read_mesh(const ReadContext& ctx, const YAML::Node& node) {
+  if (node.IsMap()) {
+    MapReader m(ctx, node, "mesh", {});  // which axes exist is the adapter's to say
+    if (!m.ok()) return std::nullopt;
+    Layout layout;
+    for (const auto& [axis, size_node] : m.entries()) {
+      auto size = read_int(ctx, size_node, "mesh size " + axis, 1);
+      if (!size) return std::nullopt;
+      layout.axes.emplace_back(axis, *size);
+    }
+    return layout;
+  }
+  auto text = read_string(ctx, node, "mesh");
+  if (!text) return std::nullopt;
+  try {
+    return parse_layout(*text);
+  } catch (const std::invalid_argument& e) {
+    ctx.error(node, e.what());
+    return std::nullopt;
+  }
+}
+
+}  // namespace
+
+
+// The case's adapter: `adapter:`, else `command` for a case with a command, else the default.
+std::string adapter_name(const Fields& f) {
+  return f.adapter ? *f.adapter : f.command ? "command" : trainer_adapters().default_name();
+}
+
+const TrainerAdapter* adapter_of(const ReadContext& ctx, const Fields& f, const YAML::Node& where_node) {
+  const AdapterRegistry& registry = trainer_adapters();
+  const std::string name = adapter_name(f);
+  if (const TrainerAdapter* adapter = registry.find(name)) return adapter;
+  if (f.adapter) {
+    const std::string hint = did_you_mean(name, registry.names());
+    ctx.error(f.adapter_node, "unknown adapter '" + name + "'" + (hint.empty() ? "" : "; did you mean '" + hint + "'?"));
+  } else {
+    ctx.error(where_node, "case names no command and this meshtest has no default trainer adapter; add command:");
+  }
+  return nullptr;
+}
+
+// The layout as the adapter takes it: only its axes, in its order, sizes of 1 left out.
+std::optional<Layout> checked_layout(const ReadContext& ctx, const TrainerAdapter& adapter, const Fields& f) {
+  if (!f.mesh) return std::nullopt;
+  const std::vector<std::string> axes = adapter.layout_axes();
+  if (axes.empty()) return f.mesh;
+  if (f.mesh_node.IsMap()) {
+    MapReader(ctx, f.mesh_node, "mesh", axes);  // reports unknown axes where they are written
+  } else {
+    for (const auto& [axis, size] : f.mesh->axes)
+      if (std::find(axes.begin(), axes.end(), axis) == axes.end()) {
+        std::string known;
+        for (const auto& a : axes) known += (known.empty() ? "" : ", ") + a;
+        ctx.error(f.mesh_node, "mesh '" + f.mesh->to_compact_string() + "': unknown dimension '" + axis + "' (known: " +
+                                   known + ")");
+      }
+  }
+  Layout layout;
+  for (const auto& axis : axes)
+    if (const int64_t size = f.mesh->size(axis); size != 1) layout.axes.emplace_back(axis, size);
+  if (layout.axes.empty()) return adapter.default_layout(1).value_or(layout);
+  return layout;
+}
+
+// Flags the adapter's command sets itself may not come again from `options:`.
+void check_reserved_options(const ReadContext& ctx, const TrainerAdapter& adapter, const Options& options) {
+  for (const auto& [key, value] : options)
+    for (const auto& reserved : adapter.reserved_options())
+      if (reserved.option == key)
+        ctx.error(value.node, "option '" + key + "' is set by meshtest for " + adapter.name() + "; use the case's '" +
+                                  reserved.use_key + "' key");
+}
+
+namespace {
+
+
+void read_options(const ReadContext& ctx, const YAML::Node& node, Options& into) {
+  MapReader m(ctx, node, "options", {});
+  static const std::regex key_syntax("[A-Za-z0-9][A-Za-z0-9._-]*");
+  for (const auto& [key, value] : m.entries()) {
+    if (!std::regex_match(key, key_syntax)) {
+      ctx.error(value, "option '" + key + "' is not a flag name (letters, digits, '.', '_', '-')");
+      continue;
+    }
+    OptionValue v;
+    v.node = value;
+    if (value.IsSequence()) {
+      auto items = read_string_list(ctx, value, "option " + key);
+      if (!items) continue;
+      for (const auto& item : *items) v.text += (v.text.empty() ? "" : ",") + item;
+    } else {
+      auto text = read_string(ctx, value, "option " + key);
+      if (!text) continue;
+      static const std::set<std::string> truths = {"true", "True", "TRUE"}, lies = {"false", "False", "FALSE"};
+      static const std::set<std::string> ambiguous = {"yes", "no", "on", "off", "y", "n", "Yes", "No", "On", "Off"};
+      if (value.Tag() != "!" && (truths.count(*text) || lies.count(*text))) {
+        v.is_flag = true;
+        v.flag = truths.count(*text) > 0;
+      } else if (value.Tag() != "!" && ambiguous.count(*text)) {
+        ctx.error(value, "option " + key + ": '" + *text + "' is ambiguous in YAML; write true, false or quote it");
+        continue;
+      } else {
+        v.text = *text;
+      }
+    }
+    set_option(into, key, v);
+  }
+}
+
+void read_env(const ReadContext& ctx, const YAML::Node& node, std::vector<std::pair<std::string, std::string>>& into,
+              std::map<std::string, YAML::Node>& nodes) {
+  MapReader m(ctx, node, "env", {});
+  for (const auto& [key, value] : m.entries()) {
+    auto text = read_string(ctx, value, "env " + key);
+    if (text) set_env(into, key, *text), nodes[key] = value;
+  }
+}
+
+std::optional<Expectation> read_expect(const ReadContext& ctx, const YAML::Node& node) {
+  Expectation e;
+  if (node.IsScalar()) {
+    if (node.Scalar() == "pass") return e;
+    ctx.error(node, "expect must be pass, {xfail: reason}, {skip: reason} or {fail: <check>}, got '" +
+                        node.Scalar() + "'");
+    return std::nullopt;
+  }
+  MapReader m(ctx, node, "expect", {"xfail", "skip", "fail"});
+  if (!m.ok()) return std::nullopt;
+  if (m.entries().size() != 1) {
+    ctx.error(node, "expect takes exactly one of xfail, skip, fail");
+    return std::nullopt;
+  }
+  const auto& [kind, value] = m.entries().front();
+  auto text = read_string(ctx, value, "expect." + kind);
+  if (!text) return std::nullopt;
+  if (text->empty()) {
+    ctx.error(value, "expect." + kind + " needs a " + (kind == "fail" ? "check name" : "reason"));
+    return std::nullopt;
+  }
+  if (kind == "xfail") e.kind = Expectation::kXfail, e.reason = *text;
+  if (kind == "skip") e.kind = Expectation::kSkip, e.reason = *text;
+  if (kind == "fail") {
+    if (!find_check_kind(*text)) {
+      const std::string hint = did_you_mean(*text, check_kind_names());
+      ctx.error(value, "expect.fail names no check '" + *text + "'" + (hint.empty() ? "" : "; did you mean '" + hint + "'?"));
+      return std::nullopt;
+    }
+    e.kind = Expectation::kFail, e.check = *text;
+  }
+  return e;
+}
+
+std::optional<CheckSpec> read_check(const ReadContext& ctx, const YAML::Node& item) {
+  CheckSpec spec;
+  spec.where = ctx.where(item);
+  YAML::Node params_node;
+  if (item.IsScalar()) {
+    spec.kind = item.Scalar();
+  } else if (item.IsMap() && item.size() == 1) {
+    spec.kind = item.begin()->first.Scalar();
+    params_node = item.begin()->second;
+  } else {
+    ctx.error(item, "a check is a name or {name: {parameters}}");
+    return std::nullopt;
+  }
+  const CheckSignature* kind = find_check_kind(spec.kind);
+  if (!kind) {
+    const std::string hint = did_you_mean(spec.kind, check_kind_names());
+    ctx.error(item, "unknown check '" + spec.kind + "'" + (hint.empty() ? "" : "; did you mean '" + hint + "'?"));
+    return std::nullopt;
+  }
+  auto needs = [&]() -> std::optional<CheckSpec> {
+    if (kind->needs_one_of.empty()) return spec;
+    for (const auto& k : kind->needs_one_of)
+      if (spec.params.contains(k)) return spec;
+    std::string names;
+    for (const auto& k : kind->needs_one_of) names += (names.empty() ? "" : ", ") + k;
+    ctx.error(item, "check " + spec.kind + " needs " + (kind->needs_one_of.size() > 1 ? "one of " : "") + names);
+    return std::nullopt;
+  };
+  if (!params_node || params_node.IsNull()) return needs();
+  std::vector<std::string> allowed;
+  for (const auto& p : kind->params) allowed.push_back(p.name);
+  MapReader m(ctx, params_node, "check " + spec.kind, allowed);
+  if (!m.ok()) return std::nullopt;
+  bool ok = true;
+  for (const auto& p : kind->params) {
+    const YAML::Node* v = m.get(p.name);
+    if (!v) continue;
+    const std::string what = spec.kind + "." + p.name;
+    switch (p.type) {
+      case ParamType::kString:
+        if (auto s = read_string(ctx, *v, what)) spec.params[p.name] = *s; else ok = false;
+        break;
+      case ParamType::kNumber:
+        if (auto d = read_number(ctx, *v, what)) spec.params[p.name] = *d; else ok = false;
+        break;
+      case ParamType::kBool:
+        if (auto b = read_bool(ctx, *v, what)) spec.params[p.name] = *b; else ok = false;
+        break;
+      case ParamType::kInt:
+        if (auto i = read_int(ctx, *v, what, 0)) spec.params[p.name] = *i; else ok = false;
+        break;
+    }
+  }
+  if (!ok) return std::nullopt;
+  return needs();
+}
+
+// An outputs path: a folder or file name, relative to the phase folder, with only the run-time
+// folders as placeholders (checked here, not when a check finally looks for the file).
+std::optional<std::string> read_output_path(const ReadContext& ctx, const YAML::Node& node, const std::string& what) {
+  auto text = read_string(ctx, node, what);
+  if (!text) return std::nullopt;
+  const PlaceholderPlace place{what, {}, {"case_dir", "phase_dir"}, {}, "outputs paths take {case_dir} and {phase_dir}"};
+  bool refused = false;
+  fill_placeholders(*text, place, [&](const std::string& message) { ctx.error(node, message), refused = true; });
+  if (refused) return std::nullopt;
+  if (text->empty()) ctx.error(node, what + " is empty");
+  return text;
+}
+
+std::optional<MetricsSource> read_metrics_source(const ReadContext& ctx, const YAML::Node& node) {
+  MapReader m(ctx, node, "outputs.metrics", {"from", "rank", "pattern", "path", "tags"});
+  if (!m.ok()) return std::nullopt;
+  const YAML::Node* from = m.get("from");
+  if (!from) {
+    ctx.error(node, "outputs.metrics needs from: torchtitan-log, log-pattern, tensorboard or metrics-jsonl");
+    return std::nullopt;
+  }
+  auto name = read_string(ctx, *from, "outputs.metrics.from");
+  if (!name) return std::nullopt;
+  MetricsSource src;
+  const auto kind = metrics_source_kind(*name);
+  if (!kind) {
+    const std::vector<std::string> names = metrics_source_names();
+    const std::string hint = did_you_mean(*name, names);
+    ctx.error(*from, "outputs.metrics.from '" + *name + "' is not one of torchtitan-log, log-pattern, tensorboard, "
+                     "metrics-jsonl" + (hint.empty() ? "" : "; did you mean '" + hint + "'?"));
+    return std::nullopt;
+  }
+  src.kind = *kind;
+  const bool is_log = src.kind == MetricsSource::kTorchtitanLog || src.kind == MetricsSource::kLogPattern;
+  const auto only_for = [&](const char* key, bool allowed, const char* sources) {
+    if (m.get(key) && !allowed) ctx.error(*m.get(key), std::string("outputs.metrics.") + key + " applies to " + sources);
+    return m.get(key) && allowed ? m.get(key) : nullptr;
+  };
+  if (auto* n = only_for("rank", is_log, "log sources (torchtitan-log, log-pattern)"))
+    if (auto r = read_int(ctx, *n, "outputs.metrics.rank", 0)) src.rank = static_cast<int>(*r);
+  if (auto* n = only_for("pattern", src.kind == MetricsSource::kLogPattern, "from: log-pattern")) {
+    if (auto p = read_string(ctx, *n, "outputs.metrics.pattern")) {
+      src.pattern = *p;
+      try {
+        LogPattern check(*p);
+      } catch (const std::exception& e) {
+        ctx.error(*n, e.what());
+      }
+    }
+  } else if (src.kind == MetricsSource::kLogPattern) {
+    ctx.error(node, "outputs.metrics from log-pattern needs a pattern with named groups (?P<step>...) (?P<loss>...)");
+  }
+  if (auto* n = only_for("path", !is_log, "tensorboard and metrics-jsonl")) {
+    if (auto p = read_output_path(ctx, *n, "outputs.metrics.path")) src.path = *p;
+  } else if (src.kind == MetricsSource::kTensorboard) {
+    src.path = "tb";
+  }
+  if (auto* n = only_for("tags", src.kind == MetricsSource::kTensorboard, "from: tensorboard")) {
+    MapReader tags(ctx, *n, "outputs.metrics.tags", {});
+    for (const auto& [metric, tag] : tags.entries())
+      if (auto t = read_string(ctx, tag, "outputs.metrics.tags." + metric)) src.tags[metric] = *t;
+  }
+  return src;
+}
+
+// Reads the keys of outputs.checkpoint that are written into `into`, over what it holds.
+void read_checkpoint_source(const ReadContext& ctx, const YAML::Node& node, CheckpointOverride& into) {
+  MapReader m(ctx, node, "outputs.checkpoint", {"path", "step", "model_prefix", "rename"});
+  if (!m.ok()) return;
+  into.node = node;
+  for (const char* key : {"path", "step", "model_prefix", "rename"})
+    if (auto* n = m.get(key)) into.nodes[key] = *n;
+  if (auto* n = m.get("path"))
+    if (auto p = read_output_path(ctx, *n, "outputs.checkpoint.path")) into.path = *p;
+  if (auto* n = m.get("step"))
+    if (auto v = read_int(ctx, *n, "outputs.checkpoint.step", 0)) into.step = *v;
+  if (auto* n = m.get("model_prefix"))
+    if (auto p = read_string(ctx, *n, "outputs.checkpoint.model_prefix")) into.model_prefix = *p;
+  if (auto* n = m.get("rename")) {
+    into.rename.emplace();
+    MapReader r(ctx, *n, "outputs.checkpoint.rename", {});
+    for (const auto& [pattern, to] : r.entries()) {
+      try {
+        std::regex check(pattern);
+      } catch (const std::regex_error& e) {
+        ctx.error(to, "outputs.checkpoint.rename: '" + pattern + "' is not a regular expression: " + e.what());
+        continue;
+      }
+      if (auto t = read_string(ctx, to, "outputs.checkpoint.rename")) into.rename->emplace_back(pattern, *t);
+    }
+  }
+}
+
+void read_outputs(const ReadContext& ctx, const YAML::Node& node, Fields& f) {
+  MapReader m(ctx, node, "outputs", {"metrics", "checkpoint", "tokens"});
+  if (!m.ok()) return;
+  if (auto* n = m.get("tokens"))
+    if (auto t = read_output_path(ctx, *n, "outputs.tokens")) f.tokens = *t, f.tokens_node = *n;
+  if (auto* n = m.get("metrics"))
+    if (auto src = read_metrics_source(ctx, *n)) f.metrics = *src, f.metrics_node = *n;
+  if (auto* n = m.get("checkpoint")) read_checkpoint_source(ctx, *n, f.checkpoint);
+}
+
+// A probe's program or argument: {matrix_dir} filled, any other placeholder refused (a probe
+// runs once, before any case has a folder).
+std::string fill_matrix_dir(const ReadContext& ctx, const YAML::Node& node, const std::string& text,
+                            const std::string& what) {
+  const PlaceholderPlace place{what, {{"matrix_dir", std::filesystem::absolute(ctx.file).parent_path().string()}}, {}, {},
+                               "a probe takes only {matrix_dir} (it runs once, before any case)"};
+  return fill_placeholders(text, place, [&](const std::string& message) { ctx.error(node, message); });
+}
+
+// "torch>=2.4" or "torch>=2.4,<3": a module, then comparisons of its __version__'s release numbers.
+bool parse_version_spec(const std::string& spec, Requirement& r) {
+  static const std::regex module_syntax(R"(\s*([A-Za-z_][A-Za-z0-9_.]*)\s*)");
+  static const std::regex constraint_syntax(R"(\s*(>=|<=|==|!=|>|<)\s*([0-9]+(\.[0-9]+)*)\s*)");
+  const size_t op = spec.find_first_of("<>=!");
+  std::smatch m;
+  const std::string head = spec.substr(0, op);
+  if (op == std::string::npos || !std::regex_match(head, m, module_syntax)) return false;
+  r.module = m[1];
+  for (size_t at = op; at <= spec.size();) {
+    size_t comma = spec.find(',', at);
+    if (comma == std::string::npos) comma = spec.size();
+    const std::string part = spec.substr(at, comma - at);
+    if (!std::regex_match(part, m, constraint_syntax)) return false;
+    r.constraints.emplace_back(m[1], m[2]);
+    at = comma + 1;
+  }
+  return true;
+}
+
+const std::vector<std::string> kProbeKinds = {"python", "command", "python_version", "gpus"};
+
+// One entry of `requires:` (docs/matrix.md#requirements): exactly one probe, and what goes with it.
+std::optional<Requirement> read_requirement(const ReadContext& ctx, const YAML::Node& node) {
+  MapReader m(ctx, node, "requires entry",
+              {"python", "command", "python_version", "gpus", "interpreter", "reason", "timeout"});
+  if (!m.ok()) return std::nullopt;
+  Requirement r;
+  r.where = ctx.where(node);
+  r.dir = std::filesystem::absolute(ctx.file).parent_path().string();
+  std::vector<std::string> kinds;
+  for (const auto& k : kProbeKinds)
+    if (m.get(k)) kinds.push_back(k);
+  if (kinds.size() != 1) {
+    std::string named;
+    for (const auto& k : kinds) named += (named.empty() ? "" : ", ") + k;
+    ctx.error(node, "a requirement names exactly one probe (python, command, python_version or gpus)" +
+                        (named.empty() ? std::string() : "; this one names " + named));
+    return std::nullopt;
+  }
+  const size_t errors_before = ctx.diag->size();
+  const std::string& kind = kinds.front();
+  const YAML::Node& value = *m.get(kind);
+  if (kind == "python") {
+    r.kind = Requirement::kPython;
+    if (auto t = read_string(ctx, value, "requires.python")) {
+      if (t->empty()) ctx.error(value, "requires.python needs Python code, e.g. \"import torch\"");
+      r.text = *t;
+    }
+  } else if (kind == "command") {
+    r.kind = Requirement::kCommand;
+    if (auto argv = read_string_list(ctx, value, "requires.command")) {
+      if (argv->empty() || argv->front().empty()) ctx.error(value, "requires.command must name a program");
+      for (const auto& a : *argv) r.argv.push_back(fill_matrix_dir(ctx, value, a, "requires.command"));
+      for (const auto& a : *argv) r.text += (r.text.empty() ? "" : " ") + a;
+    }
+  } else if (kind == "python_version") {
+    r.kind = Requirement::kPythonVersion;
+    if (auto t = read_string(ctx, value, "requires.python_version")) {
+      r.text = *t;
+      if (!parse_version_spec(*t, r))
+        ctx.error(value, "requires.python_version '" + *t +
+                             "' must be <module><op><version>[,<op><version>...] with op one of >= > <= < == != "
+                             "(e.g. torch>=2.4)");
+    }
+  } else {
+    r.kind = Requirement::kGpus;
+    if (auto n = read_int(ctx, value, "requires.gpus", 1)) r.gpus = static_cast<int>(*n);
+  }
+  if (const YAML::Node* n = m.get("interpreter")) {
+    if (r.kind != Requirement::kPython && r.kind != Requirement::kPythonVersion)
+      ctx.error(*n, "requires.interpreter goes with python or python_version, not " + kind);
+    else if (auto t = read_string(ctx, *n, "requires.interpreter")) {
+      if (t->empty()) ctx.error(*n, "requires.interpreter must name a program");
+      r.interpreter = fill_matrix_dir(ctx, *n, *t, "requires.interpreter");
+    }
+  }
+  if (const YAML::Node* n = m.get("timeout")) {
+    if (r.kind == Requirement::kGpus) ctx.error(*n, "requires.timeout goes with a probe that runs, not gpus");
+    else if (auto t = read_number(ctx, *n, "requires.timeout")) {
+      if (!(*t > 0)) ctx.error(*n, "requires.timeout must be positive seconds");
+      r.timeout_s = *t;
+    }
+  }
+  if (const YAML::Node* n = m.get("reason"))
+    if (auto t = read_string(ctx, *n, "requires.reason")) {
+      if (t->empty()) ctx.error(*n, "requires.reason must not be empty (leave it out for the default)");
+      r.reason = *t;
+    }
+  if (ctx.diag->size() != errors_before) return std::nullopt;
+  return r;
+}
+
+void read_requirements(const ReadContext& ctx, const YAML::Node& node, Fields& f) {
+  if (!node.IsSequence()) {
+    ctx.error(node, "requires must be a list of probes, e.g. [{python: \"import torch\"}]");
+    return;
+  }
+  for (const auto& item : node)
+    if (auto r = read_requirement(ctx, item)) f.requirements.push_back(*r);
+}
+
+// Two checks judge the same thing when they differ at most in how strict they are.
+bool same_judgement(const CheckSpec& a, const CheckSpec& b) {
+  // Compared as JSON values, not as text: a parameter may hold bytes that are not UTF-8.
+  auto what = [](const CheckSpec& c) {
+    nlohmann::json p = c.params;
+    for (const char* strictness : {"rtol", "atol", "exact", "factor"}) p.erase(strictness);
+    if (!p.contains("metric")) p["metric"] = "loss";
+    return p;
+  };
+  return a.kind == b.kind && what(a) == what(b);
+}
+
+// A case's checks join the ones it inherits, so a case cannot silently lose a default
+// comparison; one that differs from an inherited check only in its tolerances replaces it.
+std::vector<CheckSpec> with_inherited_checks(std::vector<CheckSpec> inherited, const std::vector<CheckSpec>& own) {
+  std::vector<bool> replaced(inherited.size(), false);
+  for (const auto& c : own) {
+    size_t i = 0;
+    while (i < replaced.size() && (replaced[i] || !same_judgement(inherited[i], c))) ++i;
+    if (i < replaced.size()) inherited[i] = c, replaced[i] = true;
+    else inherited.push_back(c);
+  }
+  return inherited;
+}
+
+}  // namespace
+
+
+// Reads the keys a case and `defaults` share into `f`, on top of what it holds.
+void read_common(const ReadContext& ctx, const MapReader& m, Fields& f) {
+  if (auto* n = m.get("adapter")) {
+    if (auto s = read_string(ctx, *n, "adapter")) f.adapter = *s, f.adapter_node = *n;
+  }
+  if (auto* n = m.get("command")) {
+    if (auto argv = read_string_list(ctx, *n, "command")) {
+      if (argv->empty()) ctx.error(*n, "command must not be empty");
+      f.command = *argv, f.command_node = *n;
+    }
+  }
+  if (auto* n = m.get("model")) {
+    if (auto s = read_string(ctx, *n, "model")) f.model = *s, f.model_node = *n;
+  }
+  if (auto* n = m.get("mesh")) {
+    if (auto mesh = read_mesh(ctx, *n)) f.mesh = *mesh, f.mesh_node = *n;
+  }
+  if (auto* n = m.get("ngpu")) {
+    if (auto v = read_int(ctx, *n, "ngpu", 1)) f.ngpu = static_cast<int>(*v), f.ngpu_node = *n;
+  }
+  if (auto* n = m.get("options")) read_options(ctx, *n, f.options);
+  if (auto* n = m.get("tags")) {
+    if (auto t = read_string_list(ctx, *n, "tags")) f.tags = *t;
+  }
+  if (auto* n = m.get("timeout")) {
+    if (auto t = read_number(ctx, *n, "timeout")) {
+      if (*t <= 0) ctx.error(*n, "timeout must be positive seconds");
+      f.timeout = *t;
+    }
+  }
+  if (auto* n = m.get("env")) read_env(ctx, *n, f.env, f.env_nodes);
+  if (auto* n = m.get("expect")) {
+    if (auto e = read_expect(ctx, *n)) f.expect = *e;
+  }
+  if (auto* n = m.get("checks")) {
+    if (!n->IsSequence()) {
+      ctx.error(*n, "checks must be a list");
+    } else {
+      std::vector<CheckSpec> checks;
+      for (const auto& item : *n)
+        if (auto c = read_check(ctx, item)) checks.push_back(*c);
+      f.checks = with_inherited_checks(f.checks.value_or(std::vector<CheckSpec>{}), checks);
+    }
+  }
+  if (auto* n = m.get("duration")) {
+    if (auto d = read_number(ctx, *n, "duration")) f.duration = *d;
+  }
+  if (auto* n = m.get("outputs")) read_outputs(ctx, *n, f);
+  if (auto* n = m.get("requires")) read_requirements(ctx, *n, f);
+  if (auto* n = m.get("simulate")) {
+    if (!n->IsScalar() || (n->Scalar() != "true" && n->Scalar() != "false"))
+      ctx.error(*n, "simulate must be true (every rank of the case on one device, docs/simulation.md) or false");
+    else
+      f.simulate = n->Scalar() == "true", f.simulate_node = *n;
+  }
+  if (auto* n = m.get("drift")) {
+    const auto policy = read_string(ctx, *n, "drift");
+    if (policy && *policy != "note" && *policy != "fail")
+      ctx.error(*n, "drift must be note (the default: a drift is reported) or fail (a drift fails the case), got '" +
+                        *policy + "'");
+    else if (policy)
+      f.drift_fails = *policy == "fail";
+  }
+}
+
+
+}  // namespace meshtest
