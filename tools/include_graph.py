@@ -5,8 +5,12 @@ A room is a source file with its header (harness/core/matrix.{h,cpp}). Each fold
 a room may include rooms on its own floor or below, never above, and never a sibling wing on
 the same floor. meshtest (harness/) and meshtrain (trainer/) share only contract/.
 
-Prints the rooms per floor, then every circle (rooms that include each other, directly or
-around a loop) and every include that breaks the floors. Exit status 1 when there is any.
+Every folder under contract/, harness/ and trainer/ is read, those not in FLOORS too: a folder
+without a floor is a problem of its own, and its rooms still count for circles.
+
+Prints the rooms per floor, then every folder without a floor, every circle (rooms that include
+each other, directly or around a loop) and every include that breaks the floors. Exit status 1
+when there is any.
 
   tools/include_graph.py [source root]     (default: the checkout this file is in)
 """
@@ -27,21 +31,25 @@ FLOORS = {
     "harness/torchtitan": (4, "meshtest"),
     "harness/history": (4, "meshtest"),
     "harness": (5, "meshtest"),
+    "trainer/cuda": (0, "meshtrain"),
     "trainer": (1, "meshtrain"),
 }
+# The programs' source roots: every folder under them is checked.
+ROOTS = ("contract", "harness", "trainer")
+SOURCE = (".h", ".cpp", ".cu")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
 
 def rooms_of(root):
-    """{room: [files]}, a room being 'folder/stem'."""
+    """{room: [files]}, a room being 'folder/stem', for every folder under ROOTS."""
     rooms = defaultdict(list)
-    for folder in FLOORS:
-        path = os.path.join(root, folder)
-        if not os.path.isdir(path):
-            continue
-        for name in sorted(os.listdir(path)):
-            if name.endswith((".h", ".cpp")):
-                rooms[f"{folder}/{os.path.splitext(name)[0]}"].append(os.path.join(path, name))
+    for top in ROOTS:
+        for path, dirs, names in os.walk(os.path.join(root, top)):
+            dirs.sort()
+            folder = os.path.relpath(path, root)
+            for name in sorted(names):
+                if name.endswith(SOURCE):
+                    rooms[f"{folder}/{os.path.splitext(name)[0]}"].append(os.path.join(path, name))
     return rooms
 
 
@@ -109,7 +117,9 @@ def folder_of(room):
 
 
 def broken_floor(a, b):
-    """Why room a may not include room b, or None."""
+    """Why room a may not include room b, or None (a folder without a floor is reported apart)."""
+    if folder_of(a) not in FLOORS or folder_of(b) not in FLOORS:
+        return None
     (fa, pa), (fb, pb) = FLOORS[folder_of(a)], FLOORS[folder_of(b)]
     if pb != "shared" and pa != pb:
         return f"{pa} includes {pb}"
@@ -134,6 +144,9 @@ def main():
         sizes = per_folder.get(folder, [])
         print(f"  {program:9} {floor}  {folder + '/':20} {len(sizes):3} rooms {sum(sizes):6} lines")
     bad = 0
+    for folder in sorted({folder_of(room) for room in rooms} - set(FLOORS)):
+        bad += 1
+        print(f"no floor: {folder}/ (give it one in FLOORS, tools/include_graph.py, and in docs/architecture.md)")
     for component in circles(rooms, edges):
         bad += 1
         print("circle: " + " -> ".join(component + [component[0]]))
