@@ -37,6 +37,7 @@
 #include "run/runner.h"
 #include "run/slurm.h"
 #include "core/schedule.h"
+#include "report/finished_run.h"
 #include "report/summary.h"
 
 namespace fs = std::filesystem;
@@ -184,7 +185,6 @@ int run_launch(int nproc, const std::string& log_dir, double timeout_s, double g
   return r.first_failure.exit_code != 0 ? r.first_failure.exit_code : 1;
 }
 
-int render_reports(const std::string& dir, bool exit_by_expectations);
 
 // --dry-run: each case's planned start, devices and exact commands, then the makespan.
 void print_plan(const Plan& plan, const RunOptions& opt) {
@@ -342,100 +342,6 @@ int run_matrix(Selection sel, RunOptions opt, bool dry_run, int ngpu, const char
   return result.all_met() ? 0 : 1;
 }
 
-json read_summary(const std::string& dir) {
-  const std::string path = (fs::path(dir) / "summary.json").string();
-  std::ifstream in(path);
-  if (!in) throw std::runtime_error("cannot read " + path + " (is it a meshtest --out folder?)");
-  json summary = json::parse(in);
-  const int version = summary.value("format_version", 0);
-  if (version != kSummaryFormatVersion)
-    throw std::runtime_error(path + " is summary format " + std::to_string(version) + "; this meshtest reads format " +
-                             std::to_string(kSummaryFormatVersion) + " (rerun the cases with it)");
-  return summary;
-}
-
-// junit.xml, surefire/TEST-<suite>.xml, report.html and the terminal table, all from summary.json.
-int render_reports(const std::string& dir, bool exit_by_expectations) {
-  const RunView run = summary_view(read_summary(dir));
-  write_junit(run, (fs::path(dir) / "junit.xml").string());
-  write_surefire(run, (fs::path(dir) / "surefire").string());
-  write_html_report(run, (fs::path(dir) / "report.html").string());
-  print_report(run, stdout);
-  std::printf("reports: %s/report.html, %s/junit.xml, %s/surefire/, %s/summary.json\n", dir.c_str(), dir.c_str(),
-              dir.c_str(), dir.c_str());
-  std::fflush(stdout);
-  if (!exit_by_expectations) return 0;
-  return run.all_met ? 0 : 1;
-}
-
-const json* find_case(const json& summary, const std::string& id) {
-  for (const auto& c : summary.at("cases"))
-    if (c.value("id", "") == id) return &c;
-  throw std::runtime_error("no case '" + id + "' in this run's summary.json");
-}
-
-// A phase of a finished case (default: the last): its folder, where its numbers are, and
-// when it wrote them.
-struct FinishedPhase {
-  std::string dir;
-  Outputs outputs;
-  std::optional<TimeWindow> window;  // none in a summary written before meshtest recorded it
-};
-
-std::optional<TimeWindow> window_of(const json& phase) {
-  const json w = phase.value("metrics_window", json());
-  if (!w.is_object() || !w.value("from", json()).is_number() || !w.value("to", json()).is_number())
-    return std::nullopt;
-  return TimeWindow{w["from"].get<double>(), w["to"].get<double>()};
-}
-
-FinishedPhase finished_phase(const json& c, const std::string& phase) {
-  const json& phases = c.at("phases");
-  const json* found = phases.empty() ? nullptr : &phases.back();
-  if (!phase.empty()) {
-    found = nullptr;
-    for (const auto& p : phases)
-      if (p.value("name", "") == phase) found = &p;
-    if (!found) throw std::runtime_error(c.value("id", "") + " has no phase '" + phase + "'");
-  }
-  if (!found) return {};
-  return {found->value("dir", ""), outputs_from_json(found->value("outputs", json::object())), window_of(*found)};
-}
-
-// Loss curves side by side, then the state-dict keys one has and the other lacks.
-int diff_cases(const std::string& dir, const std::string& a, const std::string& b) {
-  const json summary = read_summary(dir);
-  const FinishedPhase pa = finished_phase(*find_case(summary, a), ""), pb = finished_phase(*find_case(summary, b), "");
-  const std::string &da = pa.dir, &db = pb.dir;
-  std::map<long long, double> la, lb;
-  try { la = read_loss_curve(da, pa.outputs, "loss", pa.window); } catch (const std::exception& e) { std::printf("%s: %s\n", a.c_str(), e.what()); }
-  try { lb = read_loss_curve(db, pb.outputs, "loss", pb.window); } catch (const std::exception& e) { std::printf("%s: %s\n", b.c_str(), e.what()); }
-  std::set<long long> steps;
-  for (const auto& [s, v] : la) steps.insert(s);
-  for (const auto& [s, v] : lb) steps.insert(s);
-  int differ = 0;
-  std::printf("%6s  %16s  %16s  %10s\n", "step", "A loss", "B loss", "|A-B|");
-  for (long long s : steps) {
-    const bool ha = la.count(s), hb = lb.count(s);
-    const double diff = ha && hb ? std::fabs(la[s] - lb[s]) : NAN;
-    differ += !(ha && hb) || diff != 0;
-    std::printf("%6lld  %16s  %16s  %10s\n", s, ha ? std::to_string(la[s]).c_str() : "-",
-                hb ? std::to_string(lb[s]).c_str() : "-", ha && hb ? std::to_string(diff).c_str() : "-");
-  }
-  std::printf("A = %s (%s)\nB = %s (%s)\n", a.c_str(), da.c_str(), b.c_str(), db.c_str());
-  try {
-    const auto ka = read_tensor_keys(da, pa.outputs), kb = read_tensor_keys(db, pb.outputs);
-    for (const auto& [k, shape] : ka)
-      if (!kb.count(k)) std::printf("only in A: %s %s\n", k.c_str(), shape.c_str()), ++differ;
-      else if (kb.at(k) != shape) std::printf("shape: %s %s vs %s\n", k.c_str(), shape.c_str(), kb.at(k).c_str()), ++differ;
-    for (const auto& [k, shape] : kb)
-      if (!ka.count(k)) std::printf("only in B: %s %s\n", k.c_str(), shape.c_str()), ++differ;
-  } catch (const std::exception& e) {
-    std::printf("keys: %s\n", e.what());
-  }
-  return differ ? 1 : 0;
-}
-
 // Shards of one matrix (or any runs) into one report; a case id seen twice is an error.
 int merge_runs(const std::string& out, const std::vector<std::string>& inputs, const std::string& history,
                const std::string& commit) {
@@ -468,16 +374,6 @@ int merge_runs(const std::string& out, const std::vector<std::string>& inputs, c
   write_summary(merged, (fs::path(out) / "summary.json").string());
   return render_reports(out, true);
 }
-
-// torchtitan's "<step> <loss>" golden format from a finished case (or its grad norms).
-int export_golden(const std::string& dir, const std::string& id, const std::string& phase, const std::string& metric) {
-  const json summary = read_summary(dir);
-  const FinishedPhase p = finished_phase(*find_case(summary, id), phase);
-  for (const auto& [step, value] : read_loss_curve(p.dir, p.outputs, metric, p.window))
-    std::printf("%lld %.9g\n", step, value);
-  return 0;
-}
-
 
 // `meshtest list`: one line per selected case.
 int list_cases(const Selection& sel) {

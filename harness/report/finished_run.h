@@ -1,0 +1,26 @@
+// A finished run, read back from its --out folder: its summary.json, the reports made from it
+// again, and a case's phase as `meshtest diff` and `meshtest golden export` look at it.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+
+namespace meshtest {
+
+// DIR/summary.json, refused with why when it is missing or of another format version.
+nlohmann::json read_summary(const std::string& dir);
+
+// junit.xml, surefire/TEST-<suite>.xml, report.html and the terminal table, all from
+// DIR/summary.json. Returns 1 when asked to exit by expectations and a case missed its own.
+int render_reports(const std::string& dir, bool exit_by_expectations);
+
+// `meshtest diff`: the loss curves of cases A and B side by side, then the state-dict keys one
+// has and the other lacks; 1 when they differ.
+int diff_cases(const std::string& dir, const std::string& a, const std::string& b);
+
+// `meshtest golden export`: torchtitan's "<step> <loss>" golden format from a finished case's
+// phase (default: its last), or its grad norms.
+int export_golden(const std::string& dir, const std::string& id, const std::string& phase, const std::string& metric);
+
+}  // namespace meshtest
