@@ -223,54 +223,6 @@ void add_history_options(CLI::App& cmd, std::string& history, std::string& commi
   cmd.add_option("--commit", commit, "The commit recorded with the run (default: git rev-parse HEAD in the matrix's folder)");
 }
 
-// The commit a run is recorded at: --commit, else the matrices' checkout's HEAD, else
-// "unknown" (as history/record.cpp's run_identity records it).
-std::string commit_of_run(const RunOptions& opt, const std::vector<std::string>& matrices) {
-  if (!opt.commit.empty()) return opt.commit;
-  const std::string repo =
-      matrices.empty() ? fs::current_path().string() : fs::absolute(matrices.front()).parent_path().string();
-  const std::string head = git_line(repo, {"rev-parse", "HEAD"});
-  return head.empty() ? "unknown" : head;
-}
-
-// Expected seconds per case: `durations_file`'s, then the history's medians. `except_commit`
-// leaves out the history's runs at that commit (for --shard, see median_durations).
-std::map<std::string, double> expected_durations(const RunOptions& opt, const std::string& durations_file,
-                                                 const std::string& except_commit = "") {
-  auto durations = load_durations(durations_file);
-  if (opt.history.empty() || !fs::exists(opt.history)) return durations;
-  try {
-    for (const auto& [id, seconds] : History(opt.history).median_durations(5, except_commit)) durations[id] = seconds;
-  } catch (const HistoryError& e) {
-    warn_history_unusable(stderr, opt.history, "durations not read from the history", e);
-  }
-  return durations;
-}
-
-// Appends the run to the history (when there is one) and returns the cases that drifted.
-std::map<std::string, DriftFinding> record_in_history(json& summary, const std::string& history, const std::string& commit,
-                                                      const std::vector<std::string>& matrices) {
-  if (!summary.contains("run_id")) summary["run_id"] = new_run_id(summary.value("hostname", ""));
-  if (history.empty()) return {};
-  const std::string repo = matrices.empty() ? fs::current_path().string() : fs::path(matrices.front()).parent_path().string();
-  const RunIdentity id = run_identity(summary, commit, repo, meshtest_version());
-  if (id.commit == "unknown")
-    std::fprintf(stderr, "meshtest: warning: recording this run at commit 'unknown': %s is not in a git checkout, so "
-                         "drift and flaky-since cannot place it among other runs; pass --commit SHA\n", repo.c_str());
-  const auto drift = record_run(history, summary, id);
-  for (const auto& [id, finding] : drift)
-    std::fprintf(stderr, "meshtest: drift: %s passed but left the band of its recent green runs: %s\n", id.c_str(),
-                 finding.describe().c_str());
-  return drift;
-}
-
-// The drift notes and each case's strip of recent runs, for the reports.
-void add_history_notes(json& summary, const std::map<std::string, DriftFinding>& drift, const std::string& history) {
-  if (history.empty()) return;
-  add_drift_notes(summary, drift);
-  add_history_strips(summary, history);
-}
-
 // `meshtest run`: select, plan, launch, check, report.
 int run_matrix(Selection sel, RunOptions opt, bool dry_run, int ngpu, const char* argv0,
                const std::vector<std::string>& skip_tags = {}) {
@@ -328,7 +280,7 @@ int run_matrix(Selection sel, RunOptions opt, bool dry_run, int ngpu, const char
                opt.backend == "nccl" ? "GPUs" : "CPU slots", opt.backend.c_str(), opt.out_dir.c_str());
   RunResult result = run_cases(plan, opt);
   json summary = summary_json(result, opt);
-  const auto drift = record_in_history(summary, opt.history, opt.commit, opt.matrices);
+  const auto drift = record_in_history(summary, opt.history, opt.commit, opt.matrices, meshtest_version());
   if (fail_drifted_cases(result.cases, drift)) {  // `drift: fail` cases, judged again
     const json run_id = summary["run_id"];
     summary = summary_json(result, opt);
@@ -370,7 +322,7 @@ int merge_runs(const std::string& out, const std::vector<std::string>& inputs, c
   // The shards recorded their runs already (through $MESHTEST_HISTORY, say): the merged run is
   // recorded only when --history asks for it, or it would count twice.
   const std::string db = history.empty() ? "" : absolute_path(history);
-  add_history_notes(merged, record_in_history(merged, db, commit, merged["matrices"].get<std::vector<std::string>>()), db);
+  add_history_notes(merged, record_in_history(merged, db, commit, merged["matrices"].get<std::vector<std::string>>(), meshtest_version()), db);
   write_summary(merged, (fs::path(out) / "summary.json").string());
   return render_reports(out, true);
 }

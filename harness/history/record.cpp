@@ -6,12 +6,14 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <ctime>
 #include <functional>
 #include <random>
 
 #include "core/git.h"
 #include "core/matrix.h"
+#include "core/plan.h"
 #include "judge/judge.h"
 
 namespace meshtest {
@@ -137,6 +139,54 @@ std::string new_run_id(const std::string& host) {
   char id[64];
   std::snprintf(id, sizeof id, "%s-%08zx", stamp, mix & 0xffffffffu);
   return id;
+}
+
+// The commit a run is recorded at: --commit, else the matrices' checkout's HEAD, else
+// "unknown" (as history/record.cpp's run_identity records it).
+std::string commit_of_run(const RunOptions& opt, const std::vector<std::string>& matrices) {
+  if (!opt.commit.empty()) return opt.commit;
+  const std::string repo =
+      matrices.empty() ? std::filesystem::current_path().string() : std::filesystem::absolute(matrices.front()).parent_path().string();
+  const std::string head = git_line(repo, {"rev-parse", "HEAD"});
+  return head.empty() ? "unknown" : head;
+}
+
+// Expected seconds per case: `durations_file`'s, then the history's medians. `except_commit`
+// leaves out the history's runs at that commit (for --shard, see median_durations).
+std::map<std::string, double> expected_durations(const RunOptions& opt, const std::string& durations_file,
+                                                 const std::string& except_commit) {
+  auto durations = load_durations(durations_file);
+  if (opt.history.empty() || !std::filesystem::exists(opt.history)) return durations;
+  try {
+    for (const auto& [id, seconds] : History(opt.history).median_durations(5, except_commit)) durations[id] = seconds;
+  } catch (const HistoryError& e) {
+    warn_history_unusable(stderr, opt.history, "durations not read from the history", e);
+  }
+  return durations;
+}
+
+// Appends the run to the history (when there is one) and returns the cases that drifted.
+std::map<std::string, DriftFinding> record_in_history(nlohmann::json& summary, const std::string& history, const std::string& commit,
+                                                      const std::vector<std::string>& matrices, const std::string& version) {
+  if (!summary.contains("run_id")) summary["run_id"] = new_run_id(summary.value("hostname", ""));
+  if (history.empty()) return {};
+  const std::string repo = matrices.empty() ? std::filesystem::current_path().string() : std::filesystem::path(matrices.front()).parent_path().string();
+  const RunIdentity id = run_identity(summary, commit, repo, version);
+  if (id.commit == "unknown")
+    std::fprintf(stderr, "meshtest: warning: recording this run at commit 'unknown': %s is not in a git checkout, so "
+                         "drift and flaky-since cannot place it among other runs; pass --commit SHA\n", repo.c_str());
+  const auto drift = record_run(history, summary, id);
+  for (const auto& [id, finding] : drift)
+    std::fprintf(stderr, "meshtest: drift: %s passed but left the band of its recent green runs: %s\n", id.c_str(),
+                 finding.describe().c_str());
+  return drift;
+}
+
+// The drift notes and each case's strip of recent runs, for the reports.
+void add_history_notes(nlohmann::json& summary, const std::map<std::string, DriftFinding>& drift, const std::string& history) {
+  if (history.empty()) return;
+  add_drift_notes(summary, drift);
+  add_history_strips(summary, history);
 }
 
 }  // namespace meshtest

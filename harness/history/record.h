@@ -7,9 +7,12 @@
 #include <cstdio>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "history/drift.h"
 #include "core/outcome.h"
+#include "core/plan.h"
+#include "core/run_options.h"
 #include "history/history.h"
 
 namespace meshtest {
@@ -46,5 +49,26 @@ bool fail_drifted_cases(std::vector<CaseOutcome>& cases, const std::map<std::str
 
 // A fresh run id: host, time and process, hashed: "20261203T014500-3f9a1c2b".
 std::string new_run_id(const std::string& host);
+
+// ---- a run's use of the history (meshtest run, merge, rerun-failed) ----------------------
+
+// The commit a run is recorded at: opt.commit (--commit), else the matrices' checkout's HEAD,
+// else "unknown".
+std::string commit_of_run(const RunOptions& opt, const std::vector<std::string>& matrices);
+
+// Expected seconds per case: `durations_file`'s, then the history's medians. `except_commit`
+// leaves out the history's runs at that commit (for --shard: every shard splits alike).
+std::map<std::string, double> expected_durations(const RunOptions& opt, const std::string& durations_file,
+                                                 const std::string& except_commit = "");
+
+// Gives `summary` a run_id when it has none, appends the run to the history at `history` (when
+// there is one, with a warning when the commit is unknown) and returns the cases that drifted,
+// each said on stderr.
+std::map<std::string, DriftFinding> record_in_history(nlohmann::json& summary, const std::string& history,
+                                                      const std::string& commit, const std::vector<std::string>& matrices,
+                                                      const std::string& version);
+
+// The drift notes and each case's strip of recent runs, for the reports (nothing without a history).
+void add_history_notes(nlohmann::json& summary, const std::map<std::string, DriftFinding>& drift, const std::string& history);
 
 }  // namespace meshtest
