@@ -42,7 +42,7 @@ CheckSignature signature_of(CheckKind kind) {
     case CheckKind::kReplicasEqual:
       return {kind, name, CheckInput::kContractFiles, {kPhase}, {}};
     case CheckKind::kParamsMatch:
-      return {kind, name, CheckInput::kContractFiles, {kPhase, kAgainst, kBaseline, kBaselinePhase, kGolden, kRtol, kAtol},
+      return {kind, name, CheckInput::kCheckpoint, {kPhase, kAgainst, kBaseline, kBaselinePhase, kGolden, kRtol, kAtol},
               {"against", "baseline", "golden"}};
     case CheckKind::kTensorsMatch:
       return {kind, name, CheckInput::kCheckpoint, {kPhase, kAgainst, kBaseline, kBaselinePhase, kRtol, kAtol, {"prefix", ParamType::kString}},

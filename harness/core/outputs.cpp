@@ -82,7 +82,7 @@ std::string input_problem(CheckInput input, const Outputs& o, const std::string&
     case CheckInput::kContractFiles:
       if (o.contract_files) return "";
       return "it reads " + contract + ", which adapter '" + adapter +
-             "' does not write; tensors_match compares the final checkpoints instead";
+             "' does not write; params_match and tensors_match compare its checkpoints instead";
   }
   return "";
 }

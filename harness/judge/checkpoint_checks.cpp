@@ -1,5 +1,6 @@
 #include "judge/checkpoint_checks.h"
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -104,6 +105,34 @@ MappedCheckpoint open_checkpoint(const Target& t, const char* check) {
     throw Failure{t.label + ": " + e.what(), ""};
   }
 }
+
+}  // namespace
+
+json checkpoint_param_digest(const Target& t) {
+  MappedCheckpoint ck = open_checkpoint(t, "params_match");
+  json params = json::object();
+  for (const auto& [key, entry] : ck.tensors) {
+    if (key.rfind("model.", 0) != 0) continue;  // optimizer state and the rest are not parameters
+    std::vector<double> values;
+    try {
+      values = ck.view.read_tensor(entry->key);
+    } catch (const CheckpointError& e) {
+      throw Failure{t.label + ": " + e.what(), ""};
+    }
+    double squares = 0, sum = 0;
+    for (double v : values) squares += v * v, sum += v;
+    // A non-finite value makes a non-finite digest, written as null as param_digest.json does.
+    const double l2 = std::sqrt(squares);
+    params[key] = {{"l2", std::isfinite(l2) ? json(l2) : json()}, {"sum", std::isfinite(sum) ? json(sum) : json()},
+                   {"numel", values.size()}};
+  }
+  if (params.empty())
+    throw Failure{t.label + ": its checkpoint " + ck.view.step_dir() + " holds no tensor under model. (outputs.checkpoint's "
+                      "model_prefix maps a trainer's own keys there)", ""};
+  return {{"params", params}};
+}
+
+namespace {
 
 // A phase's tensor keys and shapes: from its checkpoint where outputs.checkpoint says, else
 // from the phase's state_dict_keys.json.

@@ -8,6 +8,7 @@
 
 #include "contract/checkpoint_format.h"
 #include "contract/dump_files.h"
+#include "judge/checkpoint_checks.h"
 #include "readers/checkpoint_view.h"
 #include "readers/dcp.h"
 
@@ -63,6 +64,14 @@ std::string checkpoint_step_dir(const std::string& folder, long long step) {
 std::string param_digest_path(const std::string& phase_dir) { return phase_dir + "/" + files::kParamDigestFile; }
 
 // ---- reading them ----------------------------------------------------------------
+
+// A phase's parameter digest: the param_digest.json it left (meshtrain, or any trainer that writes
+// the contract files), else one read from the checkpoint its outputs name (a DCP trainer's).
+json param_digest_of(const Target& t) {
+  if (fs::exists(param_digest_path(t.dir)) || !t.spec || !t.spec->outputs.checkpoint)
+    return read_json(param_digest_path(t.dir));
+  return checkpoint_param_digest(t);
+}
 
 // Every rank's rank<R>.json, in rank order; a phase must leave one per rank.
 std::vector<json> read_rank_files(const Target& t) {
@@ -120,18 +129,19 @@ void check_replicas_equal(const CaseOutcome& o, const CheckSpec& spec, const Fin
 void check_params_match(const CaseOutcome& o, const CheckSpec& spec, const FindCase& find, CheckResult& result) {
   const Target t = subject(o, spec);
   std::string want_path, want_label;
+  std::optional<json> want_digest;  // a phase's; a golden file is read from want_path
   if (spec.params.contains("golden")) {
     want_path = golden_path(o, spec);
     want_label = "golden " + want_path;
   } else {
     const auto ref = reference(o, spec, find);
     if (!ref) throw Failure{"params_match needs against, baseline or golden", ""};
-    want_path = param_digest_path(ref->dir);
+    want_digest = param_digest_of(*ref);
     want_label = ref->label;
   }
   namespace digest = files::param_digest;
-  const json a = read_json(param_digest_path(t.dir)).at(digest::kParams);
-  const json b = read_json(want_path).at(digest::kParams);
+  const json a = param_digest_of(t).at(digest::kParams);
+  const json b = want_digest ? want_digest->at(digest::kParams) : read_json(want_path).at(digest::kParams);
   const double rtol = param_or(spec, "rtol", 1e-5), atol = param_or(spec, "atol", 0);
   for (const auto& [key, want] : b.items()) {
     if (!a.contains(key)) {

@@ -57,6 +57,7 @@ assert "model.tok_embeddings.weight" in keys["details"], keys["details"]
 assert cases["pytorch/save[ddp]-load[none]"]["status"] == "passed"
 assert cases["pytorch/canary_seed"]["reason"].startswith("canary caught by loss_matches"), cases["pytorch/canary_seed"]["reason"]
 assert cases["pytorch/canary_weights"]["reason"].startswith("canary caught by tensors_match"), cases["pytorch/canary_weights"]["reason"]
-print("pytorch_example: seed xfailed with the key diff from .metadata; its twin passed; both canaries were caught;"
+assert cases["pytorch/canary_params"]["reason"].startswith("canary caught by params_match"), cases["pytorch/canary_params"]["reason"]
+print("pytorch_example: seed xfailed with the key diff from .metadata; its twin passed; the three canaries were caught;"
       " FSDP2 cases %s, TensorBoard %s" % ("ran" if fsdp2 else "skipped by their probe", "ran" if tensorboard else "skipped by its probe"))
 PY

@@ -80,8 +80,10 @@ TEST_F(Checks, TensorsMatchComparesADcpCheckpointWithAMeshtrainOneElementByEleme
   std::ofstream(dir_ + "/mt/step-5/.metadata") << nlohmann::json{{"format_version", 2}, {"keys", keys}}.dump();
   load("  - name: ref\n    outputs: {checkpoint: {path: '" + kDcpFixtures + "/canonical'}}\n"
        "  - name: titan\n    outputs: {checkpoint: {path: '" + dir_ + "/mt', model_prefix: model.}}\n"
-       "    checks: [{keys_match: {baseline: ref}}, {tensors_match: {baseline: ref}}]\n"
-       "  - name: bare\n    checks: [{tensors_match: {baseline: ref}}]\n");
+       "    checks: [{keys_match: {baseline: ref}}, {tensors_match: {baseline: ref}}, {params_match: {baseline: ref}}]\n"
+       "  - name: bare\n    checks: [{tensors_match: {baseline: ref}}]\n"
+       "  - name: same\n    outputs: {checkpoint: {path: '" + kDcpFixtures + "/canonical'}}\n"
+       "    checks: [{params_match: {baseline: ref}}]\n");
   EXPECT_TRUE(run(1, "keys_match").passed) << run(1, "keys_match").message;
   const auto r = run(1, "tensors_match");
   EXPECT_FALSE(r.passed);
@@ -91,4 +93,10 @@ TEST_F(Checks, TensorsMatchComparesADcpCheckpointWithAMeshtrainOneElementByEleme
   EXPECT_NE(r.details.find(dir_ + "/mt/step-5"), std::string::npos) << r.details;
   EXPECT_EQ(outcomes_[1].status(), Status::kFailed);
   EXPECT_EQ(run(2, "tensors_match").message, "tensors_match needs outputs.checkpoint on phase train (where its checkpoint is)");
+  // params_match on phases that left no param_digest.json: each side digested from its DCP
+  // checkpoint. The moved element shows in model.norm.weight's norm; the same checkpoint passes.
+  const auto digest = run(1, "params_match");
+  EXPECT_FALSE(digest.passed);
+  EXPECT_EQ(digest.message.rfind("model.norm.weight: l2 ", 0), 0u) << digest.message;
+  EXPECT_TRUE(run(3, "params_match").passed) << run(3, "params_match").message;
 }
