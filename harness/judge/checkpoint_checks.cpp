@@ -123,13 +123,15 @@ json checkpoint_param_digest(const Target& t) {
     for (double v : values) squares += v * v, sum += v;
     // A non-finite value makes a non-finite digest, written as null as param_digest.json does.
     const double l2 = std::sqrt(squares);
-    params[key] = {{"l2", std::isfinite(l2) ? json(l2) : json()}, {"sum", std::isfinite(sum) ? json(sum) : json()},
-                   {"numel", values.size()}};
+    namespace digest = files::param_digest;
+    params[key] = {{digest::kL2, std::isfinite(l2) ? json(l2) : json()},
+                   {digest::kSum, std::isfinite(sum) ? json(sum) : json()},
+                   {digest::kNumel, values.size()}};
   }
   if (params.empty())
     throw Failure{t.label + ": its checkpoint " + ck.view.step_dir() + " holds no tensor under model. (outputs.checkpoint's "
                       "model_prefix maps a trainer's own keys there)", ""};
-  return {{"params", params}};
+  return {{files::param_digest::kParams, params}};
 }
 
 namespace {

@@ -8,11 +8,11 @@
 namespace meshtest {
 
 void check_keys_match(const CaseOutcome& o, const CheckSpec& spec, const FindCase& find, CheckResult& result);
+void check_tensors_match(const CaseOutcome& o, const CheckSpec& spec, const FindCase& find, CheckResult& result);
 
 // The digest of a phase's parameters read from its checkpoint (outputs.checkpoint, keys mapped):
 // {"model.<fqn>": {"l2", "sum", "numel"}} for each tensor under `model.`, as param_digest.json
 // holds them, so params_match judges a trainer that writes only DCP checkpoints.
 nlohmann::json checkpoint_param_digest(const Target& t);
-void check_tensors_match(const CaseOutcome& o, const CheckSpec& spec, const FindCase& find, CheckResult& result);
 
 }  // namespace meshtest

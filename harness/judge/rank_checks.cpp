@@ -128,20 +128,19 @@ void check_replicas_equal(const CaseOutcome& o, const CheckSpec& spec, const Fin
 
 void check_params_match(const CaseOutcome& o, const CheckSpec& spec, const FindCase& find, CheckResult& result) {
   const Target t = subject(o, spec);
-  std::string want_path, want_label;
-  std::optional<json> want_digest;  // a phase's; a golden file is read from want_path
+  std::optional<Target> ref;
+  std::string golden, want_label;
   if (spec.params.contains("golden")) {
-    want_path = golden_path(o, spec);
-    want_label = "golden " + want_path;
+    golden = golden_path(o, spec);
+    want_label = "golden " + golden;
   } else {
-    const auto ref = reference(o, spec, find);
+    ref = reference(o, spec, find);
     if (!ref) throw Failure{"params_match needs against, baseline or golden", ""};
-    want_digest = param_digest_of(*ref);
     want_label = ref->label;
   }
   namespace digest = files::param_digest;
   const json a = param_digest_of(t).at(digest::kParams);
-  const json b = want_digest ? want_digest->at(digest::kParams) : read_json(want_path).at(digest::kParams);
+  const json b = (ref ? param_digest_of(*ref) : read_json(golden)).at(digest::kParams);
   const double rtol = param_or(spec, "rtol", 1e-5), atol = param_or(spec, "atol", 0);
   for (const auto& [key, want] : b.items()) {
     if (!a.contains(key)) {
