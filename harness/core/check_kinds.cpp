@@ -47,8 +47,8 @@ CheckSignature signature_of(CheckKind kind) {
     case CheckKind::kTensorsMatch:
       return {kind, name, CheckInput::kCheckpoint, {kPhase, kAgainst, kBaseline, kBaselinePhase, kRtol, kAtol, {"prefix", ParamType::kString}},
               {"against", "baseline"}};
-    case CheckKind::kSavedOnce:
-      return {kind, name, CheckInput::kContractFiles, {kPhase}, {}};
+    case CheckKind::kSavedOnce:  // rank<R>.json where the phase left them, else outputs.checkpoint's chunks
+      return {kind, name, CheckInput::kCheckpoint, {kPhase}, {}};
     case CheckKind::kLogContains:
       return {kind, name, CheckInput::kRun, {kPhase, {"text", ParamType::kString}, {"rank", ParamType::kInt}}, {"text"}};
     case CheckKind::kErrorMatches:

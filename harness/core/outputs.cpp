@@ -82,7 +82,8 @@ std::string input_problem(CheckInput input, const Outputs& o, const std::string&
     case CheckInput::kContractFiles:
       if (o.contract_files) return "";
       return "it reads " + contract + ", which adapter '" + adapter +
-             "' does not write; params_match and tensors_match compare its checkpoints instead";
+             "' does not write (a checkpoint keeps one copy of a replicated tensor, so replicas cannot be compared "
+             "from it); params_match and tensors_match compare its checkpoints instead";
   }
   return "";
 }

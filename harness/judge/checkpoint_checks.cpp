@@ -134,6 +134,15 @@ json checkpoint_param_digest(const Target& t) {
   return {{files::param_digest::kParams, params}};
 }
 
+void check_checkpoint_stored_once(const Target& t) {
+  const MappedCheckpoint ck = open_checkpoint(t, "saved_once");
+  try {
+    ck.view.check_stored_once();
+  } catch (const CheckpointError& e) {
+    throw Finding{t.label + ": some element was not stored exactly once: " + e.what(), ""};
+  }
+}
+
 namespace {
 
 // A phase's tensor keys and shapes: from its checkpoint where outputs.checkpoint says, else

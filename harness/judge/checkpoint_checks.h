@@ -15,4 +15,9 @@ void check_tensors_match(const CaseOutcome& o, const CheckSpec& spec, const Find
 // holds them, so params_match judges a trainer that writes only DCP checkpoints.
 nlohmann::json checkpoint_param_digest(const Target& t);
 
+// saved_once for a trainer that writes no contract files: the checkpoint outputs.checkpoint
+// names stores every element once (CheckpointView::check_stored_once). A Finding when it does
+// not; a Failure when it cannot be opened.
+void check_checkpoint_stored_once(const Target& t);
+
 }  // namespace meshtest

@@ -172,8 +172,10 @@ void check_params_match(const CaseOutcome& o, const CheckSpec& spec, const FindC
 // The rank<R>.json files (docs/contracts.md) (checkpoint_tensor_bytes_written, checkpoint_steps_saved,
 // checkpoint_folder). A replicated chunk written by more than one replica, or a chunk
 // nobody wrote, shows here; loading cannot see the first and reports the second far later.
+// A trainer without rank files (a DCP trainer) is judged on the checkpoint its outputs name.
 void check_saved_once(const CaseOutcome& o, const CheckSpec& spec, const FindCase&, CheckResult&) {
   const Target t = subject(o, spec);
+  if (!fs::exists(rank_file_path(t.dir, 0)) && t.spec && t.spec->outputs.checkpoint) return check_checkpoint_stored_once(t);
   const std::vector<json> ranks = read_rank_files(t);
   uint64_t written = 0;
   std::string per_rank;

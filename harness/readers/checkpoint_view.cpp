@@ -102,6 +102,8 @@ struct CheckpointView::Impl {
   // Checks everything cheap (records in range, long enough) before the global tensor is allocated.
   virtual void check_chunks(const std::string& key) const = 0;
   virtual std::vector<double> read_chunk(const std::string& key, size_t chunk) const = 0;
+  // Where the format has records that could be written twice: each byte in one of them.
+  virtual void check_records_fill_files() const {}
 };
 
 namespace {
@@ -129,6 +131,7 @@ class DcpCheckpoint : public CheckpointView::Impl {
     return out;
   }
   void check_chunks(const std::string& key) const override { dcp::check_chunk_records(step_dir, item(key)); }
+  void check_records_fill_files() const override { dcp::check_records_fill_files(step_dir, metadata_); }
   std::vector<double> read_chunk(const std::string& key, size_t chunk) const override {
     const dcp::Item& it = item(key);
     return dcp::read_chunk(step_dir, it, it.chunks.at(chunk));
@@ -301,6 +304,12 @@ const CheckpointEntry* CheckpointView::find(const std::string& key) const {
   auto it = std::lower_bound(impl_->entries.begin(), impl_->entries.end(), key,
                              [](const CheckpointEntry& e, const std::string& k) { return e.key < k; });
   return it != impl_->entries.end() && it->key == key ? &*it : nullptr;
+}
+
+void CheckpointView::check_stored_once() const {
+  for (const auto& e : impl_->entries)
+    if (e.is_tensor) check_exact_coverage(impl_->step_dir + "/.metadata: " + key_label(e.key), e.shape, impl_->boxes(e.key));
+  impl_->check_records_fill_files();
 }
 
 std::vector<double> CheckpointView::read_tensor(const std::string& key) const {

@@ -41,6 +41,10 @@ class CheckpointView {
   // The whole global tensor reassembled from its chunks, row-major, as float64. Throws when a
   // chunk is missing or overlapping (coverage must be exact), a record lies outside its file, etc.
   std::vector<double> read_tensor(const std::string& key) const;
+  // Every tensor element stored once: each tensor's chunks cover it exactly (no gap, no
+  // overlap), and, for PyTorch DCP, every byte of the data files lies in exactly one record
+  // (dcp::check_records_fill_files). Throws CheckpointError naming the key or the file.
+  void check_stored_once() const;
   std::vector<std::string> warnings() const;  // e.g. unknown pickle globals
   // What the writer recorded about the save, one line; meshtrain's format records the step,
   // format version, writer's mesh and key style. "" when the format records none (PyTorch DCP).

@@ -100,3 +100,42 @@ TEST_F(Checks, TensorsMatchComparesADcpCheckpointWithAMeshtrainOneElementByEleme
   EXPECT_EQ(digest.message.rfind("model.norm.weight: l2 ", 0), 0u) << digest.message;
   EXPECT_TRUE(run(3, "params_match").passed) << run(3, "params_match").message;
 }
+
+// saved_once for a DCP trainer (no rank<R>.json): the checkpoint outputs.checkpoint names must
+// store each element once. A replicated chunk written by a second rank leaves bytes no record of
+// .metadata names (DCP keeps one record per chunk), in a file of its own or after another's.
+TEST_F(Checks, SavedOnceReadsADcpCheckpointsRecordsWhereNoRankFilesAre) {
+  if (!fs::exists(kDcpFixtures)) GTEST_SKIP() << "no " << kDcpFixtures;
+  const std::string copy = dir_ + "/copy/step-5";
+  fs::create_directories(copy);
+  for (const auto& f : fs::directory_iterator(kDcpFixtures + "/canonical/step-5")) fs::copy_file(f.path(), copy + "/" + f.path().filename().string());
+  for (const auto& f : fs::directory_iterator(copy)) fs::permissions(f.path(), fs::perms::owner_write, fs::perm_options::add);
+  load("  - name: real\n    outputs: {checkpoint: {path: '" + kDcpFixtures + "/canonical'}}\n    checks: [saved_once]\n"
+       "  - name: twice\n    outputs: {checkpoint: {path: '" + dir_ + "/copy', step: 5}}\n    checks: [saved_once]\n");
+  EXPECT_TRUE(run(0, "saved_once").passed) << run(0, "saved_once").message;
+  EXPECT_TRUE(run(1, "saved_once").passed) << run(1, "saved_once").message;
+
+  // Rank 1 also wrote model.norm.weight (1577 bytes), after its own records.
+  std::ofstream(copy + "/__1_0.distcp", std::ios::binary | std::ios::app) << std::string(1577, 'x');
+  const CheckResult appended = run(1, "saved_once");
+  EXPECT_FALSE(appended.passed);
+  EXPECT_TRUE(appended.judged);
+  EXPECT_EQ(appended.message, "phase train: some element was not stored exactly once: " + copy +
+                                  "/__1_0.distcp holds 38999 bytes but its records name 37422 (1577 bytes belong to no "
+                                  "record: a chunk written twice, whose other copy .metadata kept)");
+  fs::resize_file(copy + "/__1_0.distcp", 37422);
+  EXPECT_TRUE(run(1, "saved_once").passed);
+
+  // A third rank wrote its copy into a file of its own.
+  std::ofstream(copy + "/__2_0.distcp", std::ios::binary) << std::string(1577, 'x');
+  EXPECT_EQ(run(1, "saved_once").message, "phase train: some element was not stored exactly once: " + copy +
+                                              "/__2_0.distcp is a data file that no record of .metadata names (1577 "
+                                              "bytes written for nothing)");
+  fs::remove(copy + "/__2_0.distcp");
+
+  // A checkpoint that is not there is a failure to look, not a finding.
+  fs::remove_all(dir_ + "/copy");
+  const CheckResult gone = run(1, "saved_once");
+  EXPECT_FALSE(gone.passed);
+  EXPECT_FALSE(gone.judged) << gone.message;
+}
