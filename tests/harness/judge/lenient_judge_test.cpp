@@ -1,5 +1,8 @@
 // The judge must not go soft: each test here fails on one realistic edit that would make a
 // check lenient (issue 47's held-out mutants of the judge), and says which.
+#include <csignal>
+#include <map>
+
 #include "harness/judge/checks_fixture.h"
 
 using namespace meshtest;
@@ -70,4 +73,81 @@ TEST_F(Checks, AStepMissingOnOneSideFailsTheComparison) {
   const CheckResult r = run(1, "loss_matches");
   EXPECT_FALSE(r.passed) << "a curve without step 2 matched one with it";
   EXPECT_NE(r.message.find("2"), std::string::npos) << r.message;
+}
+
+// ---- survivors of tools/mutate.py (docs/reliability.md): each test kills one ----------------
+
+namespace {
+
+// A meshtrain-format step folder holding float32 tensors, each one chunk.
+void write_meshtrain_step(const std::string& step_dir, const std::map<std::string, std::vector<float>>& tensors) {
+  std::filesystem::create_directories(step_dir);
+  std::ofstream data(step_dir + "/__0_0.distcp", std::ios::binary);
+  nlohmann::json keys = nlohmann::json::object();
+  uint64_t offset = 0;
+  for (const auto& [key, values] : tensors) {
+    const int64_t n = static_cast<int64_t>(values.size());
+    data.write(reinterpret_cast<const char*>(values.data()), static_cast<std::streamsize>(values.size() * 4));
+    keys[key] = {{"kind", "tensor"}, {"dtype", "float32"}, {"shape", {n}},
+                 {"chunks", {{{"offsets", {0}}, {"sizes", {n}}, {"file", "__0_0.distcp"}, {"byte_offset", offset},
+                              {"byte_length", values.size() * 4}}}}};
+    offset += values.size() * 4;
+  }
+  data.close();
+  std::ofstream(step_dir + "/.metadata") << nlohmann::json{{"format_version", 2}, {"keys", keys}}.dump();
+}
+
+}  // namespace
+
+// Mutant: keys_match's `prefix` filter never applied (a loop that never runs), so keys outside
+// the prefix still count: a difference the matrix said to ignore fails the case.
+TEST_F(Checks, KeysMatchComparesOnlyTheKeysUnderItsPrefix) {
+  load("  - name: a\n  - name: b\n    checks: [{keys_match: {baseline: a, prefix: model.}}]\n");
+  write("a/train/state_dict_keys.json",
+        R"({"keys":{"model.w":{"kind":"tensor","shape":[2]},"optimizer.step.w":{"kind":"tensor","shape":[]}}})");
+  write("b/train/state_dict_keys.json", R"({"keys":{"model.w":{"kind":"tensor","shape":[2]}}})");
+  EXPECT_TRUE(run(1, "keys_match").passed) << run(1, "keys_match").message;
+  write("b/train/state_dict_keys.json", R"({"keys":{"model.v":{"kind":"tensor","shape":[2]}}})");
+  EXPECT_FALSE(run(1, "keys_match").passed);
+}
+
+// Mutant: the key list says "... (0 more)" when it holds exactly as many keys as it shows.
+TEST_F(Checks, AKeyListOfExactlyThreeSaysNoMore) {
+  load("  - name: a\n  - name: b\n    checks: [{keys_match: {baseline: a}}]\n");
+  write("a/train/state_dict_keys.json",
+        R"({"keys":{"model.a":{"kind":"tensor"},"model.b":{"kind":"tensor"},"model.c":{"kind":"tensor"}}})");
+  write("b/train/state_dict_keys.json", R"({"keys":{}})");
+  EXPECT_EQ(run(1, "keys_match").message,
+            "state-dict keys of phase train differ from baseline s/a (phase train): missing 3 (model.a, model.b, model.c)");
+}
+
+// Mutants: tensors_match's bound taken as strict (torch.allclose's is |a - b| <= atol + rtol |b|);
+// and the contract's rank0.json not read, so a meshtrain phase without outputs.checkpoint has no
+// checkpoint to compare.
+TEST_F(Checks, TensorsMatchFindsTheCheckpointInRank0JsonAndItsBoundIsInclusive) {
+  load("  - name: a\n  - name: b\n    checks: [{tensors_match: {baseline: a, rtol: 0, atol: 0.5}}]\n");
+  for (const char* c : {"a", "b"})
+    write(std::string(c) + "/train/rank0.json", R"({"checkpoint_folder":")" + dir_ + "/" + c +
+                                                    R"(/ckpt","checkpoint_steps_saved":[5]})");
+  write_meshtrain_step(dir_ + "/a/ckpt/step-5", {{"model.w", {1.0f, 2.0f}}});
+  write_meshtrain_step(dir_ + "/b/ckpt/step-5", {{"model.w", {1.5f, 2.0f}}});  // |diff| 0.5 = atol
+  EXPECT_TRUE(run(1, "tensors_match").passed) << run(1, "tensors_match").message;
+  write_meshtrain_step(dir_ + "/b/ckpt/step-5", {{"model.w", {1.5f, 2.0000002f}}});
+  EXPECT_TRUE(run(1, "tensors_match").passed) << "a difference inside atol failed";
+  write_meshtrain_step(dir_ + "/b/ckpt/step-5", {{"model.w", {1.5625f, 2.0f}}});  // 0.5625 > 0.5
+  const CheckResult r = run(1, "tensors_match");
+  EXPECT_FALSE(r.passed);
+  EXPECT_NE(r.message.find("model.w[0]"), std::string::npos) << r.message;
+}
+
+// Mutant: the ranks still running when a phase timed out listed with a leading comma.
+TEST_F(Checks, ATimedOutPhaseListsTheRanksStillRunning) {
+  load("  - name: a\n");
+  PhaseOutcome& p = outcomes_[0].phases[0];
+  p.result.timed_out = true;
+  p.result.stopped_because = "timed out after 60 s";
+  p.result.exits = {{0, 0, SIGTERM}, {1, 0, SIGKILL}};
+  const CheckResult r = run(0, "exit");
+  EXPECT_FALSE(r.passed);
+  EXPECT_NE(r.message.find("(ranks still running: 0,1)"), std::string::npos) << r.message;
 }

@@ -732,3 +732,47 @@ TEST(Pickle, ValuesOfEveryProtocol) {
 }
 
 }  // namespace
+
+// ---- survivors of tools/mutate.py (docs/reliability.md): each test kills one ----------------
+
+// Every dtype a record may hold converts by its own rule (a mutant that read uint32 through
+// another rule survived every other test); an unknown one is refused.
+TEST(DcpValues, EveryDtypeConvertsByItsOwnRule) {
+  const uint8_t ones[8] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
+  EXPECT_EQ(meshtest::dcp::element_to_double("uint8", ones), 255.0);
+  EXPECT_EQ(meshtest::dcp::element_to_double("uint16", ones), 65535.0);
+  EXPECT_EQ(meshtest::dcp::element_to_double("uint32", ones), 4294967295.0);
+  EXPECT_EQ(meshtest::dcp::element_to_double("uint64", ones), 18446744073709551615.0);
+  EXPECT_EQ(meshtest::dcp::element_to_double("int8", ones), -1.0);
+  EXPECT_EQ(meshtest::dcp::element_to_double("int16", ones), -1.0);
+  EXPECT_EQ(meshtest::dcp::element_to_double("int32", ones), -1.0);
+  EXPECT_EQ(meshtest::dcp::element_to_double("int64", ones), -1.0);
+  EXPECT_EQ(meshtest::dcp::element_to_double("bool", ones), 1.0);
+  const uint8_t one_f32[4] = {0x00, 0x00, 0x80, 0x3f}, one_bf16[2] = {0x80, 0x3f}, one_f16[2] = {0x00, 0x3c};
+  const uint8_t one_f64[8] = {0, 0, 0, 0, 0, 0, 0xf0, 0x3f};
+  EXPECT_EQ(meshtest::dcp::element_to_double("float32", one_f32), 1.0);
+  EXPECT_EQ(meshtest::dcp::element_to_double("bfloat16", one_bf16), 1.0);
+  EXPECT_EQ(meshtest::dcp::element_to_double("float16", one_f16), 1.0);
+  EXPECT_EQ(meshtest::dcp::element_to_double("float64", one_f64), 1.0);
+  EXPECT_THROW(meshtest::dcp::element_to_double("complex64", ones), CheckpointError);
+}
+
+// A dtype that is not one of torch's is refused at open, naming it (a mutant accepted any
+// global under torch).
+TEST(DcpHandBuilt, ADtypeThatIsNotTorchsIsRefused) {
+  TempDir tmp;
+  write_dcp(tmp.path(), {{"w", true, "float31", {2}, {{{0}, {2}, counting_record({2})}}}});
+  expect_error([&] { CheckpointView::open(tmp.path()); }, {"key 'w'", "torch.float31", "not a torch dtype"});
+}
+
+// A chunk whose box has fewer dims than its tensor, and a record path naming a folder, are
+// refused with the key or the file, not read past.
+TEST(DcpHandBuilt, AChunkOfTheWrongRankAndARecordThatIsAFolderAreRefused) {
+  TempDir tmp;
+  write_dcp(tmp.path() + "/rank", {{"w", true, "float32", {2, 2}, {{{0}, {4}, counting_record({4})}}}});
+  expect_error([&] { CheckpointView::open(tmp.path() + "/rank"); }, {"key 'w'", "chunk offsets/sizes have 1/1 dims, the tensor 2"});
+  write_dcp(tmp.path() + "/folder", {{"w", true, "float32", {2}, {{{0}, {2}, counting_record({2})}}}});
+  fs::remove(tmp.path() + "/folder/__0_0.distcp");
+  fs::create_directories(tmp.path() + "/folder/__0_0.distcp");
+  expect_error([&] { CheckpointView::open(tmp.path() + "/folder").read_tensor("w"); }, {"__0_0.distcp", "not a regular file"});
+}

@@ -432,6 +432,20 @@ TEST(TensorBoard, NonFiniteAndDuplicateStepsLastWins) {
   EXPECT_TRUE(contains(warnings[0], "1 (step, metric) pairs written again")) << warnings[0];
 }
 
+// The warning names the first repeat, not the last (a mutant named the later ones).
+TEST(TensorBoard, ARepeatedStepWarningNamesTheFirstRepeat) {
+  std::string f = tfrecord(event(4, {simple_value("loss_metrics/global_avg_loss", 1.0f)}));
+  f += tfrecord(event(5, {simple_value("loss_metrics/global_avg_loss", 2.0f)}));
+  f += tfrecord(event(4, {simple_value("loss_metrics/global_avg_loss", 3.0f)}));
+  f += tfrecord(event(5, {simple_value("loss_metrics/global_avg_loss", 4.0f)}));
+  Warnings warnings;
+  MetricSeries s = parse(f, &warnings);
+  EXPECT_EQ(s[4].at("loss"), 3.0);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_TRUE(contains(warnings[0], "2 (step, metric) pairs written again")) << warnings[0];
+  EXPECT_TRUE(contains(warnings[0], "(first: step 4 'loss')")) << warnings[0];
+}
+
 TEST(TensorBoard, FlippedDataByteNamesFileRecordAndOffset) {
   std::string f = torchtitan_file();
   size_t second = tfrecord(file_version_event()).size();
