@@ -21,6 +21,7 @@
 #include "torchtitan/adapter.h"
 #include "version.h"
 #include "history/history.h"
+#include "history/queries.h"
 #include "history/record.h"
 #include "bisect.h"
 #include "judge/checks.h"
@@ -547,133 +548,28 @@ Subcommand add_rerun_failed(CLI::App& app, const char* argv0) {
   return {cmd, [a, argv0] { return rerun_failed(a->from, a->out, a->opt, argv0); }};
 }
 
-// `meshtest history`: what the run history says (docs/history.md).
-int show_history(const std::string& db, const std::string& case_id, int last, bool flaky, bool slowest, bool drift,
-                 bool as_json) {
-  if (db.empty()) throw std::runtime_error("history: no database: pass --history PATH or set $MESHTEST_HISTORY");
-  if (!fs::exists(db)) throw std::runtime_error("history: " + db + " does not exist");
-  const History history(db);
-  json out = json::object();
-  auto when = [](double t) {
-    char text[32];
-    const std::time_t s = static_cast<std::time_t>(t);
-    std::strftime(text, sizeof text, "%Y-%m-%d %H:%M", std::gmtime(&s));
-    return std::string(text);
-  };
-  auto num = [](const std::optional<double>& v, const char* fmt) {
-    if (!v) return std::string("-");
-    char text[32];
-    std::snprintf(text, sizeof text, fmt, *v);
-    return std::string(text);
-  };
-  if (!case_id.empty()) {
-    const auto runs = history.case_runs(case_id, last);
-    if (runs.empty()) throw std::runtime_error("history: no runs of " + case_id + " in " + db);
-    out["case"] = case_id;
-    out["runs"] = json::array();
-    if (!as_json) std::printf("%-16s  %-12s  %-10s  %-9s  %8s  %11s  %9s  %8s\n", "time (UTC)", "commit", "branch",
-                              "verdict", "attempts", "final loss", "margin", "duration");
-    for (const auto& r : runs) {
-      out["runs"].push_back({{"run_id", r.run_id}, {"commit", r.commit}, {"branch", r.branch}, {"time", r.time},
-                             {"status", r.status}, {"met", r.met}, {"attempts", r.attempts}, {"duration_s", r.duration_s},
-                             {"final_loss", r.final_loss ? json(*r.final_loss) : json(nullptr)},
-                             {"margin", r.margin ? json(*r.margin) : json(nullptr)}});
-      if (!as_json)
-        std::printf("%-16s  %-12s  %-10s  %-9s  %8d  %11s  %9s  %7.1fs\n", when(r.time).c_str(), r.commit.substr(0, 12).c_str(),
-                    r.branch.substr(0, 10).c_str(), r.status.c_str(), r.attempts, num(r.final_loss, "%.6g").c_str(),
-                    num(r.margin, "%.3g").c_str(), r.duration_s);
-    }
-  }
-  if (flaky) {
-    out["flaky"] = json::array();
-    const auto cases = history.flaky(last);
-    if (!as_json) std::printf("%zu flaky case%s in their last %d runs\n", cases.size(), cases.size() == 1 ? "" : "s", last);
-    for (const auto& f : cases) {
-      out["flaky"].push_back({{"case", f.case_id}, {"runs", f.runs}, {"failed", f.failed}, {"retried", f.retried},
-                              {"rate", f.rate}, {"since_commit", f.since_commit}, {"since_time", f.since_time}});
-      if (!as_json)
-        std::printf("  %-40s %5.1f%%  (%d failed, %d passed on a retry, of %d runs) since %s, %s\n", f.case_id.c_str(),
-                    100 * f.rate, f.failed, f.retried, f.runs, f.since_commit.substr(0, 12).c_str(), when(f.since_time).c_str());
-    }
-  }
-  if (slowest) {
-    out["slowest"] = json::array();
-    if (!as_json) std::printf("slowest cases, median of their last %d runs:\n", last);
-    for (const auto& c : history.slowest(last, 20)) {
-      out["slowest"].push_back({{"case", c.case_id}, {"runs", c.runs}, {"median_s", c.median_s}, {"last_s", c.last_s},
-                                {"first_s", c.first_s}});
-      if (!as_json)
-        std::printf("  %-40s %8.1fs median  (last %.1fs, oldest %.1fs, %d runs)\n", c.case_id.c_str(), c.median_s,
-                    c.last_s, c.first_s, c.runs);
-    }
-  }
-  if (drift) {
-    out["drift"] = json::array();
-    const auto cases = drifted_cases(history, DriftRule{}, last);
-    if (!as_json) std::printf("%zu case%s left the band of their green runs\n", cases.size(), cases.size() == 1 ? "" : "s");
-    for (const auto& d : cases) {
-      out["drift"].push_back({{"case", d.case_id}, {"first_commit", d.first.commit}, {"first_time", d.first.time},
-                              {"message", d.finding.describe()}, {"still", d.still}, {"back_in_band", d.back_in_band}});
-      const char* now = d.back_in_band ? "; the newest run is back in the band it left"
-                        : d.still      ? "; the newest run still drifts"
-                                       : "; the newest run stays at the moved numbers, now its recent runs' band";
-      if (!as_json)
-        std::printf("  %s: first at commit %s (%s): %s%s\n", d.case_id.c_str(), d.first.commit.substr(0, 12).c_str(),
-                    when(d.first.time).c_str(), d.finding.describe().c_str(), now);
-    }
-  }
-  if (case_id.empty() && !flaky && !slowest && !drift) {
-    out["runs"] = history.run_count();
-    out["cases"] = history.case_ids().size();
-    if (!as_json) std::printf("%s: %d runs of %zu cases\n", db.c_str(), history.run_count(), history.case_ids().size());
-  }
-  if (as_json) std::printf("%s\n", out.dump(2).c_str());
-  return 0;
-}
-
 Subcommand add_history(CLI::App& app) {
   struct Args {
-    std::string db, case_id, into;
+    std::string db, into;
     std::vector<std::string> from;
-    int last = 20;
-    bool flaky = false, slowest = false, drift = false, json = false;
+    HistoryQuery query;
   };
   auto a = std::make_shared<Args>();
+  HistoryQuery& q = a->query;
   auto* cmd = app.add_subcommand("history", "What the run history says: a case's last runs, flaky, slow and drifting cases");
-  cmd->add_option("CASE", a->case_id, "A case id: its last runs (commit, verdict, final loss, margin, duration)");
+  cmd->add_option("CASE", q.case_id, "A case id: its last runs (commit, verdict, final loss, margin, duration)");
   cmd->add_option("--history", a->db, "The history database (default: $MESHTEST_HISTORY)");
-  cmd->add_option("--last", a->last, "Runs per case to look at")->capture_default_str();
-  cmd->add_flag("--flaky", a->flaky, "Cases whose verdict changed within a commit, or that passed only on a retry");
-  cmd->add_flag("--slowest", a->slowest, "Cases by their median duration");
-  cmd->add_flag("--drift", a->drift, "Cases that left the band of their green runs, and the first commit where they did");
-  cmd->add_flag("--json", a->json, "One JSON document on stdout");
+  cmd->add_option("--last", q.last, "Runs per case to look at")->capture_default_str();
+  cmd->add_flag("--flaky", q.flaky, "Cases whose verdict changed within a commit, or that passed only on a retry");
+  cmd->add_flag("--slowest", q.slowest, "Cases by their median duration");
+  cmd->add_flag("--drift", q.drift, "Cases that left the band of their green runs, and the first commit where they did");
+  cmd->add_flag("--json", q.json, "One JSON document on stdout");
   auto* merge = cmd->add_subcommand("merge", "Add the runs of other histories (runners' copies) to INTO; a run counts once");
   merge->add_option("INTO", a->into, "The history to add to (created when missing)")->required();
   merge->add_option("FROM", a->from, "Histories to read")->required()->check(CLI::ExistingFile);
   return {cmd, [a, merge] {
-            if (*merge) {
-              History into(a->into);
-              int skipped = 0;
-              for (const auto& f : a->from) {
-                // `history merge ci.db *.db` names INTO among its inputs; a bad input costs itself only.
-                std::error_code ec;
-                if (fs::equivalent(f, a->into, ec)) {
-                  std::fprintf(stderr, "history merge: warning: skipping %s: it is INTO itself\n", f.c_str());
-                  continue;
-                }
-                try {
-                  const int added = into.merge_from(f);
-                  std::printf("history merge: %d run%s from %s\n", added, added == 1 ? "" : "s", f.c_str());
-                } catch (const HistoryError& e) {
-                  std::fprintf(stderr, "history merge: warning: skipping %s: %s\n", f.c_str(), e.what());
-                  ++skipped;
-                }
-              }
-              std::printf("history merge: %s holds %d runs\n", a->into.c_str(), into.run_count());
-              return skipped == static_cast<int>(a->from.size()) ? 1 : 0;
-            }
-            const std::string db = a->db.empty() ? history_from_environment() : a->db;
-            return show_history(db, a->case_id, a->last, a->flaky, a->slowest, a->drift, a->json);
+            if (*merge) return merge_histories(a->into, a->from);
+            return show_history(a->db.empty() ? history_from_environment() : a->db, a->query);
           }};
 }
 

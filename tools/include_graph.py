@@ -32,7 +32,11 @@ FLOORS = {
     "harness/history": (4, "meshtest"),
     "harness": (5, "meshtest"),
     "trainer/cuda": (0, "meshtrain"),
-    "trainer": (1, "meshtrain"),
+    "trainer/base": (1, "meshtrain"),
+    "trainer/model": (2, "meshtrain"),
+    "trainer/distributed": (3, "meshtrain"),
+    "trainer/components": (4, "meshtrain"),
+    "trainer": (5, "meshtrain"),
 }
 # The programs' source roots: every folder under them is checked.
 ROOTS = ("contract", "harness", "trainer")

@@ -2,7 +2,7 @@
 """Mutation testing of meshtest's judgment code: do its tests fail when the judge goes wrong?
 
     python3 tools/mutate.py [--build-dir build/cpu] [--sample 40] [--seed 1] [--json OUT.json]
-                            [--test 'CMD'] [FILE ...]
+                            [--replay EARLIER.json] [--test 'CMD'] [FILE ...]
 
 Each mutant is one small edit to one line of the judge or its readers (default FILEs:
 harness/judge/*.cpp and harness/readers/*.cpp), the kind of slip a reviewer misses: a
@@ -21,7 +21,8 @@ The file is restored after each mutant, whatever happens (Ctrl-C included); a la
 puts the clean objects back. Sites are sampled with a seeded random.Random, so the same
 arguments and sources give the same mutants. The kill rate and the survivors are printed
 (the survivors as file:line, the line before and after); docs/reliability.md keeps the
-latest figures. Run it on a clean tree: it refuses to edit a file with uncommitted changes.
+latest figures. --replay runs only the survivors of an earlier --json again (found by their
+line's text, wherever it moved): the check that new tests kill them. Run it on a clean tree: it refuses to edit a file with uncommitted changes.
 """
 import argparse
 import glob
@@ -121,6 +122,22 @@ def failing_tests(output):
     return sorted(set(re.findall(r"^\[  FAILED  \] (\S+\.\S+)", output, re.M)))
 
 
+def replayed(path, candidates, originals):
+    """The survivors of an earlier run, each at the site whose mutation gives the same line now."""
+    out = []
+    for r in json.load(open(path, encoding="utf-8"))["mutants"]:
+        if r["status"] != "survived":
+            continue
+        lines = originals.get(r["file"], "").split("\n")
+        found = [(f, n, col, op) for f, n, col, op in candidates if f == r["file"] and op == r["operator"]
+                 and lines[n - 1].strip() == r["before"] and apply(lines, n, col, op)[2].strip() == r["after"]]
+        if found:
+            out.append(found[0])
+        else:
+            print(f"mutate: {r['file']}:{r['line']} ({r['operator']}) is no longer in the source", flush=True)
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("files", nargs="*")
@@ -130,6 +147,7 @@ def main():
     ap.add_argument("--test", action="append", default=[], help="another command that must pass (run from the repo root)")
     ap.add_argument("--timeout", type=int, default=300, help="seconds for one mutant's tests")
     ap.add_argument("--json", help="write every mutant's result here")
+    ap.add_argument("--replay", help="run again the survivors of an earlier --json, found by their line's text")
     args = ap.parse_args()
 
     os.chdir(ROOT)
@@ -150,6 +168,8 @@ def main():
         candidates += [(path, n, col, op) for n, col, op in found]
     rng = random.Random(args.seed)
     chosen = candidates if args.sample <= 0 or args.sample >= len(candidates) else rng.sample(candidates, args.sample)
+    if args.replay:
+        chosen = replayed(args.replay, candidates, originals)
     chosen.sort()
     print(f"mutate: {len(chosen)} mutants of {len(candidates)} sites in {len(files)} files (seed {args.seed})", flush=True)
 

@@ -9,9 +9,9 @@
 #include <fstream>
 #include <string>
 
-#include "ckpt_tools.h"
-#include "faults.h"
-#include "model.h"
+#include "components/ckpt_tools.h"
+#include "base/faults.h"
+#include "model/model.h"
 #include "train.h"
 
 namespace {

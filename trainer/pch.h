@@ -2,4 +2,4 @@
 #pragma once
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>
-#include "compat.h"
+#include "base/compat.h"

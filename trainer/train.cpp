@@ -1,63 +1,34 @@
 #include "train.h"
 
-#include "faults.h"
-#include "float8.h"
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <optional>
 #include <cstdio>
+#include <optional>
 #include <stdexcept>
 #include <thread>
 
-#include "checkpoint.h"
-#include "comm.h"
-#include "compat.h"
-#include "data.h"
-#include "generate.h"
-#include "model.h"
-#include "optim.h"
-#include "outputs.h"
-#include "parallelize.h"
-#include "pipeline.h"
-#include "profile.h"
+#include "base/compat.h"
+#include "base/faults.h"
+#include "components/checkpoint.h"
+#include "components/data.h"
+#include "components/device_batch.h"
+#include "components/generate.h"
+#include "components/metrics.h"
+#include "components/optim.h"
+#include "components/outputs.h"
+#include "components/profile.h"
+#include "components/validation.h"
+#include "distributed/comm.h"
+#include "distributed/parallelize.h"
+#include "distributed/pipeline.h"
+#include "model/float8.h"
+#include "model/model.h"
 #include "train_state.h"
 
 namespace meshtrain {
 
 namespace {
-
-torch::Tensor to_tensor(const std::vector<int64_t>& ids, int64_t rows, int64_t cols,
-                        const torch::Device& device) {
-  return torch::tensor(ids, torch::kInt64).view({rows, cols}).to(device);
-}
-
-// torchtitan's validator: the mean loss over the first `steps` global batches of held-out
-// text, under the run's mesh and without gradients (pipeline stages run forwards only).
-// Every validation sees the same batches. Collective: every rank calls it.
-double validation_loss(ParallelModel& pm, const pp::PipelinePlan& pipeline, const DataLoader& held_out, int64_t steps,
-                       int64_t global_batch, int64_t accum_steps) {
-  torch::NoGradGuard no_grad;
-  const MeshGroups& g = pm.groups;
-  const int64_t dp_rank = dp_rank_of(g.coord, g.shape), dp_degree = g.shape.dp();
-  if (steps < 0) steps = std::max<int64_t>(1, held_out.windows_per_epoch() / global_batch);
-  DataLoader data = held_out;  // from its first sample
-  auto sum = torch::zeros({}, torch::dtype(torch::kFloat32).device(g.device));
-  for (int64_t s = 0; s < steps; ++s, data.advance(global_batch)) {
-    for (int64_t micro = 0; micro < accum_steps; ++micro) {
-      Batch batch = data.micro_batch(global_batch, dp_rank, dp_degree, micro, accum_steps);
-      auto inputs = pm.local_tokens(to_tensor(batch.inputs, batch.samples, batch.seq_len, g.device));
-      auto targets = pm.local_tokens(to_tensor(batch.targets, batch.samples, batch.seq_len, g.device));
-      const auto positions = pm.positions(batch.seq_len);
-      sum += pipeline.stages ? pp::pipeline_forward(pm, *pipeline.stages, pipeline.options, inputs, targets, positions)
-                             : pm.loss(pm.model(inputs, positions), targets);
-    }
-  }
-  auto loss = sum / static_cast<double>(steps * accum_steps);
-  if (!injected(Fault::kValidationLossLocal)) g.dp_cp->all_reduce_mean(loss);
-  return loss.item<double>();
-}
 
 // The optimizer in backward: steps each bucket's parameters when their gradients are final
 // (ParallelModel::on_gradients_ready), adding their squared norms to the step's grad norm
@@ -215,51 +186,6 @@ int run_generate(const TrainConfig& cfg, const RunPlan& plan, const TrainState& 
   return 0;
 }
 
-// One row of metrics.jsonl (and of the console table).
-struct StepFacts {
-  int64_t step;
-  double loss, grad_norm, lr;
-  int64_t tokens;
-  std::vector<int64_t> windows;  // the global batch's sample windows
-  double step_time_s;
-  std::optional<double> validation;
-};
-
-void log_step(MetricsWriter& metrics, const StepFacts& f, const torch::Device& device, bool quiet) {
-  namespace m = contract::dump_files::metrics;
-  nlohmann::json row = {{m::kStep, f.step},
-                        {m::kLoss, f.loss},
-                        {m::kGradNorm, f.grad_norm},
-                        {m::kLr, f.lr},
-                        {m::kTokens, f.tokens},
-                        {m::kSampleWindows, f.windows},
-                        {m::kStepTimeS, f.step_time_s},
-                        {m::kTokensPerS, f.tokens / f.step_time_s},
-                        {m::kHostPeakRssBytes, host_peak_rss_bytes()},
-                        {m::kCommBytes, {{"all_gather", comm_volume().all_gather_bytes},
-                                         {"reduce_scatter", comm_volume().reduce_scatter_bytes},
-                                         {"all_reduce", comm_volume().all_reduce_bytes}}},
-                        {m::kCommCalls, {{"all_gather", comm_volume().all_gather_calls},
-                                         {"reduce_scatter", comm_volume().reduce_scatter_calls},
-                                         {"all_reduce", comm_volume().all_reduce_calls}}}};
-  if (device.is_cuda()) row[m::kDevicePeakBytes] = compat::device_peak_bytes(device);
-  if (f.validation) row[m::kValidationLoss] = *f.validation;
-  metrics.write(row);
-  if (!quiet)
-    std::printf("%6lld %12.6f %12.6f %10.3g %12.0f%s\n", static_cast<long long>(f.step), f.loss, f.grad_norm, f.lr,
-                f.tokens / f.step_time_s,
-                f.validation ? ("   validation loss " + std::to_string(*f.validation)).c_str() : "");
-  std::fflush(stdout);
-}
-
-// The first step pays for allocation and kernel selection: leave it out.
-void print_median_throughput(const std::vector<double>& tokens_per_s, int64_t first_step, int64_t last_step) {
-  std::vector<double> steady(tokens_per_s.begin() + 1, tokens_per_s.end());
-  std::nth_element(steady.begin(), steady.begin() + steady.size() / 2, steady.end());
-  std::printf("meshtrain: median tokens/s over steps %lld..%lld: %.0f\n", static_cast<long long>(first_step),
-              static_cast<long long>(last_step), steady[steady.size() / 2]);
-}
-
 // param_digest.json: every parameter of the whole model, summed over the stages.
 void write_digests(const TrainConfig& cfg, const ParallelModel& pm, const ModelShapes& shapes, int64_t step,
                    bool is_logger) {
@@ -276,14 +202,15 @@ void write_digests(const TrainConfig& cfg, const ParallelModel& pm, const ModelS
   if (is_logger) write_param_digest(cfg.dump_folder + "/" + contract::dump_files::kParamDigestFile, step, digests);
 }
 
-RankReport rank_report(const LaunchEnv& env, ParallelModel& pm, const AdamW& optimizer, const TrainState& state,
-                       int64_t grad_bytes) {
+RankReport rank_report(const LaunchEnv& env, ParallelModel& pm, const AdamW& optimizer, const TrainState& state) {
   RankReport r;
   r.rank = env.rank, r.world_size = env.world_size;
   r.mesh = pm.groups.shape, r.coord = pm.groups.coord;
   r.device = pm.groups.device.str();
-  for (const auto& item : pm.model->named_parameters()) r.param_bytes += item.value().nbytes();
-  r.grad_bytes = grad_bytes;
+  for (const auto& item : pm.model->named_parameters()) {
+    r.param_bytes += item.value().nbytes();
+    r.grad_bytes += item.value().grad().defined() ? item.value().grad().nbytes() : 0;  // the last step's
+  }
   r.optimizer_bytes = optimizer.state_bytes();
   r.device_peak_bytes = compat::device_peak_bytes(pm.groups.device);
   const CheckpointIo& io = state.checkpointer().io();
@@ -298,150 +225,188 @@ RankReport rank_report(const LaunchEnv& env, ParallelModel& pm, const AdamW& opt
   return r;
 }
 
-}  // namespace
-
 // One thread per rank keeps many ranks on few cores fair; a host optimizer (CPU offload)
 // wants every core this host's ranks can share.
-static int cpu_threads(const TrainConfig& cfg, const LaunchEnv& env) {
+int cpu_threads(const TrainConfig& cfg, const LaunchEnv& env) {
   if (cfg.threads > 0) return cfg.threads;
   if (!cfg.cpu_offload) return 1;
   return std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / env.local_world_size);
 }
 
-int train(const TrainConfig& cfg) {
-  inject_fault(parse_fault(cfg.inject_fault));
-  // ---- configuration, checked before anything expensive
-  const LaunchEnv env = LaunchEnv::from_environment();
-  const RunPlan plan = plan_run(cfg, env);
-  const MeshShape& shape = plan.shape;
-  const int64_t global_batch = plan.global_batch, accum_steps = plan.accum_steps;
-  const pp::PipelinePlan& pipeline = plan.pipeline;
+// The job: the dump folder, this process's threads and kernels, and the mesh's groups.
+MeshGroups start_job(const TrainConfig& cfg, const LaunchEnv& env, const RunPlan& plan) {
   prepare_dump_folder(cfg.dump_folder);
   torch::set_num_threads(cpu_threads(cfg, env));
   if (cfg.deterministic) compat::use_deterministic_algorithms();
-
-  // ---- the job: peers, model, data, optimizer
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.timeout_s * 1000));
-  MeshGroups groups = join_mesh(env, shape, plan.backend, timeout, cfg.ep);
-  const torch::Device device = groups.device;
-  const int64_t dp_rank = dp_rank_of(groups.coord, shape), dp_degree = shape.dp();
-  const bool is_logger = env.rank == 0;
-  ModelShapes shapes;
-  auto pm = build_model(cfg, plan, groups, shapes);
-  Transformer& model = pm->model;
+  return join_mesh(env, plan.shape, plan.backend, timeout, cfg.ep);
+}
 
-  DataLoader loader(load_corpus(cfg.corpus), cfg.seq_len, cfg.seed);
-  std::optional<DataLoader> held_out;
-  if (cfg.validation_freq > 0) held_out.emplace(load_corpus(cfg.validation_corpus), cfg.seq_len, cfg.seed);
-
+std::unique_ptr<AdamW> make_optimizer(ParallelModel& pm, double lr) {
   std::vector<std::pair<std::string, torch::Tensor>> named_params;
-  std::vector<torch::Tensor> params;
-  for (auto& item : model->named_parameters()) {
-    named_params.emplace_back(item.key(), item.value());
-    params.push_back(item.value());
-  }
+  for (auto& item : pm.model->named_parameters()) named_params.emplace_back(item.key(), item.value());
   AdamWConfig adamw;
-  adamw.lr = cfg.lr;
-  AdamW optimizer(named_params, adamw);
-  const auto early_step = early_step_if_asked(cfg, plan, *pm, optimizer);
+  adamw.lr = lr;
+  return std::make_unique<AdamW>(named_params, adamw);
+}
 
-  // ---- checkpoint: what this rank saves and loads; resume or initial weights
-  TrainState state(checkpoint_config(cfg, plan.args), groups, env.rank, *pm, optimizer, loader,
-                   RunFacts{cfg.steps, cfg.warmup_steps, cfg.lr, cfg.model, plan.args, global_batch,
-                            is_logger && !cfg.quiet});
-  const CheckpointConfig& ckpt = state.config();
-  if (ckpt.enable && !cfg.generate) state.checkpointer().check_writable();
-  if (is_logger) state.write_keys(cfg.dump_folder + "/" + contract::dump_files::kStateDictKeysFile, shapes);
-  const StartPoint start = state.restore();
-  if (cfg.generate) return run_generate(cfg, plan, state, start, *pm, is_logger);
+std::vector<torch::Tensor> parameters_of(ParallelModel& pm) {
+  std::vector<torch::Tensor> out;
+  for (auto& item : pm.model->named_parameters()) out.push_back(item.value());
+  return out;
+}
 
-  std::unique_ptr<MetricsWriter> metrics;
-  if (is_logger) metrics = std::make_unique<MetricsWriter>(cfg.dump_folder + "/" + contract::dump_files::kMetricsFile);
-  if (is_logger && !cfg.quiet) {
-    std::printf("meshtrain: model %s (%.2fM parameters), %s, mesh %s, data parallel %s, seq %lld, "
-                "global batch %lld, %lld steps\n",
-                plan.args.flavor.c_str(), plan.args.num_parameters() / 1e6, device.str().c_str(),
-                shape.to_string().c_str(), to_string(pm->mode()).c_str(), static_cast<long long>(cfg.seq_len),
-                static_cast<long long>(global_batch), static_cast<long long>(cfg.steps));
-    std::printf("%6s %12s %12s %10s %12s\n", "step", "loss", "grad_norm", "lr", "tokens/s");
+// Everything a run holds once set up, built in this order (later members refer to earlier
+// ones, so a Run never moves). Every option was checked before anything expensive.
+struct Run {
+  explicit Run(const TrainConfig& config);
+  bool is_logger() const { return env.rank == 0; }
+
+  const TrainConfig& cfg;
+  const LaunchEnv env;
+  const RunPlan plan;
+  MeshGroups groups;
+  ModelShapes shapes;  // filled by build_model
+  std::unique_ptr<ParallelModel> pm;
+  DataLoader loader;
+  const Validator validator;
+  const std::vector<torch::Tensor> params;
+  std::unique_ptr<AdamW> optimizer;
+  std::unique_ptr<EarlyStep> early_step;
+  std::unique_ptr<TrainState> state;
+};
+
+// What this rank saves and loads; state_dict_keys.json is written before any load.
+std::unique_ptr<TrainState> make_state(Run& run) {
+  const TrainConfig& cfg = run.cfg;
+  auto state = std::make_unique<TrainState>(
+      checkpoint_config(cfg, run.plan.args), run.groups, run.env.rank, *run.pm, *run.optimizer, run.loader,
+      RunFacts{cfg.steps, cfg.warmup_steps, cfg.lr, cfg.model, run.plan.args, run.plan.global_batch,
+               run.is_logger() && !cfg.quiet});
+  if (state->config().enable && !cfg.generate) state->checkpointer().check_writable();
+  if (run.is_logger()) state->write_keys(cfg.dump_folder + "/" + contract::dump_files::kStateDictKeysFile, run.shapes);
+  return state;
+}
+
+Run::Run(const TrainConfig& config)
+    : cfg(config),
+      env(LaunchEnv::from_environment()),
+      plan(plan_run(cfg, env)),
+      groups(start_job(cfg, env, plan)),
+      pm(build_model(cfg, plan, groups, shapes)),
+      loader(load_corpus(cfg.corpus), cfg.seq_len, cfg.seed),
+      validator(cfg.validation_freq, cfg.validation_steps, cfg.validation_corpus, cfg.seq_len, cfg.seed),
+      params(parameters_of(*pm)),
+      optimizer(make_optimizer(*pm, cfg.lr)),
+      early_step(early_step_if_asked(cfg, plan, *pm, *optimizer)),
+      state(make_state(*this)) {}
+
+std::string run_description(const Run& run) {
+  char line[512];
+  std::snprintf(line, sizeof(line),
+                "model %s (%.2fM parameters), %s, mesh %s, data parallel %s, seq %lld, global batch %lld, %lld steps",
+                run.plan.args.flavor.c_str(), run.plan.args.num_parameters() / 1e6, run.groups.device.str().c_str(),
+                run.plan.shape.to_string().c_str(), to_string(run.pm->mode()).c_str(),
+                static_cast<long long>(run.cfg.seq_len), static_cast<long long>(run.plan.global_batch),
+                static_cast<long long>(run.cfg.steps));
+  return line;
+}
+
+// After backward: the global gradient norm and its clip, then AdamW. With the optimizer in
+// backward the buckets have stepped already and the rest step now. Returns the norm.
+double step_optimizer(Run& run, double lr) {
+  double norm = 0;
+  if (run.early_step) {
+    run.early_step->finish(lr);
+    norm = run.early_step->norms.norm();
+  } else {
+    norm = global_grad_norm(*run.pm);
+    clip_grads(run.params, norm, run.cfg.max_norm);
   }
+  if (!run.early_step || injected(Fault::kOptInBwdStepsTwice)) run.optimizer->update(lr, run.params);
+  return norm;
+}
+
+// One optimizer step over the global batch: each micro-batch's forward and backward (or the
+// pipeline schedule's), the loss averaged over data parallel, the optimizer, the MoE balance,
+// then the data position moves on. Collective: every rank calls it.
+StepFacts train_step(Run& run, double lr) {
+  ParallelModel& pm = *run.pm;
+  const RunPlan& plan = run.plan;
+  const int64_t dp_rank = dp_rank_of(run.groups.coord, plan.shape), dp_degree = plan.shape.dp();
+  comm_volume() = CommVolume{};
+  const auto t0 = std::chrono::steady_clock::now();
+
+  run.optimizer->zero_grad();
+  run.optimizer->begin_step();
+  if (run.early_step) run.early_step->lr = lr;
+  auto loss_sum = torch::zeros({}, torch::dtype(torch::kFloat32).device(run.groups.device));
+  for (int64_t micro = 0; micro < plan.accum_steps; ++micro) {
+    const DeviceBatch b = to_device(pm, run.loader.micro_batch(plan.global_batch, dp_rank, dp_degree, micro, plan.accum_steps));
+    if (plan.pipeline.stages) {  // this rank's stages, every microbatch, in the schedule's order
+      loss_sum += pp::pipeline_step(pm, *plan.pipeline.stages, plan.pipeline.options, b.inputs, b.targets, b.positions,
+                                    1.0 / static_cast<double>(plan.accum_steps));
+      continue;
+    }
+    // The logits [b, T, V] die with this expression: backward needs only the loss's
+    // own saved tensors (at batch 4 on 1B the bf16 logits are 2.1 GB).
+    auto loss = pm.loss(pm.model(b.inputs, b.positions), b.targets);
+    (loss / plan.accum_steps).backward();
+    loss_sum += loss.detach();
+  }
+  auto loss = loss_sum / plan.accum_steps;
+  run.groups.dp_cp->all_reduce_mean(loss);  // each rank's mean over an equal share of the tokens
+
+  StepFacts f;
+  f.lr = lr;
+  f.grad_norm = step_optimizer(run, lr);
+  balance_experts(pm, plan.args.moe_bias_update_speed);
+  if (run.is_logger())
+    for (int64_t i = 0; i < plan.global_batch; ++i) f.windows.push_back(run.loader.window_of_sample(run.loader.samples_consumed() + i));
+  run.loader.advance(plan.global_batch);
+  f.loss = loss.item<double>();
+  f.tokens = plan.global_batch * run.cfg.seq_len;
+  compat::synchronize(run.groups.device);
+  f.step_time_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return f;
+}
+
+}  // namespace
+
+int train(const TrainConfig& cfg) {
+  inject_fault(parse_fault(cfg.inject_fault));
+  Run run(cfg);
+  const StartPoint start = run.state->restore();
+  if (cfg.generate) return run_generate(cfg, run.plan, *run.state, start, *run.pm, run.is_logger());
+
+  // ---- the components that keep their own cadence: trace, metrics (validation and
+  // checkpoint are the run's own: run.validator, run.state)
+  StepTrace trace(cfg.profile_step, cfg.dump_folder, run.env.rank, [&run] { compat::synchronize(run.groups.device); });
+  MetricsLogger metrics(run.is_logger(), cfg.quiet, cfg.dump_folder, run.groups.device);
+  metrics.print_header(run_description(run));
 
   // ---- the training loop
-  int64_t grad_bytes = 0;
-  std::vector<double> tokens_per_s;
   const int64_t last_step = cfg.stop_at >= 0 ? std::min(cfg.stop_at, cfg.steps) : cfg.steps;
-  const int64_t lr_step_offset = start.lr_step_offset;
+  const int64_t lr_offset = start.lr_step_offset;
   // A fresh run with nothing to train (--stop-at 0) still saves: its initial weights.
-  if (ckpt.enable && !start.resume_step && last_step == 0) state.save(0, lr_step_offset);
+  if (last_step == 0 && !start.resume_step) run.state->save_if_due(0, last_step, lr_offset);
   for (int64_t step = start.step + 1; step <= last_step; ++step) {
-    const bool traced = step == cfg.profile_step;
-    if (traced) {
-      compat::synchronize(device);
-      start_trace();
-    }
-    comm_volume() = CommVolume{};
-    const auto t0 = std::chrono::steady_clock::now();
-    const double lr = lr_at(step - lr_step_offset, cfg.steps - lr_step_offset, cfg.warmup_steps, cfg.lr);
-
-    optimizer.zero_grad();
-    optimizer.begin_step();
-    if (early_step) early_step->lr = lr;
-    auto loss_sum = torch::zeros({}, torch::dtype(torch::kFloat32).device(device));
-    for (int64_t micro = 0; micro < accum_steps; ++micro) {
-      Batch batch = loader.micro_batch(global_batch, dp_rank, dp_degree, micro, accum_steps);
-      // This rank's tokens: [b, T], or [b, T / cp] under context parallel.
-      auto inputs = pm->local_tokens(to_tensor(batch.inputs, batch.samples, batch.seq_len, device));
-      auto targets = pm->local_tokens(to_tensor(batch.targets, batch.samples, batch.seq_len, device));
-      if (pipeline.stages) {  // this rank's stages, every microbatch, in the schedule's order
-        loss_sum += pp::pipeline_step(*pm, *pipeline.stages, pipeline.options, inputs, targets,
-                                      pm->positions(batch.seq_len), 1.0 / static_cast<double>(accum_steps));
-        continue;
-      }
-      // The logits [b, T, V] die with this expression: backward needs only the loss's
-      // own saved tensors (at batch 4 on 1B the bf16 logits are 2.1 GB).
-      auto loss = pm->loss(model(inputs, pm->positions(batch.seq_len)), targets);
-      (loss / accum_steps).backward();
-      loss_sum += loss.detach();
-    }
-    auto loss = loss_sum / accum_steps;
-    groups.dp_cp->all_reduce_mean(loss);  // each rank's mean over an equal share of the tokens
-
-    double norm = 0;
-    if (early_step) {  // the buckets' parameters stepped during backward; the rest step now
-      early_step->finish(lr);
-      norm = early_step->norms.norm();
-    } else {
-      norm = global_grad_norm(*pm);
-      clip_grads(params, norm, cfg.max_norm);
-    }
-    grad_bytes = 0;
-    for (const auto& p : params) grad_bytes += p.grad().defined() ? p.grad().nbytes() : 0;
-    if (!early_step || injected(Fault::kOptInBwdStepsTwice)) optimizer.update(lr, params);
-    balance_experts(*pm, plan.args.moe_bias_update_speed);
-    std::vector<int64_t> windows;  // the global batch, for whoever checks the data or replays the step
-    if (is_logger)
-      for (int64_t i = 0; i < global_batch; ++i) windows.push_back(loader.window_of_sample(loader.samples_consumed() + i));
-    loader.advance(global_batch);
-
-    const double loss_value = loss.item<double>();
-    compat::synchronize(device);
-    const double step_time = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (traced) stop_trace(cfg.dump_folder + "/trace_step" + std::to_string(step) + "_rank" + std::to_string(env.rank) + ".json");
-    const int64_t tokens = global_batch * cfg.seq_len;
-    tokens_per_s.push_back(tokens / step_time);
-    std::optional<double> validation;
-    if (held_out && step % cfg.validation_freq == 0)
-      validation = validation_loss(*pm, pipeline, *held_out, cfg.validation_steps, global_batch, accum_steps);
-    if (is_logger) log_step(*metrics, {step, loss_value, norm, lr, tokens, windows, step_time, validation}, device, cfg.quiet);
-    if (ckpt.enable && ((ckpt.interval > 0 && step % ckpt.interval == 0) || step == last_step))
-      state.save(step, lr_step_offset);
+    const double lr = lr_at(step - lr_offset, cfg.steps - lr_offset, cfg.warmup_steps, cfg.lr);
+    trace.begin(step);
+    StepFacts facts = train_step(run, lr);
+    trace.end(step);
+    facts.step = step;
+    facts.validation = run.validator.validate_if_due(step, *run.pm, run.plan.pipeline, run.plan.global_batch,
+                                                     run.plan.accum_steps);
+    metrics.log(facts);
+    run.state->save_if_due(step, last_step, lr_offset);
   }
-  if (is_logger && !cfg.quiet && tokens_per_s.size() > 1) print_median_throughput(tokens_per_s, start.step + 2, last_step);
+  metrics.print_median_throughput(start.step + 2, last_step);
 
   // ---- final facts: parameter digests and this rank's memory
-  write_digests(cfg, *pm, shapes, last_step, is_logger);
-  write_rank_report(cfg.dump_folder, rank_report(env, *pm, optimizer, state, grad_bytes));
-  groups.world->barrier();
+  write_digests(cfg, *run.pm, run.shapes, last_step, run.is_logger());
+  write_rank_report(cfg.dump_folder, rank_report(run.env, *run.pm, *run.optimizer, *run.state));
+  run.groups.world->barrier();
   return 0;
 }
 

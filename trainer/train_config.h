@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <string>
 
-#include "data.h"
-#include "pipeline.h"
+#include "components/data.h"
+#include "distributed/pipeline.h"
 
 namespace meshtrain {
 

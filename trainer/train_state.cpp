@@ -5,11 +5,11 @@
 #include <filesystem>
 #include <stdexcept>
 
-#include "ckpt_tools.h"
-#include "faults.h"
-#include "hf_checkpoint.h"
-#include "outputs.h"
-#include "parallelize.h"
+#include "components/ckpt_tools.h"
+#include "base/faults.h"
+#include "components/hf_checkpoint.h"
+#include "components/outputs.h"
+#include "distributed/parallelize.h"
 #include "train_config.h"
 
 namespace meshtrain {
@@ -158,6 +158,11 @@ void TrainState::restore_data_position(const nlohmann::json& objects, int64_t st
                              "follows from the step)");
   if (!injected(Fault::kDataloaderNotRestored))
     loader_.load_state(objects.at(state_keys::dataloader(dp_rank_of(groups_.coord, groups_.shape))));
+}
+
+void TrainState::save_if_due(int64_t step, int64_t last_step, int64_t lr_step_offset) {
+  const CheckpointConfig& c = config();
+  if (c.enable && ((c.interval > 0 && step % c.interval == 0) || step == last_step)) save(step, lr_step_offset);
 }
 
 void TrainState::save(int64_t step, int64_t lr_step_offset) {

@@ -14,10 +14,10 @@
 #include <utility>
 #include <vector>
 
-#include "checkpoint.h"
-#include "data.h"
-#include "flavors.h"
-#include "optim.h"
+#include "components/checkpoint.h"
+#include "components/data.h"
+#include "model/flavors.h"
+#include "components/optim.h"
 
 namespace meshtrain {
 
@@ -74,6 +74,9 @@ class TrainState {
   StartPoint restore();
   // Saves `step` (after the last step with --checkpoint.last-save-model-only: weights only).
   void save(int64_t step, int64_t lr_step_offset);
+  // The checkpoint's cadence: saves `step` when checkpointing is on and the step is a
+  // multiple of --checkpoint.interval or the run's last.
+  void save_if_due(int64_t step, int64_t last_step, int64_t lr_step_offset);
 
   const Checkpointer& checkpointer() const { return checkpointer_; }
   const CheckpointConfig& config() const { return checkpointer_.config(); }

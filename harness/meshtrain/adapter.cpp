@@ -169,7 +169,7 @@ class MeshtrainAdapter : public TrainerAdapter {
     return {{"meshtrain", meshtrain_binary()}};
   }
 
-  // meshtrain's shared-memory backend: any number of ranks per device (trainer/shm_comm.h).
+  // meshtrain's shared-memory backend: any number of ranks per device (trainer/distributed/shm_comm.h).
   std::string simulated_backend() const override { return "shm"; }
 
   // Per rank: a CUDA context, the whole model in float32 (every rank builds it before keeping

@@ -87,6 +87,48 @@ void place(std::vector<double>& global, const std::vector<int64_t>& shape, const
   }
 }
 
+// Every byte of a DCP step's data files in exactly one record: records of one file do not
+// overlap, each `.distcp` file holds no byte that no record names, and none lies in the folder
+// unnamed. A chunk written twice (two ranks saving a replicated tensor) leaves the bytes of the
+// copy .metadata did not keep; loading never sees them.
+void check_dcp_records_fill_files(const std::string& step_dir, const dcp::Metadata& metadata) {
+  struct Placed {
+    uint64_t offset, length;
+    std::string what;
+  };
+  std::map<std::string, std::vector<Placed>> by_file;
+  for (const dcp::Item& item : metadata.items) {
+    for (const dcp::Chunk& c : item.chunks)
+      if (c.has_record)
+        by_file[c.record.file].push_back({c.record.offset, c.record.length, key_label(item.key) + " chunk at " + dims_text(c.offsets)});
+    for (const dcp::Record& r : item.records) by_file[r.file].push_back({r.offset, r.length, key_label(item.key)});
+  }
+  for (auto& [file, placed] : by_file) {
+    dcp::check_record_path(step_dir, file);
+    std::sort(placed.begin(), placed.end(), [](const Placed& a, const Placed& b) { return a.offset < b.offset; });
+    uint64_t named = 0;
+    for (size_t i = 0; i < placed.size(); ++i) {
+      if (i > 0 && placed[i].offset < placed[i - 1].offset + placed[i - 1].length)
+        fail((step_dir + "/" + file) + ": the records of " + placed[i - 1].what + " and " + placed[i].what + " overlap");
+      named += placed[i].length;
+    }
+    const uint64_t size = dcp::FileReader((step_dir + "/" + file)).size();
+    if (named != size)
+      fail((step_dir + "/" + file) + " holds " + std::to_string(size) + " bytes but its records name " + std::to_string(named) +
+           (size > named ? " (" + std::to_string(size - named) + " bytes belong to no record: a chunk written twice, whose "
+                                 "other copy .metadata kept)"
+                         : ""));
+  }
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(step_dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (entry.path().extension() == ".distcp" && !by_file.count(name))
+      fail((step_dir + "/" + name) + " is a data file that no record of .metadata names (" +
+           std::to_string(entry.file_size(ec)) + " bytes written for nothing)");
+  }
+}
+
+
 }  // namespace
 
 // What both formats provide: the listing, and each tensor's chunks one at a time.
@@ -131,7 +173,7 @@ class DcpCheckpoint : public CheckpointView::Impl {
     return out;
   }
   void check_chunks(const std::string& key) const override { dcp::check_chunk_records(step_dir, item(key)); }
-  void check_records_fill_files() const override { dcp::check_records_fill_files(step_dir, metadata_); }
+  void check_records_fill_files() const override { check_dcp_records_fill_files(step_dir, metadata_); }
   std::vector<double> read_chunk(const std::string& key, size_t chunk) const override {
     const dcp::Item& it = item(key);
     return dcp::read_chunk(step_dir, it, it.chunks.at(chunk));

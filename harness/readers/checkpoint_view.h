@@ -43,7 +43,7 @@ class CheckpointView {
   std::vector<double> read_tensor(const std::string& key) const;
   // Every tensor element stored once: each tensor's chunks cover it exactly (no gap, no
   // overlap), and, for PyTorch DCP, every byte of the data files lies in exactly one record
-  // (dcp::check_records_fill_files). Throws CheckpointError naming the key or the file.
+  // (no byte of a .distcp file outside a record, none twice). Throws CheckpointError naming the key or the file.
   void check_stored_once() const;
   std::vector<std::string> warnings() const;  // e.g. unknown pickle globals
   // What the writer recorded about the save, one line; meshtrain's format records the step,

@@ -9,7 +9,6 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
-#include <filesystem>
 #include <map>
 #include <set>
 #include <tuple>
@@ -647,42 +646,8 @@ void check_chunk_records(const std::string& step_dir, const Item& item) {
   }
 }
 
-void check_records_fill_files(const std::string& step_dir, const Metadata& metadata) {
-  struct Placed {
-    uint64_t offset, length;
-    std::string what;
-  };
-  std::map<std::string, std::vector<Placed>> by_file;
-  for (const Item& item : metadata.items) {
-    for (const Chunk& c : item.chunks)
-      if (c.has_record)
-        by_file[c.record.file].push_back({c.record.offset, c.record.length, key_label(item.key) + " chunk at " + dims_text(c.offsets)});
-    for (const Record& r : item.records) by_file[r.file].push_back({r.offset, r.length, key_label(item.key)});
-  }
-  const std::string meta = join_path(step_dir, ".metadata");
-  for (auto& [file, placed] : by_file) {
-    check_relative_path(file, Where{meta, ""});
-    std::sort(placed.begin(), placed.end(), [](const Placed& a, const Placed& b) { return a.offset < b.offset; });
-    uint64_t named = 0;
-    for (size_t i = 0; i < placed.size(); ++i) {
-      if (i > 0 && placed[i].offset < placed[i - 1].offset + placed[i - 1].length)
-        fail(join_path(step_dir, file) + ": the records of " + placed[i - 1].what + " and " + placed[i].what + " overlap");
-      named += placed[i].length;
-    }
-    const uint64_t size = FileReader(join_path(step_dir, file)).size();
-    if (named != size)
-      fail(join_path(step_dir, file) + " holds " + std::to_string(size) + " bytes but its records name " + std::to_string(named) +
-           (size > named ? " (" + std::to_string(size - named) + " bytes belong to no record: a chunk written twice, whose "
-                                 "other copy .metadata kept)"
-                         : ""));
-  }
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(step_dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (entry.path().extension() == ".distcp" && !by_file.count(name))
-      fail(join_path(step_dir, name) + " is a data file that no record of .metadata names (" +
-           std::to_string(entry.file_size(ec)) + " bytes written for nothing)");
-  }
+void check_record_path(const std::string& step_dir, const std::string& file) {
+  check_relative_path(file, Where{join_path(step_dir, ".metadata"), ""});
 }
 
 std::vector<double> read_chunk(const std::string& step_dir, const Item& item, const Chunk& chunk) {

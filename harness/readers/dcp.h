@@ -62,11 +62,8 @@ Metadata read_metadata(const std::string& step_dir);
 // Checks, before anything large is allocated, that every chunk of a tensor item has a record,
 // that the record lies inside its file and is long enough for the chunk's elements.
 void check_chunk_records(const std::string& step_dir, const Item& item);
-// Every byte of the step's data files in exactly one record: records of one file do not
-// overlap, each `.distcp` file holds no byte that no record names, and none lies in the folder
-// unnamed. A chunk written twice (two ranks saving a replicated tensor) leaves the bytes of the
-// copy .metadata did not keep; loading never sees them.
-void check_records_fill_files(const std::string& step_dir, const Metadata& metadata);
+// Refuses a record's relative_path that leaves the step folder (absolute, or through "..").
+void check_record_path(const std::string& step_dir, const std::string& file);
 // One chunk's values as float64 in the chunk's own row-major order (its `sizes`), from the
 // torch.save zip of its record.
 std::vector<double> read_chunk(const std::string& step_dir, const Item& item, const Chunk& chunk);

@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/matrix.h"
-#include "flavors.h"
+#include "model/flavors.h"
 #include "meshtrain/adapter.h"
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {

@@ -24,7 +24,7 @@ BOS, EOS = 256, 257
 NORM_EPS = 1e-5
 ROPE_THETA = 500000.0
 
-# Flavor dimensions (trainer/flavors.cpp); ffn_hidden is the documented result, asserted below.
+# Flavor dimensions (trainer/model/flavors.cpp); ffn_hidden is the documented result, asserted below.
 FLAVORS = {
     "tiny": dict(dim=64, n_layers=2, n_heads=8, n_kv_heads=4, vocab=258,
                  multiple_of=32, ffn_dim_multiplier=None, ffn_hidden=192),

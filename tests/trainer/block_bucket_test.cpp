@@ -1,14 +1,14 @@
-// FSDP's per-block buckets (trainer/block_bucket.h) on two ranks, threads of this process
+// FSDP's per-block buckets (trainer/distributed/block_bucket.h) on two ranks, threads of this process
 // over Gloo: reshard-after-forward gathers again for backward instead of running the
 // block again, and the reduce-scattered gradients land in .grad by the end of backward.
 #include <gtest/gtest.h>
 
 #include <thread>
 
-#include "block_bucket.h"
-#include "comm.h"
-#include "model.h"
-#include "parallelize.h"
+#include "distributed/block_bucket.h"
+#include "distributed/comm.h"
+#include "model/model.h"
+#include "distributed/parallelize.h"
 
 using namespace meshtrain;
 

@@ -6,7 +6,7 @@
 
 #include <filesystem>
 
-#include "checkpoint.h"
+#include "components/checkpoint.h"
 
 using namespace meshtrain;
 

@@ -7,7 +7,7 @@
 #include <future>
 #include <thread>
 
-#include "comm.h"
+#include "distributed/comm.h"
 #include "gloo_ranks.h"
 
 using namespace meshtrain;

@@ -5,11 +5,11 @@
 
 #include <thread>
 
-#include "comm.h"
+#include "distributed/comm.h"
 #include "gloo_ranks.h"
-#include "context_parallel.h"
-#include "mappings.h"
-#include "model.h"
+#include "distributed/context_parallel.h"
+#include "distributed/mappings.h"
+#include "model/model.h"
 
 using namespace meshtrain;
 using meshtrain_test::randn;

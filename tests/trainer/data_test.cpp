@@ -3,7 +3,7 @@
 
 #include <set>
 
-#include "data.h"
+#include "components/data.h"
 
 using namespace meshtrain;
 

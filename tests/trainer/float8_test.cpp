@@ -3,8 +3,8 @@
 // high-precision ones to float8 accuracy.
 #include <gtest/gtest.h>
 
-#include "compat.h"
-#include "float8.h"
+#include "base/compat.h"
+#include "model/float8.h"
 
 using namespace meshtrain;
 

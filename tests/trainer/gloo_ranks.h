@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include "comm.h"
+#include "distributed/comm.h"
 
 namespace meshtrain_test {
 

@@ -5,10 +5,10 @@
 #include <numeric>
 #include <thread>
 
-#include "comm.h"
+#include "distributed/comm.h"
 #include "gloo_ranks.h"
-#include "compat.h"
-#include "mappings.h"
+#include "base/compat.h"
+#include "distributed/mappings.h"
 #include "contract/placement.h"
 
 using namespace meshtrain;

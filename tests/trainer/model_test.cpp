@@ -3,8 +3,8 @@
 
 #include <cmath>
 
-#include "compat.h"
-#include "model.h"
+#include "base/compat.h"
+#include "model/model.h"
 
 using namespace meshtrain;
 

@@ -1,8 +1,8 @@
 // AdamW against torch::optim::AdamW, the schedule's values, and clipping.
 #include <gtest/gtest.h>
 
-#include "compat.h"
-#include "optim.h"
+#include "base/compat.h"
+#include "components/optim.h"
 
 using namespace meshtrain;
 

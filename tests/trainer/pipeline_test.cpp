@@ -8,7 +8,7 @@
 #include <set>
 #include <tuple>
 
-#include "pipeline.h"
+#include "distributed/pipeline.h"
 
 using namespace meshtrain;
 using pp::Action;

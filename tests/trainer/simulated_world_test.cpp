@@ -1,4 +1,4 @@
-// A simulated world (--backend shm, trainer/shm_comm.h) against the same layout in real
+// A simulated world (--backend shm, trainer/distributed/shm_comm.h) against the same layout in real
 // processes over Gloo: the same losses, gradient norms and weights, for every kind of
 // parallelism; bit for bit where every group has at most two ranks (a + b is the same in any
 // order), within fp32 reduction-order noise where Gloo's ring sums 4 ranks in another order.

@@ -14,7 +14,7 @@ Only the standard library, except `peak`.
 """
 import argparse, glob, gzip, json, os, statistics, sys
 
-# meshtrain's flavors (trainer/flavors.cpp). moe: (routed experts, top-k, shared experts,
+# meshtrain's flavors (trainer/model/flavors.cpp). moe: (routed experts, top-k, shared experts,
 # expert hidden size, dense layers at the front).
 FLAVORS = {
     "1B": dict(dim=2048, layers=16, heads=32, kv=8, vocab=128256, ffn=8192, moe=None),

@@ -7,7 +7,7 @@ the idle gaps between kernels.
 """
 import argparse, gzip, json, os, statistics
 
-# meshtrain's 1B flavor (trainer/flavors.cpp): Llama-3.2-1B dimensions, untied output.
+# meshtrain's 1B flavor (trainer/model/flavors.cpp): Llama-3.2-1B dimensions, untied output.
 V, D, L, H, KV, FFN = 128256, 2048, 16, 32, 8, 8192
 
 

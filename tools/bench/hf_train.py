@@ -14,7 +14,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 
 def llama_1b_config():
-    # meshtrain's "1B" flavor (trainer/flavors.cpp): Llama-3.2-1B dimensions, untied output.
+    # meshtrain's "1B" flavor (trainer/model/flavors.cpp): Llama-3.2-1B dimensions, untied output.
     return LlamaConfig(vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
                        num_attention_heads=32, num_key_value_heads=8, rms_norm_eps=1e-5, rope_theta=500000.0,
                        max_position_embeddings=8192, tie_word_embeddings=False, attention_bias=False,

@@ -1,4 +1,4 @@
-#include "faults.h"
+#include "base/faults.h"
 
 #include <stdexcept>
 #include <utility>

@@ -1,6 +1,6 @@
-#include "checkpoint.h"
+#include "components/checkpoint.h"
 
-#include "faults.h"
+#include "base/faults.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -17,7 +17,7 @@
 #include <atomic>
 
 #include "contract/hash.h"
-#include "outputs.h"
+#include "components/outputs.h"
 #include "contract/placement.h"
 
 namespace meshtrain {

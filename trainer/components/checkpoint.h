@@ -15,7 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "comm.h"
+#include "distributed/comm.h"
 #include "contract/checkpoint_format.h"
 #include "contract/placement.h"
 

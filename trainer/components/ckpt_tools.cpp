@@ -1,4 +1,4 @@
-#include "ckpt_tools.h"
+#include "components/ckpt_tools.h"
 
 #include <filesystem>
 #include <fstream>
@@ -7,10 +7,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "checkpoint.h"
+#include "components/checkpoint.h"
 #include "contract/checkpoint_format.h"
-#include "flavors.h"
-#include "hf_checkpoint.h"
+#include "model/flavors.h"
+#include "components/hf_checkpoint.h"
 
 namespace meshtrain {
 

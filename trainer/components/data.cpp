@@ -1,4 +1,4 @@
-#include "data.h"
+#include "components/data.h"
 
 #include <fstream>
 #include <sstream>

@@ -1,5 +1,5 @@
 // Where the shipped corpora are: the only translation unit that knows the source tree's path.
-#include "data.h"
+#include "components/data.h"
 
 #include <filesystem>
 

@@ -1,8 +1,8 @@
-#include "generate.h"
+#include "components/generate.h"
 
 #include <stdexcept>
 
-#include "data.h"
+#include "components/data.h"
 
 namespace meshtrain {
 

@@ -1,4 +1,4 @@
-#include "hf_checkpoint.h"
+#include "components/hf_checkpoint.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -11,7 +11,7 @@
 #include <stdexcept>
 
 #include "contract/checkpoint_format.h"
-#include "faults.h"
+#include "base/faults.h"
 
 namespace meshtrain::hf {
 

@@ -14,8 +14,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "checkpoint.h"
-#include "flavors.h"
+#include "components/checkpoint.h"
+#include "model/flavors.h"
 
 namespace meshtrain::hf {
 

@@ -1,8 +1,8 @@
-#include "optim.h"
+#include "components/optim.h"
 
 #include <cmath>
 
-#include "compat.h"
+#include "base/compat.h"
 
 namespace meshtrain {
 

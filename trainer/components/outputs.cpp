@@ -1,4 +1,4 @@
-#include "outputs.h"
+#include "components/outputs.h"
 
 #include <sys/resource.h>
 

@@ -1,6 +1,7 @@
 // The files meshtrain leaves in its dump folder for the harness (docs/contracts.md):
 // metrics.jsonl, state_dict_keys.json, param_digest.json, rank<R>.json, and under
-// `meshtrain generate` generate.json. Each is written here and nowhere else; the field names
+// `meshtrain generate` generate.json. Each is written here and nowhere else (metrics.jsonl's rows
+// are put together by components/metrics, through MetricsWriter); the field names
 // meshtest's checks read too are contract/dump_files.h.
 #pragma once
 

@@ -1,6 +1,7 @@
-#include "profile.h"
+#include "components/profile.h"
 
 #include <stdexcept>
+#include <utility>
 
 #ifdef MESHTEST_CUDA
 #include <torch/csrc/autograd/profiler_kineto.h>
@@ -26,5 +27,18 @@ bool tracing_available() { return false; }
 void start_trace() { throw std::invalid_argument("--profile-step needs the CUDA build (Kineto)"); }
 void stop_trace(const std::string&) {}
 #endif
+
+StepTrace::StepTrace(int64_t step, std::string folder, int rank, std::function<void()> synchronize)
+    : step_(step), folder_(std::move(folder)), rank_(rank), synchronize_(std::move(synchronize)) {}
+
+void StepTrace::begin(int64_t step) {
+  if (step != step_) return;
+  synchronize_();
+  start_trace();
+}
+
+void StepTrace::end(int64_t step) {
+  if (step == step_) stop_trace(folder_ + "/trace_step" + std::to_string(step) + "_rank" + std::to_string(rank_) + ".json");
+}
 
 }  // namespace meshtrain

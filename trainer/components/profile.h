@@ -4,6 +4,8 @@
 // Python peer alike. CUDA builds only; elsewhere starting a trace throws.
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <string>
 
 namespace meshtrain {
@@ -13,5 +15,21 @@ bool tracing_available();
 void start_trace();
 // Stops the trace started by start_trace and writes it to `path`.
 void stop_trace(const std::string& path);
+
+// --profile-step: traces that one step, from a synchronized start to its end, into
+// <folder>/trace_step<N>_rank<R>.json; every other step passes untouched. Decides its own cadence.
+class StepTrace {
+ public:
+  // `step` < 0: no step is traced. `synchronize` waits for the device's queued work.
+  StepTrace(int64_t step, std::string folder, int rank, std::function<void()> synchronize);
+  void begin(int64_t step);
+  void end(int64_t step);  // after the step's own synchronization
+
+ private:
+  int64_t step_;
+  std::string folder_;
+  int rank_;
+  std::function<void()> synchronize_;
+};
 
 }  // namespace meshtrain

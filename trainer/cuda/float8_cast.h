@@ -1,4 +1,4 @@
-// float8 casts as two kernels (CUDA C++, no LibTorch: trainer/float8.cpp calls them on the
+// float8 casts as two kernels (CUDA C++, no LibTorch: trainer/model/float8.cpp calls them on the
 // current stream). Tensorwise dynamic scaling, as torchao's Float8Linear: the scale maps the
 // tensor's absolute maximum to the format's largest value. The unfused form (amax, scale,
 // multiply, clamp, cast, and a transposed copy: six passes over float32) is float8.cpp's

@@ -1,10 +1,10 @@
-#include "block_bucket.h"
+#include "distributed/block_bucket.h"
 
 #include <torch/csrc/autograd/engine.h>
 
 #include <stdexcept>
 
-#include "faults.h"
+#include "base/faults.h"
 
 namespace meshtrain {
 

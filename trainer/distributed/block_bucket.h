@@ -27,7 +27,7 @@
 #include <functional>
 #include <vector>
 
-#include "comm.h"
+#include "distributed/comm.h"
 #include "contract/placement.h"
 
 namespace meshtrain {

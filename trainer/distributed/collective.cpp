@@ -1,4 +1,4 @@
-#include "collective.h"
+#include "distributed/collective.h"
 
 #include <algorithm>
 #include <chrono>
@@ -11,7 +11,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "faults.h"
+#include "base/faults.h"
 
 namespace meshtrain {
 

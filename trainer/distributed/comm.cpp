@@ -1,4 +1,4 @@
-#include "comm.h"
+#include "distributed/comm.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -6,9 +6,9 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "compat.h"
-#include "faults.h"
-#include "shm_comm.h"
+#include "base/compat.h"
+#include "base/faults.h"
+#include "distributed/shm_comm.h"
 
 #ifdef MESHTEST_CUDA
 #include <c10/cuda/CUDAFunctions.h>

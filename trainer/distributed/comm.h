@@ -13,7 +13,7 @@
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
-#include "collective.h"
+#include "distributed/collective.h"
 #include "contract/mesh.h"
 
 namespace meshtrain {

@@ -1,6 +1,6 @@
-#include "context_parallel.h"
+#include "distributed/context_parallel.h"
 
-#include "mappings.h"
+#include "distributed/mappings.h"
 #include "contract/placement.h"
 
 #include <cmath>

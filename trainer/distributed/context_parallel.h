@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <string>
 
-#include "comm.h"
+#include "distributed/comm.h"
 
 namespace meshtrain::cp {
 

@@ -1,6 +1,6 @@
-#include "mappings.h"
+#include "distributed/mappings.h"
 
-#include "faults.h"
+#include "base/faults.h"
 
 namespace meshtrain::tp {
 

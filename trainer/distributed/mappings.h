@@ -7,7 +7,7 @@
 
 #include <vector>
 
-#include "comm.h"
+#include "distributed/comm.h"
 
 namespace meshtrain::tp {
 

@@ -1,4 +1,4 @@
-#include "offload.h"
+#include "distributed/offload.h"
 
 #include <torch/csrc/autograd/engine.h>
 

@@ -1,9 +1,9 @@
-#include "parallelize.h"
+#include "distributed/parallelize.h"
 
-#include "block_bucket.h"
-#include "offload.h"
-#include "faults.h"
-#include "mappings.h"
+#include "distributed/block_bucket.h"
+#include "distributed/offload.h"
+#include "base/faults.h"
+#include "distributed/mappings.h"
 
 #include <cmath>
 #include <numeric>

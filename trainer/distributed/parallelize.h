@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "comm.h"
-#include "context_parallel.h"
-#include "model.h"
+#include "distributed/comm.h"
+#include "distributed/context_parallel.h"
+#include "model/model.h"
 #include "contract/placement.h"
 
 namespace meshtrain {

@@ -1,7 +1,7 @@
-#include "pipeline.h"
+#include "distributed/pipeline.h"
 
-#include "faults.h"
-#include "parallelize.h"
+#include "base/faults.h"
+#include "distributed/parallelize.h"
 
 #include <map>
 #include <numeric>

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "comm.h"
+#include "distributed/comm.h"
 #include "contract/mesh.h"
 
 namespace meshtrain {

@@ -1,4 +1,4 @@
-#include "shm_comm.h"
+#include "distributed/shm_comm.h"
 
 #include <algorithm>
 #include <atomic>
@@ -21,7 +21,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "collective.h"
+#include "distributed/collective.h"
 
 namespace meshtrain {
 

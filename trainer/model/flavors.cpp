@@ -1,4 +1,4 @@
-#include "flavors.h"
+#include "model/flavors.h"
 
 #include <stdexcept>
 

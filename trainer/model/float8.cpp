@@ -1,9 +1,9 @@
-#include "float8.h"
+#include "model/float8.h"
 
 #include <stdexcept>
 
-#include "compat.h"
-#include "faults.h"
+#include "base/compat.h"
+#include "base/faults.h"
 
 #ifdef MESHTEST_CUDA
 #include <c10/cuda/CUDAStream.h>

@@ -12,7 +12,7 @@
 
 #include <torch/torch.h>
 
-#include "model.h"
+#include "model/model.h"
 
 namespace meshtrain::float8 {
 

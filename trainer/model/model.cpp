@@ -1,6 +1,6 @@
-#include "model.h"
+#include "model/model.h"
 
-#include "compat.h"
+#include "base/compat.h"
 #include "contract/hash.h"
 
 #include <algorithm>

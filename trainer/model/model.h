@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "flavors.h"
+#include "model/flavors.h"
 
 namespace meshtrain {
 

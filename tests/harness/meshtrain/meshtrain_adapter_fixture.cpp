@@ -1,9 +1,9 @@
 // Every harness test process knows meshtrain as `meshtest` does, but from meshtrain's own flavor
-// table (trainer/flavors.h) instead of by starting the binary: loading a matrix in a test starts
+// table (trainer/model/flavors.h) instead of by starting the binary: loading a matrix in a test starts
 // no process and needs no meshtrain built.
 #include <nlohmann/json.hpp>
 
-#include "flavors.h"
+#include "model/flavors.h"
 #include "meshtrain/adapter.h"
 
 namespace {
