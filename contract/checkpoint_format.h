@@ -1,6 +1,6 @@
 // meshtrain's checkpoint format (docs/checkpoint.md), the one definition both sides use:
-// meshtrain writes and loads it (trainer/checkpoint.cpp), meshtest reads it without LibTorch
-// (harness/checkpoint_view.cpp). It covers what a step folder is called, the `.metadata`
+// meshtrain writes and loads it (trainer/components/checkpoint.cpp), meshtest reads it without LibTorch
+// (harness/readers/checkpoint_view.cpp). It covers what a step folder is called, the `.metadata`
 // JSON schema, the chunks' leaf checksums and the two key styles. Reading and writing the
 // data files is each side's business; what the bytes mean is decided here.
 //

@@ -1,6 +1,6 @@
 // The names in the files meshtrain leaves in its dump folder for meshtest (docs/contracts.md):
 // metrics.jsonl, state_dict_keys.json, param_digest.json, rank<R>.json and generate.json.
-// meshtrain writes these fields (trainer/outputs.cpp, trainer/train.cpp) and meshtest reads them
+// meshtrain writes these fields (trainer/components/outputs.cpp, trainer/components/metrics.cpp) and meshtest reads them
 // (harness/judge/checks.cpp, harness/meshtrain/adapter.cpp); a field renamed here is renamed for both.
 //
 // Only names live here: what each field means is in docs/contracts.md, and checkpoint
