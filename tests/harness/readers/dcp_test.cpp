@@ -771,6 +771,8 @@ TEST(DcpHandBuilt, AChunkOfTheWrongRankAndARecordThatIsAFolderAreRefused) {
   TempDir tmp;
   write_dcp(tmp.path() + "/rank", {{"w", true, "float32", {2, 2}, {{{0}, {4}, counting_record({4})}}}});
   expect_error([&] { CheckpointView::open(tmp.path() + "/rank"); }, {"key 'w'", "chunk offsets/sizes have 1/1 dims, the tensor 2"});
+  write_dcp(tmp.path() + "/sizes", {{"w", true, "float32", {2, 2}, {{{0, 0}, {4}, counting_record({4})}}}});
+  expect_error([&] { CheckpointView::open(tmp.path() + "/sizes"); }, {"key 'w'", "chunk offsets/sizes have 2/1 dims, the tensor 2"});
   write_dcp(tmp.path() + "/folder", {{"w", true, "float32", {2}, {{{0}, {2}, counting_record({2})}}}});
   fs::remove(tmp.path() + "/folder/__0_0.distcp");
   fs::create_directories(tmp.path() + "/folder/__0_0.distcp");
