@@ -1,48 +1,58 @@
 #include "contract/mesh.h"
 
+#include <algorithm>
+#include <iterator>
 #include <sstream>
 #include <stdexcept>
 
 namespace contract {
 
-int64_t MeshShape::size(MeshDim d) const {
+const char* name_of(MeshDim d) {
   switch (d) {
-    case MeshDim::kPp: return pp;
-    case MeshDim::kDpReplicate: return dp_replicate;
-    case MeshDim::kDpShard: return dp_shard;
-    case MeshDim::kCp: return cp;
-    case MeshDim::kTp: return tp;
+    case MeshDim::kPp: return "pp";
+    case MeshDim::kDpReplicate: return "dp_replicate";
+    case MeshDim::kDpShard: return "dp_shard";
+    case MeshDim::kCp: return "cp";
+    case MeshDim::kTp: return "tp";
   }
-  return 1;
+  return "?";
 }
+
+std::vector<std::string> mesh_dim_names() {
+  std::vector<std::string> names;
+  for (MeshDim d : kMeshDims) names.push_back(name_of(d));
+  return names;
+}
+
+namespace {
+// A shape's size, or a coordinate, along `d` (MeshShape and MeshCoord name their fields alike).
+template <class ShapeOrCoord>
+auto& along(ShapeOrCoord& s, MeshDim d) {
+  switch (d) {
+    case MeshDim::kPp: return s.pp;
+    case MeshDim::kDpReplicate: return s.dp_replicate;
+    case MeshDim::kDpShard: return s.dp_shard;
+    case MeshDim::kCp: return s.cp;
+    case MeshDim::kTp: break;
+  }
+  return s.tp;
+}
+}  // namespace
+
+int64_t MeshShape::size(MeshDim d) const { return along(*this, d); }
+int64_t MeshCoord::at(MeshDim d) const { return along(*this, d); }
 
 std::string MeshShape::to_compact_string() const {
   std::string out;
-  auto add = [&](const char* name, int64_t size) {
-    if (size != 1) out += (out.empty() ? "" : ",") + std::string(name) + "=" + std::to_string(size);
-  };
-  add("pp", pp);
-  add("dp_replicate", dp_replicate);
-  add("dp_shard", dp_shard);
-  add("cp", cp);
-  add("tp", tp);
+  for (MeshDim d : kMeshDims)
+    if (size(d) != 1) out += (out.empty() ? "" : ",") + std::string(name_of(d)) + "=" + std::to_string(size(d));
   return out.empty() ? "dp_shard=1" : out;
 }
 
 std::string MeshShape::to_string() const {
-  return "pp=" + std::to_string(pp) + ",dp_replicate=" + std::to_string(dp_replicate) + ",dp_shard=" + std::to_string(dp_shard) +
-         ",cp=" + std::to_string(cp) + ",tp=" + std::to_string(tp);
-}
-
-int64_t MeshCoord::at(MeshDim d) const {
-  switch (d) {
-    case MeshDim::kPp: return pp;
-    case MeshDim::kDpReplicate: return dp_replicate;
-    case MeshDim::kDpShard: return dp_shard;
-    case MeshDim::kCp: return cp;
-    case MeshDim::kTp: return tp;
-  }
-  return 0;
+  std::string out;
+  for (MeshDim d : kMeshDims) out += (out.empty() ? "" : ",") + std::string(name_of(d)) + "=" + std::to_string(size(d));
+  return out;
 }
 
 namespace {
@@ -67,20 +77,20 @@ MeshShape parse_sizes(const std::string& spec, bool& infer_shard) {
       throw std::invalid_argument("--mesh '" + spec + "': size of " + key + " ('" + value +
                                   "') is not an integer");
     }
-    if (key == "dp_shard" && size == -1) {
+    if (key == name_of(MeshDim::kDpShard) && size == -1) {
       infer_shard = true;
       continue;
     }
     if (size < 1)
       throw std::invalid_argument("--mesh '" + spec + "': " + key + " must be >= 1 (or dp_shard=-1)");
-    if (key == "pp") shape.pp = size;
-    else if (key == "dp_replicate") shape.dp_replicate = size;
-    else if (key == "dp_shard") shape.dp_shard = size;
-    else if (key == "cp") shape.cp = size;
-    else if (key == "tp") shape.tp = size;
-    else
-      throw std::invalid_argument("--mesh '" + spec + "': unknown dimension '" + key +
-                                  "' (known: pp, dp_replicate, dp_shard, cp, tp)");
+    const MeshDim* dim = std::find_if(std::begin(kMeshDims), std::end(kMeshDims),
+                                      [&key](MeshDim d) { return key == name_of(d); });
+    if (dim == std::end(kMeshDims)) {
+      std::string known;
+      for (MeshDim d : kMeshDims) known += (known.empty() ? "" : ", ") + std::string(name_of(d));
+      throw std::invalid_argument("--mesh '" + spec + "': unknown dimension '" + key + "' (known: " + known + ")");
+    }
+    along(shape, *dim) = size;
   }
   return shape;
 }

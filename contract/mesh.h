@@ -9,6 +9,12 @@
 namespace contract {
 
 enum class MeshDim { kPp = 0, kDpReplicate = 1, kDpShard = 2, kCp = 3, kTp = 4 };
+// Every dimension, outermost first, and its one spelling: in --mesh, rank<R>.json's coord, the
+// process groups' names and the harness's layout axes.
+inline constexpr MeshDim kMeshDims[] = {MeshDim::kPp, MeshDim::kDpReplicate, MeshDim::kDpShard, MeshDim::kCp,
+                                        MeshDim::kTp};
+const char* name_of(MeshDim d);        // "pp", "dp_replicate", "dp_shard", "cp", "tp"
+std::vector<std::string> mesh_dim_names();  // in kMeshDims' order
 
 struct MeshShape {
   int64_t pp = 1;  // pipeline parallel: the ranks hold consecutive stages of the model

@@ -74,61 +74,38 @@ void balance_experts(ParallelModel& pm, double speed) {
 // The run as the options describe it, every option checked before anything expensive
 // (and before any rendezvous, so a bad flag fails on every rank alike).
 struct RunPlan {
-  Backend backend;
   ModelArgs args;
   MeshShape shape;
-  ParallelConfig parallel;
   int64_t global_batch = 0;
   int64_t accum_steps = 1;  // micro-batches per step
   pp::PipelinePlan pipeline;
-  float8::Mode float8_mode;
 };
 
-ParallelConfig parallel_config(const TrainConfig& cfg) {
-  ParallelConfig parallel;
-  parallel.reshard_after_forward = parse_reshard(cfg.reshard_after_forward);
-  parallel.ac = parse_ac(cfg.ac);
-  parallel.param_dtype = parse_dtype(cfg.param_dtype);
-  parallel.reduce_dtype = parse_dtype(cfg.reduce_dtype);
-  parallel.loss_parallel = cfg.loss_parallel;
-  parallel.sequence_parallel = cfg.sequence_parallel;
-  parallel.seq_len = cfg.seq_len;
-  parallel.cp_rotate = cp::parse_rotate(cfg.cp_rotate);
-  parallel.bucketing = parse_bucketing(cfg.fsdp_bucketing);
-  parallel.cpu_offload = cfg.cpu_offload;
-  parallel.bucket_bytes = static_cast<int64_t>(cfg.fsdp_bucket_mb * (1 << 20));
-  return parallel;
-}
-
 RunPlan plan_run(const TrainConfig& cfg, const LaunchEnv& env) {
+  const TrainingConfig& t = cfg.training;
+  const ParallelConfig& parallel = cfg.parallel;
   RunPlan plan;
-  plan.backend = parse_backend(cfg.backend);
-  plan.args = model_flavor(cfg.model);
+  plan.args = model_flavor(t.model);
   if (injected(Fault::kRopeTheta10k)) plan.args.rope_theta = 10000.0;
-  validate(plan.args, cfg.seq_len);
-  if (cfg.steps < 0) throw std::invalid_argument("--steps must be >= 0");
-  if (cfg.validation_freq < 0) throw std::invalid_argument("--validation.freq must be >= 0");
-  if (cfg.validation_steps == 0 || cfg.validation_steps < -1)
-    throw std::invalid_argument("--validation.steps must be >= 1, or -1 for the whole validation corpus");
-  if (cfg.local_batch_size < 1) throw std::invalid_argument("--local-batch-size must be >= 1");
-  if (cfg.profile_step >= 0 && !tracing_available())
+  validate(plan.args, t.seq_len);
+  if (t.steps < 0) throw std::invalid_argument("--steps must be >= 0");
+  if (t.local_batch_size < 1) throw std::invalid_argument("--local-batch-size must be >= 1");
+  if (cfg.profiling.step >= 0 && !tracing_available())
     throw std::invalid_argument("--profile-step needs the CUDA build (Kineto)");
-  const MeshShape shape = plan.shape = parse_mesh(cfg.mesh, env.world_size);
-  plan.parallel = parallel_config(cfg);
-  validate_tp(plan.args, shape, plan.parallel.sequence_parallel, plan.parallel.seq_len);
-  validate_ep(plan.args, shape, cfg.ep);
+  const MeshShape shape = plan.shape = parse_mesh(parallel.mesh, env.world_size);
+  validate_tp(plan.args, shape, parallel.sequence_parallel, t.seq_len);
+  validate_ep(plan.args, shape, parallel.ep);
   const int64_t dp_degree = shape.dp();
-  plan.global_batch = cfg.global_batch_size > 0 ? cfg.global_batch_size : cfg.local_batch_size * dp_degree;
-  if (plan.global_batch % (cfg.local_batch_size * dp_degree) != 0)
+  plan.global_batch = t.global_batch_size > 0 ? t.global_batch_size : t.local_batch_size * dp_degree;
+  if (plan.global_batch % (t.local_batch_size * dp_degree) != 0)
     throw std::invalid_argument("--global-batch-size " + std::to_string(plan.global_batch) +
                                 " is not a multiple of local batch x dp degree " +
-                                std::to_string(cfg.local_batch_size * dp_degree));
-  plan.accum_steps = plan.global_batch / (cfg.local_batch_size * dp_degree);
-  const int64_t activation_tokens = cfg.seq_len / shape.cp / (plan.parallel.sequence_parallel ? shape.tp : 1);
-  plan.pipeline = pp::plan_pipeline(cfg.pp, plan.args.n_layers, shape, env.rank, cfg.local_batch_size,
-                                    activation_tokens, plan.parallel.param_dtype);
-  plan.float8_mode = float8::parse_mode(cfg.float8);
-  if (plan.float8_mode == float8::Mode::kScaledMm && !computes_on_cuda(plan.backend))
+                                std::to_string(t.local_batch_size * dp_degree));
+  plan.accum_steps = plan.global_batch / (t.local_batch_size * dp_degree);
+  const int64_t activation_tokens = t.seq_len / shape.cp / (parallel.sequence_parallel ? shape.tp : 1);
+  plan.pipeline = pp::plan_pipeline(cfg.pipeline, plan.args.n_layers, shape, env.rank, t.local_batch_size,
+                                    activation_tokens, parallel.param_dtype);
+  if (cfg.float8.mode == float8::Mode::kScaledMm && !computes_on_cuda(cfg.job.backend))
     throw std::invalid_argument("--float8 scaled_mm needs the CUDA build and a GPU (--backend nccl or shm); --float8 "
                                 "emulate runs on CPU");
   return plan;
@@ -140,7 +117,7 @@ RunPlan plan_run(const TrainConfig& cfg, const LaunchEnv& env) {
 std::unique_ptr<ParallelModel> build_model(const TrainConfig& cfg, const RunPlan& plan, MeshGroups& groups,
                                            ModelShapes& shapes) {
   Transformer full_model(plan.args);
-  init_weights(full_model, cfg.seed);
+  init_weights(full_model, cfg.training.seed);
   for (const auto& item : full_model->named_parameters()) shapes.params.emplace_back(item.key(), item.value().sizes().vec());
   for (const auto& item : full_model->named_buffers())
     if (item.key().find(".expert_bias") != std::string::npos) shapes.buffers.emplace_back(item.key(), item.value().sizes().vec());
@@ -149,16 +126,16 @@ std::unique_ptr<ParallelModel> build_model(const TrainConfig& cfg, const RunPlan
     full_model->keep_only(st.layers_held(), /*embedding=*/st.rank == 0, /*head=*/st.rank == st.pp - 1);
   }
   full_model->to(groups.device);
-  float8::convert(full_model, plan.float8_mode);
-  return parallelize(full_model, groups, plan.parallel);
+  float8::convert(full_model, cfg.float8.mode);
+  return parallelize(full_model, groups, cfg.parallel, cfg.training.seq_len);
 }
 
 // Optimizer in backward (torchtitan's early_step_in_backward): each bucket's parameters
 // take their AdamW step as soon as their reduced gradients land, and the gradients go.
-std::unique_ptr<EarlyStep> early_step_if_asked(const TrainConfig& cfg, const RunPlan& plan, ParallelModel& pm,
+std::unique_ptr<EarlyStep> early_step_if_asked(const OptimizerConfig& config, const RunPlan& plan, ParallelModel& pm,
                                                AdamW& optimizer) {
-  if (!cfg.early_step_in_backward) return nullptr;
-  if (cfg.max_norm > 0)
+  if (!config.early_step_in_backward) return nullptr;
+  if (config.max_norm > 0)
     throw std::invalid_argument("--optimizer.early-step-in-backward cannot clip gradients (the global norm is known "
                                 "only after every parameter has stepped); pass --max-norm 0");
   if (plan.accum_steps > 1)
@@ -172,22 +149,23 @@ std::unique_ptr<EarlyStep> early_step_if_asked(const TrainConfig& cfg, const Run
 int run_generate(const TrainConfig& cfg, const RunPlan& plan, const TrainState& state, const StartPoint& start,
                  ParallelModel& pm, bool is_logger) {
   const CheckpointConfig& c = state.config();
-  check_can_generate(start.resume_step || !c.initial_load_path.empty(), c.folder, plan.parallel.sequence_parallel,
+  const GenerateConfig& asked = *cfg.generate;
+  check_can_generate(start.resume_step || !c.initial_load_path.empty(), c.folder, cfg.parallel.sequence_parallel,
                      plan.pipeline.stages.has_value());
-  const Generation g = generate(pm.model, pm.groups.device, cfg.prompt, cfg.max_new_tokens);
+  const Generation g = generate(pm.model, pm.groups.device, asked.prompt, asked.max_new_tokens);
   if (is_logger) {
     const std::string text = ByteTokenizer::decode(g.generated_ids);
-    write_generate_report(cfg.dump_folder,
+    write_generate_report(cfg.job.dump_folder,
                           {start.resume_step ? state.checkpointer().step_dir(*start.resume_step) : c.initial_load_path,
-                           plan.shape.to_string(), cfg.prompt, g.prompt_ids, g.generated_ids, text, g.prompt_loss});
-    if (!cfg.quiet) std::printf("%s%s\n", cfg.prompt.c_str(), text.c_str());
+                           plan.shape.to_string(), asked.prompt, g.prompt_ids, g.generated_ids, text, g.prompt_loss});
+    if (!cfg.job.quiet) std::printf("%s%s\n", asked.prompt.c_str(), text.c_str());
   }
   pm.groups.world->barrier();
   return 0;
 }
 
 // param_digest.json: every parameter of the whole model, summed over the stages.
-void write_digests(const TrainConfig& cfg, const ParallelModel& pm, const ModelShapes& shapes, int64_t step,
+void write_digests(const JobConfig& job, const ParallelModel& pm, const ModelShapes& shapes, int64_t step,
                    bool is_logger) {
   std::vector<std::string> names;
   for (const auto& [name, dims] : shapes.params) names.push_back(name);
@@ -199,7 +177,7 @@ void write_digests(const TrainConfig& cfg, const ParallelModel& pm, const ModelS
     for (auto d : dims) numel *= d;
     digests.push_back(Digest{state_keys::model(name), sum, std::sqrt(sum_sq), numel});
   }
-  if (is_logger) write_param_digest(cfg.dump_folder + "/" + contract::dump_files::kParamDigestFile, step, digests);
+  if (is_logger) write_param_digest(job.dump_folder + "/" + contract::dump_files::kParamDigestFile, step, digests);
 }
 
 RankReport rank_report(const LaunchEnv& env, ParallelModel& pm, const AdamW& optimizer, const TrainState& state) {
@@ -228,18 +206,18 @@ RankReport rank_report(const LaunchEnv& env, ParallelModel& pm, const AdamW& opt
 // One thread per rank keeps many ranks on few cores fair; a host optimizer (CPU offload)
 // wants every core this host's ranks can share.
 int cpu_threads(const TrainConfig& cfg, const LaunchEnv& env) {
-  if (cfg.threads > 0) return cfg.threads;
-  if (!cfg.cpu_offload) return 1;
+  if (cfg.job.threads > 0) return cfg.job.threads;
+  if (!cfg.parallel.cpu_offload) return 1;
   return std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / env.local_world_size);
 }
 
 // The job: the dump folder, this process's threads and kernels, and the mesh's groups.
 MeshGroups start_job(const TrainConfig& cfg, const LaunchEnv& env, const RunPlan& plan) {
-  prepare_dump_folder(cfg.dump_folder);
+  prepare_dump_folder(cfg.job.dump_folder);
   torch::set_num_threads(cpu_threads(cfg, env));
-  if (cfg.deterministic) compat::use_deterministic_algorithms();
-  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.timeout_s * 1000));
-  return join_mesh(env, plan.shape, plan.backend, timeout, cfg.ep);
+  if (cfg.job.deterministic) compat::use_deterministic_algorithms();
+  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.job.timeout_s * 1000));
+  return join_mesh(env, plan.shape, cfg.job.backend, timeout, cfg.parallel.ep);
 }
 
 std::unique_ptr<AdamW> make_optimizer(ParallelModel& pm, double lr) {
@@ -280,11 +258,12 @@ struct Run {
 std::unique_ptr<TrainState> make_state(Run& run) {
   const TrainConfig& cfg = run.cfg;
   auto state = std::make_unique<TrainState>(
-      checkpoint_config(cfg, run.plan.args), run.groups, run.env.rank, *run.pm, *run.optimizer, run.loader,
-      RunFacts{cfg.steps, cfg.warmup_steps, cfg.lr, cfg.model, run.plan.args, run.plan.global_batch,
-               run.is_logger() && !cfg.quiet});
+      checked(cfg.checkpoint, cfg.job.dump_folder, run.plan.args), run.groups, run.env.rank, *run.pm, *run.optimizer,
+      run.loader,
+      RunFacts{cfg.training.steps, cfg.optimizer.warmup_steps, cfg.optimizer.lr, cfg.training.model, run.plan.args,
+               run.plan.global_batch, run.is_logger() && !cfg.job.quiet});
   if (state->config().enable && !cfg.generate) state->checkpointer().check_writable();
-  if (run.is_logger()) state->write_keys(cfg.dump_folder + "/" + contract::dump_files::kStateDictKeysFile, run.shapes);
+  if (run.is_logger()) state->write_keys(cfg.job.dump_folder + "/" + contract::dump_files::kStateDictKeysFile, run.shapes);
   return state;
 }
 
@@ -294,11 +273,11 @@ Run::Run(const TrainConfig& config)
       plan(plan_run(cfg, env)),
       groups(start_job(cfg, env, plan)),
       pm(build_model(cfg, plan, groups, shapes)),
-      loader(load_corpus(cfg.corpus), cfg.seq_len, cfg.seed),
-      validator(cfg.validation_freq, cfg.validation_steps, cfg.validation_corpus, cfg.seq_len, cfg.seed),
+      loader(load_corpus(cfg.data.corpus), cfg.training.seq_len, cfg.training.seed),
+      validator(cfg.validation, cfg.training.seq_len, cfg.training.seed),
       params(parameters_of(*pm)),
-      optimizer(make_optimizer(*pm, cfg.lr)),
-      early_step(early_step_if_asked(cfg, plan, *pm, *optimizer)),
+      optimizer(make_optimizer(*pm, cfg.optimizer.lr)),
+      early_step(early_step_if_asked(cfg.optimizer, plan, *pm, *optimizer)),
       state(make_state(*this)) {}
 
 std::string run_description(const Run& run) {
@@ -307,8 +286,8 @@ std::string run_description(const Run& run) {
                 "model %s (%.2fM parameters), %s, mesh %s, data parallel %s, seq %lld, global batch %lld, %lld steps",
                 run.plan.args.flavor.c_str(), run.plan.args.num_parameters() / 1e6, run.groups.device.str().c_str(),
                 run.plan.shape.to_string().c_str(), to_string(run.pm->mode()).c_str(),
-                static_cast<long long>(run.cfg.seq_len), static_cast<long long>(run.plan.global_batch),
-                static_cast<long long>(run.cfg.steps));
+                static_cast<long long>(run.cfg.training.seq_len), static_cast<long long>(run.plan.global_batch),
+                static_cast<long long>(run.cfg.training.steps));
   return line;
 }
 
@@ -321,7 +300,7 @@ double step_optimizer(Run& run, double lr) {
     norm = run.early_step->norms.norm();
   } else {
     norm = global_grad_norm(*run.pm);
-    clip_grads(run.params, norm, run.cfg.max_norm);
+    clip_grads(run.params, norm, run.cfg.optimizer.max_norm);
   }
   if (!run.early_step || injected(Fault::kOptInBwdStepsTwice)) run.optimizer->update(lr, run.params);
   return norm;
@@ -365,7 +344,7 @@ StepFacts train_step(Run& run, double lr) {
     for (int64_t i = 0; i < plan.global_batch; ++i) f.windows.push_back(run.loader.window_of_sample(run.loader.samples_consumed() + i));
   run.loader.advance(plan.global_batch);
   f.loss = loss.item<double>();
-  f.tokens = plan.global_batch * run.cfg.seq_len;
+  f.tokens = plan.global_batch * run.cfg.training.seq_len;
   compat::synchronize(run.groups.device);
   f.step_time_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return f;
@@ -374,24 +353,26 @@ StepFacts train_step(Run& run, double lr) {
 }  // namespace
 
 int train(const TrainConfig& cfg) {
-  inject_fault(parse_fault(cfg.inject_fault));
+  inject_fault(cfg.job.inject_fault);
   Run run(cfg);
   const StartPoint start = run.state->restore();
   if (cfg.generate) return run_generate(cfg, run.plan, *run.state, start, *run.pm, run.is_logger());
 
   // ---- the components that keep their own cadence: trace, metrics (validation and
   // checkpoint are the run's own: run.validator, run.state)
-  StepTrace trace(cfg.profile_step, cfg.dump_folder, run.env.rank, [&run] { compat::synchronize(run.groups.device); });
-  MetricsLogger metrics(run.is_logger(), cfg.quiet, cfg.dump_folder, run.groups.device);
+  const JobConfig& job = cfg.job;
+  StepTrace trace(cfg.profiling.step, job.dump_folder, run.env.rank, [&run] { compat::synchronize(run.groups.device); });
+  MetricsLogger metrics(run.is_logger(), job.quiet, job.dump_folder, run.groups.device);
   metrics.print_header(run_description(run));
 
   // ---- the training loop
-  const int64_t last_step = cfg.stop_at >= 0 ? std::min(cfg.stop_at, cfg.steps) : cfg.steps;
+  const int64_t steps = cfg.training.steps, stop_at = cfg.training.stop_at;
+  const int64_t last_step = stop_at >= 0 ? std::min(stop_at, steps) : steps;
   const int64_t lr_offset = start.lr_step_offset;
   // A fresh run with nothing to train (--stop-at 0) still saves: its initial weights.
   if (last_step == 0 && !start.resume_step) run.state->save_if_due(0, last_step, lr_offset);
   for (int64_t step = start.step + 1; step <= last_step; ++step) {
-    const double lr = lr_at(step - lr_offset, cfg.steps - lr_offset, cfg.warmup_steps, cfg.lr);
+    const double lr = lr_at(step - lr_offset, steps - lr_offset, cfg.optimizer.warmup_steps, cfg.optimizer.lr);
     trace.begin(step);
     StepFacts facts = train_step(run, lr);
     trace.end(step);
@@ -404,8 +385,8 @@ int train(const TrainConfig& cfg) {
   metrics.print_median_throughput(start.step + 2, last_step);
 
   // ---- final facts: parameter digests and this rank's memory
-  write_digests(cfg, *run.pm, run.shapes, last_step, run.is_logger());
-  write_rank_report(cfg.dump_folder, rank_report(run.env, *run.pm, *run.optimizer, *run.state));
+  write_digests(job, *run.pm, run.shapes, last_step, run.is_logger());
+  write_rank_report(job.dump_folder, rank_report(run.env, *run.pm, *run.optimizer, *run.state));
   run.groups.world->barrier();
   return 0;
 }

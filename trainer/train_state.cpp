@@ -10,7 +10,6 @@
 #include "components/hf_checkpoint.h"
 #include "components/outputs.h"
 #include "distributed/parallelize.h"
-#include "train_config.h"
 
 namespace meshtrain {
 
@@ -53,21 +52,8 @@ int64_t load_initial_weights(const CheckpointConfig& config, const ModelArgs& ar
 
 }  // namespace
 
-CheckpointConfig checkpoint_config(const TrainConfig& cfg, const ModelArgs& args) {
-  CheckpointConfig c;
-  c.enable = cfg.checkpoint_enable;
-  c.folder = cfg.checkpoint_folder.empty() ? cfg.dump_folder + "/checkpoint" : cfg.checkpoint_folder;
-  c.interval = cfg.checkpoint_interval;
-  c.keep_latest_k = cfg.checkpoint_keep_latest_k;
-  c.load_step = cfg.checkpoint_load_step;
-  c.exclude_from_loading = parse_exclusions(cfg.checkpoint_exclude);
-  c.key_style = cfg.checkpoint_key_style;
-  c.key_map = cfg.checkpoint_key_map;
-  c.last_save_model_only = cfg.checkpoint_last_save_model_only;
-  c.export_dtype = parse_dtype(cfg.checkpoint_export_dtype);
-  c.last_save_in_hf = cfg.checkpoint_last_save_in_hf;
-  c.initial_load_path = cfg.checkpoint_initial_load_path;
-  c.initial_load_in_hf = cfg.checkpoint_initial_load_in_hf;
+CheckpointConfig checked(CheckpointConfig c, const std::string& dump_folder, const ModelArgs& args) {
+  if (c.folder.empty()) c.folder = dump_folder + "/checkpoint";
   if (c.last_save_in_hf && !c.last_save_model_only)
     throw std::invalid_argument("--checkpoint.last-save-in-hf needs --checkpoint.last-save-model-only (a Hugging "
                                 "Face checkpoint holds model weights only)");

@@ -22,7 +22,6 @@
 namespace meshtrain {
 
 class ParallelModel;
-struct TrainConfig;
 
 namespace state_keys {
 std::string model(const std::string& fqn);                           // "model.<fqn>"
@@ -100,8 +99,8 @@ class TrainState {
   int64_t initial_load_bytes_ = 0;
 };
 
-// Builds the checkpoint options from the CLI's strings and checks they go together
-// (throws std::invalid_argument naming the options).
-CheckpointConfig checkpoint_config(const TrainConfig& cfg, const ModelArgs& args);
+// The checkpoint options checked to go together for this model (throws std::invalid_argument
+// naming the options), with the folder defaulting to <dump_folder>/checkpoint.
+CheckpointConfig checked(CheckpointConfig config, const std::string& dump_folder, const ModelArgs& args);
 
 }  // namespace meshtrain

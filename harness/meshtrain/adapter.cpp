@@ -123,7 +123,7 @@ class MeshtrainAdapter : public TrainerAdapter {
   }
 
   // contract/mesh.h's axes, torchtitan's order.
-  std::vector<std::string> layout_axes() const override { return {"pp", "dp_replicate", "dp_shard", "cp", "tp"}; }
+  std::vector<std::string> layout_axes() const override { return contract::mesh_dim_names(); }
 
   // All ranks shard the data and the weights (FSDP), as torchtitan's default.
   std::optional<Layout> default_layout(int nproc) const override { return Layout{{{"dp_shard", nproc}}}; }

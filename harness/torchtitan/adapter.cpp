@@ -1,5 +1,7 @@
 #include "torchtitan/adapter.h"
 
+#include "contract/mesh.h"
+
 #include <boost/process.hpp>
 
 #include <unistd.h>
@@ -267,7 +269,7 @@ class TorchtitanAdapter : public TrainerAdapter {
   std::optional<std::vector<std::string>> models() const override { return std::nullopt; }
   // torchtitan's mesh order. Expert parallelism borrows ranks from dp_shard x cp (x tp), so it is
   // an option (parallelism.expert_parallel_degree), not an axis of its own.
-  std::vector<std::string> layout_axes() const override { return {"pp", "dp_replicate", "dp_shard", "cp", "tp"}; }
+  std::vector<std::string> layout_axes() const override { return contract::mesh_dim_names(); }
   std::optional<Layout> default_layout(int nproc) const override { return Layout{{{"dp_shard", nproc}}}; }
   std::string layout_problem(const std::string&, const Layout&,
                              const std::function<std::string(const std::string&)>&) const override {

@@ -45,7 +45,7 @@ std::vector<RankResult> run_fsdp2(ReshardAfterForward reshard, ActivationCheckpo
         ParallelConfig config;
         config.reshard_after_forward = reshard;
         config.ac = ac;
-        auto pm = parallelize(model, g, config);
+        auto pm = parallelize(model, g, config, /*seq_len=*/8);
         RankResult& out = results[r];
         for (int64_t id : pm->model->layer_ids()) {
           auto block = pm->model->block(id);

@@ -1,6 +1,7 @@
 #include "components/checkpoint.h"
 
 #include "base/faults.h"
+#include "base/options.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -19,6 +20,7 @@
 #include "contract/hash.h"
 #include "components/outputs.h"
 #include "contract/placement.h"
+#include "distributed/parallelize.h"
 
 namespace meshtrain {
 using namespace contract;  // the mesh, placement and hash names meshtrain shares with meshtest
@@ -248,6 +250,39 @@ class ChunkReader {
 };
 
 }  // namespace
+
+void add_options(CLI::App& cmd, CheckpointConfig& c) {
+  cmd.add_flag("--checkpoint.enable", c.enable,
+               "Save checkpoints, and resume from the latest complete one in the folder at start");
+  cmd.add_option("--checkpoint.folder", c.folder, "Checkpoint folder (default <dump-folder>/checkpoint)");
+  cmd.add_option("--checkpoint.interval", c.interval, "Save every N steps (0: only after the last step)")
+      ->capture_default_str();
+  cmd.add_option("--checkpoint.keep-latest-k", c.keep_latest_k, "Keep only the newest K steps (0: all)")
+      ->capture_default_str();
+  cmd.add_option("--checkpoint.load-step", c.load_step, "Resume from this step (-1: the latest)")
+      ->capture_default_str();
+  add_parsed_option(cmd, "--checkpoint.exclude-from-loading", c.exclude_from_loading, parse_exclusions, "",
+                    "Comma-separated parts not to load: optimizer, lr_scheduler, dataloader");
+  cmd.add_option("--checkpoint.key-style", c.key_style,
+                 "canonical | parametrize (data-parallel-wrapped weights named <m>.parametrizations.weight.original)")
+      ->capture_default_str();
+  cmd.add_option("--checkpoint.key-map", c.key_map,
+                 "none | parametrize-to-canonical (load parametrize-style keys into any model)")
+      ->capture_default_str();
+  cmd.add_flag("--checkpoint.last-save-model-only", c.last_save_model_only,
+               "The save after the last step (--steps) holds model weights only, in --checkpoint.export-dtype");
+  add_parsed_option(cmd, "--checkpoint.export-dtype", c.export_dtype, parse_dtype, "float32",
+                    "dtype of a model-only last save: float32 | bfloat16");
+  cmd.add_flag("--checkpoint.last-save-in-hf", c.last_save_in_hf,
+               "The model-only last save also as Hugging Face safetensors (model.safetensors, config.json) in its "
+               "step folder");
+  cmd.add_option("--checkpoint.initial-load-path", c.initial_load_path,
+                 "When the checkpoint folder holds no checkpoint (or checkpointing is off), start from the weights "
+                 "of this step-<N> folder (model only; a fresh optimizer, schedule and data position)");
+  cmd.add_flag("--checkpoint.initial-load-in-hf", c.initial_load_in_hf,
+               "--checkpoint.initial-load-path is a Hugging Face checkpoint: a folder with model.safetensors (or "
+               "an index and its shards), or a .safetensors file");
+}
 
 std::set<std::string> parse_exclusions(const std::string& list) {
   std::set<std::string> out;

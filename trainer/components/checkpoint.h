@@ -19,14 +19,19 @@
 #include "contract/checkpoint_format.h"
 #include "contract/placement.h"
 
+namespace CLI {
+class App;
+}
+
 namespace meshtrain {
 using namespace contract;  // the mesh, placement and hash names meshtrain shares with meshtest
 
 // The format's version, metadata schema and step-<N> names: contract/checkpoint_format.h.
 
+// --checkpoint.*: what is saved, when, where, and what a run starts from.
 struct CheckpointConfig {
   bool enable = false;
-  std::string folder;             // holds step-<N>/ folders
+  std::string folder;             // holds step-<N>/ folders; meshtrain's default: <dump-folder>/checkpoint
   int64_t interval = 0;           // save every N steps (and at the last step); 0: only the last
   int64_t keep_latest_k = 0;      // 0: keep all
   std::string key_style = "canonical";  // canonical | parametrize
@@ -44,6 +49,8 @@ struct CheckpointConfig {
   std::string initial_load_path;
   bool initial_load_in_hf = false;
 };
+
+void add_options(CLI::App& cmd, CheckpointConfig& config);
 
 // Parses "a,b" into {"a","b"}, accepting optimizer, lr_scheduler, dataloader only.
 std::set<std::string> parse_exclusions(const std::string& list);

@@ -4,9 +4,14 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "base/options.h"
 #include "contract/hash.h"
 
 namespace meshtrain {
+
+void add_options(CLI::App& cmd, DataConfig& c) {
+  cmd.add_option("--corpus", c.corpus, "Training text; documents separated by blank lines")->capture_default_str();
+}
 using namespace contract;  // the mesh, placement and hash names meshtrain shares with meshtest
 
 std::vector<int32_t> ByteTokenizer::encode(std::string_view text, bool bos, bool eos) {

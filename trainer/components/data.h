@@ -13,6 +13,10 @@
 
 #include <nlohmann/json.hpp>
 
+namespace CLI {
+class App;
+}
+
 namespace meshtrain {
 
 // Bytes are tokens 0..255; BOS and EOS follow.
@@ -34,6 +38,12 @@ std::vector<int32_t> load_corpus(const std::string& path);
 // every other one compiles the same in any checkout (and ccache shares it between clones).
 std::string shipped_corpus_path();
 std::string shipped_validation_corpus_path();
+
+// --corpus: the training text.
+struct DataConfig {
+  std::string corpus = shipped_corpus_path();
+};
+void add_options(CLI::App& cmd, DataConfig& config);
 
 // A micro-batch: `samples` rows of `seq_len` input tokens and their next tokens.
 struct Batch {

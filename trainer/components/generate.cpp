@@ -2,9 +2,15 @@
 
 #include <stdexcept>
 
+#include "base/options.h"
 #include "components/data.h"
 
 namespace meshtrain {
+
+void add_options(CLI::App& cmd, GenerateConfig& c) {
+  cmd.add_option("--prompt", c.prompt, "Text to continue")->capture_default_str();
+  cmd.add_option("--max-new-tokens", c.max_new_tokens, "Tokens to generate at most")->capture_default_str();
+}
 
 void check_can_generate(bool has_weights, const std::string& checkpoint_folder, bool sequence_parallel, bool pipelined) {
   if (!has_weights)

@@ -12,7 +12,18 @@
 
 #include "model/model.h"
 
+namespace CLI {
+class App;
+}
+
 namespace meshtrain {
+
+// `meshtrain generate`'s own options: --prompt and --max-new-tokens.
+struct GenerateConfig {
+  std::string prompt = "In the beginning";
+  int64_t max_new_tokens = 32;
+};
+void add_options(CLI::App& cmd, GenerateConfig& config);
 
 struct Generation {
   std::vector<int64_t> prompt_ids;  // with BOS

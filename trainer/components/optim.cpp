@@ -3,8 +3,19 @@
 #include <cmath>
 
 #include "base/compat.h"
+#include "base/options.h"
 
 namespace meshtrain {
+
+void add_options(CLI::App& cmd, OptimizerConfig& c) {
+  cmd.add_option("--lr", c.lr, "Peak learning rate (AdamW)")->capture_default_str();
+  cmd.add_option("--warmup-steps", c.warmup_steps, "Linear warmup steps, then linear decay")->capture_default_str();
+  cmd.add_option("--max-norm", c.max_norm, "Clip gradients to this global L2 norm (0: no clipping)")
+      ->capture_default_str();
+  cmd.add_flag("--optimizer.early-step-in-backward", c.early_step_in_backward,
+               "Optimizer in backward: each data-parallel bucket's parameters take their AdamW step as soon as their "
+               "reduced gradients are ready, and the gradients are freed (needs --max-norm 0 and no accumulation)");
+}
 
 AdamW::AdamW(std::vector<std::pair<std::string, torch::Tensor>> named_params, AdamWConfig config)
     : params_(std::move(named_params)), config_(config) {

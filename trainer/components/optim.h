@@ -9,7 +9,22 @@
 #include <string>
 #include <vector>
 
+namespace CLI {
+class App;
+}
+
 namespace meshtrain {
+
+// --lr, --warmup-steps, --max-norm and --optimizer.early-step-in-backward: the peak learning
+// rate and its schedule (lr_at), gradient clipping, and whether each bucket's parameters step
+// in backward (train.cpp: EarlyStep).
+struct OptimizerConfig {
+  double lr = 8e-4;
+  int64_t warmup_steps = 2;
+  double max_norm = 1.0;                // <= 0: no clipping
+  bool early_step_in_backward = false;  // needs max_norm <= 0
+};
+void add_options(CLI::App& cmd, OptimizerConfig& config);
 
 struct AdamWConfig {
   double lr = 8e-4;

@@ -103,12 +103,14 @@ int64_t host_peak_rss_bytes() {
 void write_rank_report(const std::string& dump_folder, const RankReport& r) {
   const auto& c = r.coord;
   namespace f = dump_files::rank_file;
+  nlohmann::json coord;
+  for (MeshDim d : kMeshDims) coord[name_of(d)] = c.at(d);
   write_json(dump_folder + "/" + dump_files::rank_file_name(r.rank),
              {{dump_files::kFormatVersionField, kOutputsFormatVersion},
               {"rank", r.rank},
               {"world_size", r.world_size},
               {"mesh", r.mesh.to_string()},
-              {"coord", {{"pp", c.pp}, {"dp_replicate", c.dp_replicate}, {"dp_shard", c.dp_shard}, {"cp", c.cp}, {"tp", c.tp}}},
+              {"coord", coord},
               {"device", r.device},
               {"param_bytes", r.param_bytes},
               {"grad_bytes", r.grad_bytes},

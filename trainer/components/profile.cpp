@@ -1,5 +1,7 @@
 #include "components/profile.h"
 
+#include "base/options.h"
+
 #include <stdexcept>
 #include <utility>
 
@@ -8,6 +10,11 @@
 #endif
 
 namespace meshtrain {
+
+void add_options(CLI::App& cmd, ProfilingConfig& c) {
+  cmd.add_option("--profile-step", c.step,
+                 "Trace this step's CPU ops and GPU kernels (CUDA builds) to <dump-folder>/trace_step<N>_rank<R>.json");
+}
 
 #ifdef MESHTEST_CUDA
 namespace profiler = torch::autograd::profiler;

@@ -8,7 +8,17 @@
 #include <functional>
 #include <string>
 
+namespace CLI {
+class App;
+}
+
 namespace meshtrain {
+
+// --profile-step: the one step to trace (-1: none).
+struct ProfilingConfig {
+  int64_t step = -1;
+};
+void add_options(CLI::App& cmd, ProfilingConfig& config);
 
 // Whether this build can trace (CUDA builds link Kineto); checked before a run starts.
 bool tracing_available();

@@ -3,14 +3,29 @@
 #include <algorithm>
 
 #include "base/faults.h"
+#include "base/options.h"
 #include "components/device_batch.h"
 #include "distributed/pipeline.h"
 
 namespace meshtrain {
 
-Validator::Validator(int64_t freq, int64_t steps, const std::string& corpus, int64_t seq_len, uint64_t seed)
-    : freq_(freq), steps_(steps) {
-  if (freq_ > 0) held_out_.emplace(load_corpus(corpus), seq_len, seed);
+void add_options(CLI::App& cmd, ValidationConfig& c) {
+  cmd.add_option("--validation.freq", c.freq,
+                 "Every N steps, the mean loss on held-out text (metrics.jsonl's validation_loss; 0: never)")
+      ->capture_default_str();
+  cmd.add_option("--validation.steps", c.steps,
+                 "Global batches of held-out text per validation (-1: the whole validation corpus)")
+      ->capture_default_str();
+  cmd.add_option("--validation.corpus", c.corpus, "Held-out text; documents separated by blank lines")
+      ->capture_default_str();
+}
+
+Validator::Validator(const ValidationConfig& config, int64_t seq_len, uint64_t seed)
+    : freq_(config.freq), steps_(config.steps) {
+  if (freq_ < 0) throw std::invalid_argument("--validation.freq must be >= 0");
+  if (steps_ == 0 || steps_ < -1)
+    throw std::invalid_argument("--validation.steps must be >= 1, or -1 for the whole validation corpus");
+  if (freq_ > 0) held_out_.emplace(load_corpus(config.corpus), seq_len, seed);
 }
 
 std::optional<double> Validator::validate_if_due(int64_t step, ParallelModel& pm, const pp::PipelinePlan& pipeline,

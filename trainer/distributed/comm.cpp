@@ -459,15 +459,15 @@ MeshGroups join_mesh(const LaunchEnv& env, const MeshShape& shape, Backend backe
   // Every rank builds its groups in this same order (Gloo connects in the constructor).
   // The world group is always a real backend, so even a one-rank run proves the backend works.
   g.world = group("world", {D::kPp, D::kDpReplicate, D::kDpShard, D::kCp, D::kTp}, true);
-  g.pp = group("pp", {D::kPp});
+  g.pp = group(name_of(D::kPp), {D::kPp});
   g.pp_activations = group("pp_activations", {D::kPp});
   g.pp_activations_wrap = group("pp_activations_wrap", {D::kPp});
   g.pp_gradients = group("pp_gradients", {D::kPp});
   g.pp_gradients_wrap = group("pp_gradients_wrap", {D::kPp});
-  g.dp_replicate = group("dp_replicate", {D::kDpReplicate});
-  g.dp_shard = group("dp_shard", {D::kDpShard});
-  g.cp = group("cp", {D::kCp});
-  g.tp = group("tp", {D::kTp});
+  g.dp_replicate = group(name_of(D::kDpReplicate), {D::kDpReplicate});
+  g.dp_shard = group(name_of(D::kDpShard), {D::kDpShard});
+  g.cp = group(name_of(D::kCp), {D::kCp});
+  g.tp = group(name_of(D::kTp), {D::kTp});
   g.dp_shard_cp = group("dp_shard_cp", {D::kDpShard, D::kCp});
   g.dp_cp = group("dp_cp", {D::kDpReplicate, D::kDpShard, D::kCp});
   // dp_shard = ep_shard x ep, ep inner: an ep group is a run of ep consecutive dp_shard ranks.

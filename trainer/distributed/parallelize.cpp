@@ -1,9 +1,10 @@
 #include "distributed/parallelize.h"
 
-#include "distributed/block_bucket.h"
-#include "distributed/offload.h"
 #include "base/faults.h"
+#include "base/options.h"
+#include "distributed/block_bucket.h"
 #include "distributed/mappings.h"
+#include "distributed/offload.h"
 
 #include <cmath>
 #include <numeric>
@@ -37,6 +38,43 @@ torch::ScalarType parse_dtype(const std::string& s) {
   if (s == "float32") return torch::kFloat32;
   if (s == "bfloat16") return torch::kBFloat16;
   throw std::invalid_argument("unknown dtype '" + s + "' (known: float32, bfloat16)");
+}
+
+void add_options(CLI::App& cmd, ParallelConfig& c) {
+  cmd.add_option("--mesh", c.mesh,
+                 "Device mesh pp=P,dp_replicate=R,dp_shard=S,cp=C,tp=T (missing dims 1; dp_shard=-1 fills the "
+                 "world). pp>1: pipeline parallel; dp_shard>1: FSDP; dp_replicate>1: DDP; both: HSDP; cp>1: context "
+                 "parallel (FSDP over dp_shard x cp); tp>1: tensor parallel")
+      ->capture_default_str();
+  add_parsed_option(cmd, "--reshard-after-forward", c.reshard_after_forward, parse_reshard, "default",
+                    "FSDP/HSDP: free a block's gathered weights after its forward and gather them again just "
+                    "before its backward: default (every block but the last) | always | never");
+  add_parsed_option(cmd, "--ac", c.ac, parse_ac, "none",
+                    "Activation checkpointing: none | full (every block) | selective (every 2nd block)");
+  cmd.add_flag("--loss-parallel", c.loss_parallel,
+               "TP: compute the loss on vocabulary-sharded logits without gathering them");
+  cmd.add_flag("--sequence-parallel", c.sequence_parallel,
+               "TP: shard norms and residual activations along the sequence (seq_len divisible by tp)");
+  add_parsed_option(cmd, "--cp-rotate", c.cp_rotate, cp::parse_rotate, "allgather",
+                    "CP: how attention reaches other ranks' keys and values: allgather (all at once) | alltoall "
+                    "(passed around the ring, one neighbour exchange per step)");
+  add_parsed_option(cmd, "--fsdp.bucketing", c.bucketing, parse_bucketing, "block",
+                    "How data-parallel weights share collectives: none (one all-gather and reduce-scatter per "
+                    "weight) | block (per transformer block) | auto (consecutive blocks up to --fsdp.bucket-mb)");
+  cmd.add_option("--fsdp.bucket-mb", c.bucket_mb, "auto bucketing: a bucket grows to at least this many MiB")
+      ->capture_default_str();
+  cmd.add_flag("--fsdp.cpu-offload", c.cpu_offload,
+               "Keep each rank's parameter pieces, their gradients and AdamW state in host memory (FSDP2's "
+               "CPUOffloadPolicy); they travel to the device to be gathered and computed with. The identity on the "
+               "CPU build");
+  cmd.add_option("--ep", c.ep,
+                 "Expert parallel degree (MoE flavors): the routed experts are split over this many consecutive "
+                 "dp_shard ranks, and tokens travel to their experts by all-to-all; it must divide dp_shard")
+      ->capture_default_str();
+  add_parsed_option(cmd, "--param-dtype", c.param_dtype, parse_dtype, "float32",
+                    "Mixed precision: dtype the forward computes with (float32|bfloat16)");
+  add_parsed_option(cmd, "--reduce-dtype", c.reduce_dtype, parse_dtype, "float32",
+                    "Mixed precision: dtype gradients are reduced in (float32|bfloat16)");
 }
 
 DataParallelMode data_parallel_mode(const MeshShape& s) {
@@ -100,11 +138,11 @@ Transform then(Transform first, Transform second) {
 }
 
 // torchtitan's apply_tp: hooks that move activations between the layouts the plan implies.
-void apply_tp(Transformer& model, MeshGroups& groups, const ParallelConfig& config,
+void apply_tp(Transformer& model, MeshGroups& groups, const ParallelConfig& config, int64_t seq_len,
               const std::map<std::string, const ParamLayout*>& layout_of, std::map<std::string, Transform>& weight_tp) {
   Comm& tp = *groups.tp;
   const bool sp = config.sequence_parallel;
-  const auto seq_sizes = shard_sizes(config.seq_len / groups.shape.cp, groups.shape.tp);
+  const auto seq_sizes = shard_sizes(seq_len / groups.shape.cp, groups.shape.tp);
   // Where a replicated (or sequence-sharded) activation enters a column-parallel region.
   Transform enter = sp ? Transform([&tp, seq_sizes](const torch::Tensor& x) { return tp::gather_from_tp(x, tp, 1, seq_sizes); })
                        : Transform([&tp](const torch::Tensor& x) { return tp::copy_to_tp(x, tp); });
@@ -477,7 +515,7 @@ void apply_fsdp(ParallelModel& pm, const ParallelConfig& config,
   const bool talks = shape.dp_shard_cp() > 1 || shape.dp_replicate > 1;
   std::vector<BucketUnit> units;
   if (needs_dp_function && talks)
-    units = bucket_units(model, config.bucketing, config.bucket_bytes, groups.ep_degree > 1,
+    units = bucket_units(model, config.bucketing, static_cast<int64_t>(config.bucket_mb * (1 << 20)), groups.ep_degree > 1,
                          [&config](int64_t id) { return recomputed(config.ac, id); }, layout_of, config.param_dtype);
   const auto buckets = make_buckets(units, model, groups, config);
   std::map<std::string, std::shared_ptr<BlockBucket>> bucket_of;  // weight fqn -> its bucket
@@ -531,7 +569,8 @@ void apply_fsdp(ParallelModel& pm, const ParallelConfig& config,
 
 // torchtitan's parallelize_llama: TP, then CP, EP and AC, then data parallel, each applied
 // to the model in place; the layouts come first because TP and FSDP both read them.
-std::unique_ptr<ParallelModel> parallelize(Transformer model, MeshGroups& groups, const ParallelConfig& config) {
+std::unique_ptr<ParallelModel> parallelize(Transformer model, MeshGroups& groups, const ParallelConfig& config,
+                                           int64_t seq_len) {
   const MeshShape& shape = groups.shape;
   auto pm = std::make_unique<ParallelModel>(model, groups, param_layouts(model, groups), data_parallel_mode(shape),
                                             buffer_layouts(model));
@@ -539,7 +578,7 @@ std::unique_ptr<ParallelModel> parallelize(Transformer model, MeshGroups& groups
   for (const auto& l : pm->layouts()) layout_of[l.name] = &l;
 
   std::map<std::string, Transform> weight_tp;  // what TP does to a full weight before use
-  if (shape.tp > 1) apply_tp(model, groups, config, layout_of, weight_tp);
+  if (shape.tp > 1) apply_tp(model, groups, config, seq_len, layout_of, weight_tp);
   pm->loss = loss_function(model, groups, config, layout_of);
   if (shape.cp > 1) apply_cp(model, *groups.cp, config.cp_rotate);
   if (groups.ep_degree > 1) apply_ep(model, *groups.ep);

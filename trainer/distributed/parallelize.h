@@ -17,6 +17,10 @@
 #include "model/model.h"
 #include "contract/placement.h"
 
+namespace CLI {
+class App;
+}
+
 namespace meshtrain {
 using namespace contract;  // the mesh, placement and hash names meshtrain shares with meshtest
 
@@ -30,21 +34,28 @@ enum class ActivationCheckpoint { kNone, kFull, kSelective };
 // consecutive blocks up to a size (parallelize.cpp, bucket_units).
 enum class Bucketing { kNone, kBlock, kAuto };
 
+// --mesh, --ep and how each parallelism applies its plan (--reshard-after-forward, --ac,
+// --param-dtype, --reduce-dtype, --loss-parallel, --sequence-parallel, --cp-rotate, --fsdp.*).
+// The pipeline's own options are pp::PipelineConfig's (pipeline.h).
 struct ParallelConfig {
+  std::string mesh = "dp_shard=-1";  // torchtitan's default: FSDP over the whole world (contract/mesh.h)
+  int64_t ep = 1;                    // MoE experts split over this many consecutive dp_shard ranks
   ReshardAfterForward reshard_after_forward = ReshardAfterForward::kDefault;
   ActivationCheckpoint ac = ActivationCheckpoint::kNone;
   torch::ScalarType param_dtype = torch::kFloat32;   // what forward computes with
   torch::ScalarType reduce_dtype = torch::kFloat32;  // what gradients are reduced in
   bool loss_parallel = false;      // TP: cross-entropy on vocabulary-sharded logits
   bool sequence_parallel = false;  // TP: norms and residuals sharded along the sequence
-  int64_t seq_len = 0;             // needed to split the sequence under sequence and context parallel
   cp::Rotate cp_rotate = cp::Rotate::kAllGather;  // how context-parallel attention meets other ranks' K/V
   Bucketing bucketing = Bucketing::kBlock;
   // FSDP2's CPUOffloadPolicy: each rank's pieces (and so their gradients and AdamW state)
   // stay in host memory; they are copied to the device to be gathered or computed with.
   bool cpu_offload = false;
-  int64_t bucket_bytes = 64ll << 20;  // auto bucketing: a bucket grows until it holds this much
+  double bucket_mb = 64;  // auto bucketing: a bucket grows until it holds this many MiB
 };
+
+// The options above, as meshtrain's command line spells them.
+void add_options(CLI::App& cmd, ParallelConfig& config);
 
 ReshardAfterForward parse_reshard(const std::string& s);
 ActivationCheckpoint parse_ac(const std::string& s);
@@ -93,7 +104,9 @@ class ParallelModel {
 // Applies, in torchtitan's order, tensor parallelism (apply_tp), context parallelism (apply_cp),
 // expert parallelism (apply_ep), activation checkpointing (apply_ac) and data parallelism
 // (apply_fsdp) to a model initialised with full tensors on `groups.device`.
-std::unique_ptr<ParallelModel> parallelize(Transformer model, MeshGroups& groups, const ParallelConfig& config);
+// `seq_len` is the training sequence's length, which sequence parallel splits.
+std::unique_ptr<ParallelModel> parallelize(Transformer model, MeshGroups& groups, const ParallelConfig& config,
+                                           int64_t seq_len);
 
 // Global L2 norm of all gradients: each piece's squared norm summed over the groups it
 // is sharded across, so no shard and no replica is counted twice.

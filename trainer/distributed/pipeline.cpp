@@ -1,6 +1,7 @@
 #include "distributed/pipeline.h"
 
 #include "base/faults.h"
+#include "base/options.h"
 #include "distributed/parallelize.h"
 
 #include <map>
@@ -10,6 +11,17 @@
 #include <utility>
 
 namespace meshtrain::pp {
+
+void add_options(CLI::App& cmd, PipelineConfig& c) {
+  cmd.add_option("--pp.schedule", c.schedule, "PP: gpipe | 1f1b | interleaved_1f1b")->capture_default_str();
+  cmd.add_option("--pp.microbatches", c.microbatches,
+                 "PP: microbatches per (micro-)batch; they must divide the local batch (-1: pp)")
+      ->capture_default_str();
+  cmd.add_option("--pp.virtual-stages", c.virtual_stages, "PP: stages per pp rank (-1: 2 for interleaved_1f1b, else 1)")
+      ->capture_default_str();
+  cmd.add_option("--pp.split", c.split,
+                 "PP: layers per stage, e.g. 3,2 (one entry per stage; default: as even as possible)");
+}
 
 Schedule parse_schedule(const std::string& s) {
   if (s == "gpipe") return Schedule::kGPipe;

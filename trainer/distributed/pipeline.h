@@ -14,6 +14,9 @@
 #include "distributed/comm.h"
 #include "contract/mesh.h"
 
+namespace CLI {
+class App;
+}
 namespace meshtrain {
 class ParallelModel;  // parallelize.h: the stages run a parallelized model
 }
@@ -84,6 +87,8 @@ struct PipelineConfig {
   int64_t virtual_stages = -1;  // stages per pp rank; -1: 2 for interleaved_1f1b, else 1
   std::string split;            // layers per stage, "3,2,2"; empty: as even as possible
 };
+// --pp.*: the fields above.
+void add_options(CLI::App& cmd, PipelineConfig& config);
 
 // Which pipeline stages this rank runs and how; no stages without pp.
 struct PipelinePlan {

@@ -4,6 +4,7 @@
 
 #include "base/compat.h"
 #include "base/faults.h"
+#include "base/options.h"
 
 #ifdef MESHTEST_CUDA
 #include <c10/cuda/CUDAStream.h>
@@ -145,6 +146,12 @@ Mode parse_mode(const std::string& s) {
   if (s == "scaled_mm") return Mode::kScaledMm;
   if (s == "emulate") return Mode::kEmulate;
   throw std::invalid_argument("unknown --float8 '" + s + "' (known: off, scaled_mm, emulate)");
+}
+
+void add_options(CLI::App& cmd, Float8Config& c) {
+  add_parsed_option(cmd, "--float8", c.mode, parse_mode, "off",
+                    "The transformer blocks' linear layers in float8 with dynamic per-tensor scales: off | scaled_mm "
+                    "(CUDA build: float8 GEMMs) | emulate (float8 rounding in float32, any build)");
 }
 
 torch::Tensor round_trip(const torch::Tensor& x, const torch::Tensor& scale, bool e4m3) {

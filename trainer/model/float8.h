@@ -14,11 +14,21 @@
 
 #include "model/model.h"
 
+namespace CLI {
+class App;
+}
+
 namespace meshtrain::float8 {
 
 enum class Mode { kOff, kScaledMm, kEmulate };
 // "off" | "scaled_mm" (CUDA, LibTorch 2.x) | "emulate"; throws for others.
 Mode parse_mode(const std::string& s);
+
+// --float8: the blocks' linears in float8 (`mode`), or not.
+struct Float8Config {
+  Mode mode = Mode::kOff;
+};
+void add_options(CLI::App& cmd, Float8Config& config);
 
 // x [..., K] times W [N, K]^T in float8. For scaled_mm the tokens M, K and N must be
 // multiples of 16: otherwise std::invalid_argument names `name` and the dimensions.
