@@ -280,13 +280,12 @@ int run_matrix(Selection sel, RunOptions opt, bool dry_run, int ngpu, const char
   std::fprintf(stderr, "meshtest: %zu cases on %d %s (%s), output in %s\n", plan.cases.size(), opt.devices,
                opt.backend == "nccl" ? "GPUs" : "CPU slots", opt.backend.c_str(), opt.out_dir.c_str());
   RunResult result = run_cases(plan, opt);
+  // Drift is judged before the summary, so a `drift: fail` case's failed check is in the one
+  // summary the reports show and the history records.
+  const auto drift = drift_before_recording(opt.history, result.cases, commit_of_run(opt, opt.matrices));
+  fail_drifted_cases(result.cases, drift);
   json summary = summary_json(result, opt);
-  const auto drift = record_in_history(summary, opt.history, opt.commit, opt.matrices, meshtest_version());
-  if (fail_drifted_cases(result.cases, drift)) {  // `drift: fail` cases, judged again
-    const json run_id = summary["run_id"];
-    summary = summary_json(result, opt);
-    summary["run_id"] = run_id;
-  }
+  record_in_history(summary, opt.history, opt.commit, opt.matrices, meshtest_version());
   add_history_notes(summary, drift, opt.history);
   write_summary(summary, (fs::path(opt.out_dir) / "summary.json").string());
   const int reports = render_reports(opt.out_dir, false);
@@ -323,7 +322,9 @@ int merge_runs(const std::string& out, const std::vector<std::string>& inputs, c
   // The shards recorded their runs already (through $MESHTEST_HISTORY, say): the merged run is
   // recorded only when --history asks for it, or it would count twice.
   const std::string db = history.empty() ? "" : absolute_path(history);
-  add_history_notes(merged, record_in_history(merged, db, commit, merged["matrices"].get<std::vector<std::string>>(), meshtest_version()), db);
+  const auto drift = record_in_history(merged, db, commit, merged["matrices"].get<std::vector<std::string>>(), meshtest_version());
+  say_drift(drift);
+  add_history_notes(merged, drift, db);
   write_summary(merged, (fs::path(out) / "summary.json").string());
   return render_reports(out, true);
 }

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <ctime>
 #include <functional>
@@ -165,6 +166,51 @@ std::map<std::string, double> expected_durations(const RunOptions& opt, const st
   return durations;
 }
 
+namespace {
+
+// What the history will hold of a case of this run (its status and loss curves, at `commit`, now).
+CaseRun case_run_of(const CaseOutcome& o, const std::string& commit) {
+  CaseRun run;
+  run.commit = commit;
+  run.time = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  run.status = status_name(o.status());
+  run.met = o.met_expectation();
+  for (const auto& p : o.phases) {
+    Curve loss;
+    for (const auto& point : p.curve)
+      if (std::isfinite(point.loss)) loss.emplace_back(point.step, point.loss);
+    if (!loss.empty()) run.curves[p.name + "/loss"] = std::move(loss);
+  }
+  return run;
+}
+
+}  // namespace
+
+void say_drift(const std::map<std::string, DriftFinding>& drift) {
+  for (const auto& [id, finding] : drift)
+    std::fprintf(stderr, "meshtest: drift: %s passed but left the band of its recent green runs: %s\n", id.c_str(),
+                 finding.describe().c_str());
+}
+
+std::map<std::string, DriftFinding> drift_before_recording(const std::string& path, const std::vector<CaseOutcome>& cases,
+                                                           const std::string& commit, std::FILE* log) {
+  std::map<std::string, DriftFinding> drift;
+  if (path.empty() || !std::filesystem::exists(path)) return drift;
+  try {
+    const History history(path);
+    const DriftRule rule;
+    for (const auto& o : cases) {
+      if (!o.spec || o.status() != Status::kPassed) continue;
+      const auto earlier = history.case_runs(o.spec->id, rule.window + 8, true);  // newest first
+      if (auto f = find_drift(case_run_of(o, commit), earlier, rule)) drift[o.spec->id] = *f;
+    }
+  } catch (const std::exception& e) {
+    warn_history_unusable(log, path, "drift not judged against the history", e);
+  }
+  say_drift(drift);
+  return drift;
+}
+
 // Appends the run to the history (when there is one) and returns the cases that drifted.
 std::map<std::string, DriftFinding> record_in_history(nlohmann::json& summary, const std::string& history, const std::string& commit,
                                                       const std::vector<std::string>& matrices, const std::string& version) {
@@ -175,11 +221,7 @@ std::map<std::string, DriftFinding> record_in_history(nlohmann::json& summary, c
   if (id.commit == "unknown")
     std::fprintf(stderr, "meshtest: warning: recording this run at commit 'unknown': %s is not in a git checkout, so "
                          "drift and flaky-since cannot place it among other runs; pass --commit SHA\n", repo.c_str());
-  const auto drift = record_run(history, summary, id);
-  for (const auto& [id, finding] : drift)
-    std::fprintf(stderr, "meshtest: drift: %s passed but left the band of its recent green runs: %s\n", id.c_str(),
-                 finding.describe().c_str());
-  return drift;
+  return record_run(history, summary, id);
 }
 
 // The drift notes and each case's strip of recent runs, for the reports.

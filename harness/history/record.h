@@ -61,12 +61,23 @@ std::string commit_of_run(const RunOptions& opt, const std::vector<std::string>&
 std::map<std::string, double> expected_durations(const RunOptions& opt, const std::string& durations_file,
                                                  const std::string& except_commit = "");
 
+// The cases of a run, before it is recorded, that passed yet left the band of their recent
+// green runs on other commits in the history at `history` (read only), each said on stderr.
+// `meshtest run` asks this first, so a `drift: fail` case fails (fail_drifted_cases) before the
+// summary is built and recorded: the history holds the verdict the reports show. Never throws.
+std::map<std::string, DriftFinding> drift_before_recording(const std::string& history,
+                                                           const std::vector<CaseOutcome>& cases,
+                                                           const std::string& commit, std::FILE* log = stderr);
+
 // Gives `summary` a run_id when it has none, appends the run to the history at `history` (when
-// there is one, with a warning when the commit is unknown) and returns the cases that drifted,
-// each said on stderr.
+// there is one, with a warning when the commit is unknown) and returns the cases that drifted
+// (record_run; `meshtest merge`'s notes).
 std::map<std::string, DriftFinding> record_in_history(nlohmann::json& summary, const std::string& history,
                                                       const std::string& commit, const std::vector<std::string>& matrices,
                                                       const std::string& version);
+
+// Each finding on stderr: "meshtest: drift: ID passed but left the band ...".
+void say_drift(const std::map<std::string, DriftFinding>& drift);
 
 // The drift notes and each case's strip of recent runs, for the reports (nothing without a history).
 void add_history_notes(nlohmann::json& summary, const std::map<std::string, DriftFinding>& drift, const std::string& history);

@@ -211,6 +211,43 @@ TEST_F(HistoryTest, MedianDurationsAreWhatTheSchedulerPacksBy) {
   EXPECT_DOUBLE_EQ(h.slowest(5, 1)[0].last_s, 13.0);
 }
 
+// `meshtest run` judges drift before it builds its one summary: the history is read, not
+// written. A `drift: fail` case fails by its drift check alone, and is recorded as it passed
+// (docs/history.md: drift is a verdict about the history, not fed back into it); a case that
+// failed another check as well is recorded failed.
+TEST_F(HistoryTest, DriftIsJudgedBeforeRecordingSoTheHistoryHoldsTheVerdictTheReportShows) {
+  for (int i = 0; i < 5; ++i) record_run(db_, summary({"s/a"}), at("r" + std::to_string(i), "c" + std::to_string(i), i));
+  const Suite suite = load_suite_text("suite: s\ncases:\n  - {name: a, command: [t], drift: fail}\n", "m.yaml");
+  std::vector<CaseOutcome> cases(1);
+  cases[0].spec = &suite.cases[0];
+  cases[0].checks.push_back({"exit", true});
+  cases[0].phases.push_back({});
+  cases[0].phases[0].name = "train";
+  for (int step = 1; step <= 5; ++step) cases[0].phases[0].curve.push_back({step, (7.0 - step) * 1.001, 1.0});
+  judge(cases[0]);
+  ASSERT_EQ(cases[0].status(), Status::kPassed);
+  const auto drift = drift_before_recording(db_, cases, "c10");
+  ASSERT_EQ(drift.count("s/a"), 1u);
+  EXPECT_EQ(drift.at("s/a").curve, "train/loss");
+  EXPECT_EQ(History(db_).run_count(), 5);  // read, not recorded
+  ASSERT_TRUE(fail_drifted_cases(cases, drift));
+  ASSERT_EQ(cases[0].status(), Status::kFailed);
+  json s = summary({"s/a", "s/b"}, 1.001);
+  for (auto& c : s["cases"]) {
+    c["status"] = status_name(cases[0].status()), c["met_expectation"] = false;
+    c["checks"].push_back({{"kind", "drift"}, {"passed", false}});
+  }
+  s["cases"][1]["checks"][0]["passed"] = false;  // s/b failed loss_matches too
+  History(db_).record(s, at("moved", "c10", 10));
+  EXPECT_EQ(History(db_).case_runs("s/a", 1)[0].status, "passed");
+  EXPECT_TRUE(History(db_).case_runs("s/a", 1)[0].met);
+  EXPECT_EQ(History(db_).case_runs("s/b", 1)[0].status, "failed");
+  // With no history, or one that cannot be read, nothing drifts and the run goes on.
+  EXPECT_TRUE(drift_before_recording("", cases, "c10").empty());
+  std::ofstream((dir_ / "bad.db").string()) << std::string(5000, 'x');
+  EXPECT_TRUE(drift_before_recording((dir_ / "bad.db").string(), cases, "c10", nullptr).empty());
+}
+
 // `drift: fail` (docs/history.md): a case that passed its checks but drifted fails, by a `drift`
 // check with the step, value and band; without it, and for another case, nothing changes.
 TEST_F(HistoryTest, DriftFailFailsTheCaseThatDriftedAndOnlyThatOne) {
