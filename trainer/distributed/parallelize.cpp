@@ -101,24 +101,52 @@ bool ends_with(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 
-// torchtitan's Llama TP plan as a weight's split dimension: column-parallel layers,
-// the embedding and the output layer split their rows (dim 0: output features or
-// vocabulary); row-parallel layers split their columns (dim 1); norms and the MoE router
-// are replicated (-1). Routed experts are tensor parallel too (torchtitan's ETP): w1 and w3
-// [E, Hm, D] split Hm (dim 1) like column-parallel layers, w2 [E, D, Hm] splits Hm (dim 2).
+bool is_routed_expert(const std::string& fqn) { return fqn.find(".moe.experts.") != std::string::npos; }
+
+// torchtitan's Llama TP plan, written once. In each region of a block (Megatron's column- then
+// row-parallel pair) an activation enters at `entry`'s input replicated (under sequence parallel:
+// gathered from its sequence shards), the column-parallel weights split their output features,
+// the row-parallel ones their input features, and the partial sums leave at `exit`'s output
+// (summed; under sequence parallel reduce-scattered to sequence shards). A block holds either
+// feed_forward or moe; the MoE's routed experts (torchtitan's ETP) and shared experts leave
+// together. The embedding and the output layer split the vocabulary (their rows); norms and
+// the MoE router are replicated.
+struct TpRegion {
+  std::string entry;
+  std::vector<std::string> colwise, rowwise;  // weights under `entry`, "<name>.weight"
+  std::string exit;
+};
+const std::vector<TpRegion>& tp_regions() {
+  static const std::vector<TpRegion> regions = {
+      {"attention", {"wq", "wk", "wv"}, {"wo"}, "attention.wo"},
+      {"feed_forward", {"w1", "w3"}, {"w2"}, "feed_forward.w2"},
+      {"moe", {"experts.w1", "experts.w3", "shared_experts.w1", "shared_experts.w3"},
+       {"experts.w2", "shared_experts.w2"}, "moe"},
+  };
+  return regions;
+}
+
+// The plan's split dimension of a weight (-1: replicated). Output features are dim 0 of a
+// linear [out, in] and dim 1 of the routed experts' [E, out, in]; input features the last.
 int tp_split_dim(const std::string& fqn) {
-  for (const char* colwise : {"attention.wq.weight", "attention.wk.weight", "attention.wv.weight",
-                              "feed_forward.w1.weight", "feed_forward.w3.weight", "shared_experts.w1.weight",
-                              "shared_experts.w3.weight", "tok_embeddings.weight", "output.weight"})
-    if (ends_with(fqn, colwise)) return 0;
-  for (const char* rowwise : {"attention.wo.weight", "feed_forward.w2.weight", "shared_experts.w2.weight"})
-    if (ends_with(fqn, rowwise)) return 1;
-  if (ends_with(fqn, "moe.experts.w1.weight") || ends_with(fqn, "moe.experts.w3.weight")) return 1;
-  if (ends_with(fqn, "moe.experts.w2.weight")) return 2;
+  if (ends_with(fqn, "tok_embeddings.weight") || ends_with(fqn, "output.weight")) return 0;
+  const int out_features = is_routed_expert(fqn) ? 1 : 0;
+  for (const TpRegion& region : tp_regions()) {
+    for (const auto& w : region.colwise)
+      if (ends_with(fqn, "." + region.entry + "." + w + ".weight")) return out_features;
+    for (const auto& w : region.rowwise)
+      if (ends_with(fqn, "." + region.entry + "." + w + ".weight")) return out_features + 1;
+  }
   return -1;
 }
 
-bool is_routed_expert(const std::string& fqn) { return fqn.find(".moe.experts.") != std::string::npos; }
+// The hooks of the module at `path` under `block`; none when the block has no such module.
+ModuleHooks* hooks_at(TransformerBlockImpl& block, const std::string& path) {
+  for (const auto& item : block.named_modules("", /*include_self=*/false))
+    if (item.key() == path)
+      if (auto* m = dynamic_cast<HookedModule*>(item.value().get())) return &m->hooks;
+  return nullptr;
+}
 
 torch::Tensor slice(const torch::Tensor& t, const Chunk& c) {
   auto out = t;
@@ -161,20 +189,17 @@ void apply_tp(Transformer& model, MeshGroups& groups, const ParallelConfig& conf
   }
   for (int64_t id : model->layer_ids()) {
     auto block = model->block(id);
-    block->attention->hooks.input = enter;
-    block->attention->wo->hooks.output = leave;
-    if (block->moe) {  // routed and shared experts' partial sums leave together
-      block->moe->hooks.input = enter;
-      block->moe->hooks.output = leave;
-      // Every tp rank routes the same tokens, but the router's output weights the experts'
-      // partial sums: its gradient is partial, summed over tp.
+    for (const TpRegion& region : tp_regions())
+      if (ModuleHooks* entry = hooks_at(*block, region.entry)) {
+        entry->input = enter;
+        hooks_at(*block, region.exit)->output = leave;
+      }
+    // Every tp rank routes the same tokens, but the router's output weights the experts'
+    // partial sums: its gradient is partial, summed over tp.
+    if (block->moe)
       weight_tp["layers." + std::to_string(id) + ".moe.router.weight"] = [&tp](const torch::Tensor& w) {
         return tp::copy_to_tp(w, tp);
       };
-    } else {
-      block->feed_forward->hooks.input = enter;
-      block->feed_forward->w2->hooks.output = leave;
-    }
   }
   if (model->output) {
     model->output->hooks.input = enter;

@@ -50,14 +50,18 @@ struct ModuleHooks {
   torch::Tensor out(const torch::Tensor& y) const { return output ? output(y) : y; }
 };
 
+// A module a parallel style may attach hooks to (found by name: parallelize.cpp's plans).
+struct HookedModule : torch::nn::Module {
+  ModuleHooks hooks;
+};
+
 // A module with one parameter, `weight`, that a parallelism may parametrize (as
 // torch.nn.utils.parametrize does): the registered tensor stays what is stored and
 // checkpointed (under FSDP, this rank's shard), and `parametrization`, if set, maps it
 // to the tensor the forward computes with (under FSDP, the all-gathered weight).
-struct WeightModule : torch::nn::Module {
+struct WeightModule : HookedModule {
   torch::Tensor weight;
   std::function<torch::Tensor(const torch::Tensor&)> parametrization;
-  ModuleHooks hooks;
   torch::Tensor compute_weight() const { return parametrization ? parametrization(weight) : weight; }
 };
 
@@ -86,11 +90,10 @@ struct EmbeddingImpl : WeightModule {
 };
 TORCH_MODULE(Embedding);
 
-struct AttentionImpl : torch::nn::Module {
+struct AttentionImpl : HookedModule {
   explicit AttentionImpl(const ModelArgs& args);
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
   int64_t head_dim;
-  ModuleHooks hooks;
   // gqa_attention unless set: context parallelism replaces it with attention whose keys
   // and values include other ranks' tokens (same shapes in and out).
   std::function<torch::Tensor(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v)> core;
@@ -98,11 +101,10 @@ struct AttentionImpl : torch::nn::Module {
 };
 TORCH_MODULE(Attention);
 
-struct FeedForwardImpl : torch::nn::Module {
+struct FeedForwardImpl : HookedModule {
   explicit FeedForwardImpl(const ModelArgs& args);
   FeedForwardImpl(int64_t dim, int64_t hidden);
   torch::Tensor forward(const torch::Tensor& x);
-  ModuleHooks hooks;
   Linear w1{nullptr}, w2{nullptr}, w3{nullptr};
 };
 TORCH_MODULE(FeedForward);
@@ -121,10 +123,10 @@ TORCH_MODULE(ExpertWeight);
 // host sync (torchtitan's grouped_mm path); elsewhere a loop of matmuls, which reads the
 // counts on the host (torchtitan's for-loop path, and the reference the tests hold the
 // grouped one to).
-struct GroupedExpertsImpl : torch::nn::Module {
+// Its hooks: where a data-parallel bucket of the expert weights enters and exits.
+struct GroupedExpertsImpl : HookedModule {
   GroupedExpertsImpl(int64_t experts, int64_t dim, int64_t hidden);
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& counts);
-  ModuleHooks hooks;  // a data-parallel bucket of the expert weights enters and exits here
   ExpertWeight w1{nullptr}, w2{nullptr}, w3{nullptr};
 };
 TORCH_MODULE(GroupedExperts);
@@ -134,14 +136,13 @@ TORCH_MODULE(GroupedExperts);
 // summed, and a shared expert (a FeedForward) sees every token. Balancing is auxiliary-loss
 // free: top-k ranks scores + expert_bias while the weights use the scores alone, and
 // update_expert_bias() moves the bias toward an even load after each optimizer step.
-struct MoEImpl : torch::nn::Module {
+struct MoEImpl : HookedModule {
   explicit MoEImpl(const ModelArgs& args);
   torch::Tensor forward(const torch::Tensor& x);  // [B, T, D] -> [B, T, D]
   // Moves expert_bias by `speed` toward the mean load, from `tokens` [E] routed to each
   // expert since the last update (summed over the ranks that saw different tokens).
   void update_expert_bias(const torch::Tensor& tokens, double speed);
   int64_t top_k;
-  ModuleHooks hooks;
   // How tokens grouped by expert reach the experts and come back: the experts held here
   // unless set (expert parallel sends them to the ranks holding their experts).
   std::function<torch::Tensor(const torch::Tensor& x, const torch::Tensor& counts)> route;
@@ -153,14 +154,14 @@ struct MoEImpl : torch::nn::Module {
 };
 TORCH_MODULE(MoE);
 
-struct TransformerBlockImpl : torch::nn::Module {
+// Its hooks: around each run of the body (forward, and the recompute in backward).
+struct TransformerBlockImpl : HookedModule {
   TransformerBlockImpl(const ModelArgs& args, int64_t layer_id);
   // With `recompute` set (activation checkpointing), forward keeps only its input for
   // backward and runs the block again there; anything the block gathered is freed.
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
   torch::Tensor body(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
   bool recompute = false;
-  ModuleHooks hooks;  // around each run of the body (forward, and the recompute in backward)
   Attention attention{nullptr};
   FeedForward feed_forward{nullptr};  // dense layers
   MoE moe{nullptr};                   // MoE layers (ModelArgs::is_moe_layer), instead
