@@ -1,6 +1,6 @@
 # Sourced by ci/main.sh and ci/test.sh: `stage NAME COMMAND...` runs COMMAND and appends
 # "NAME<TAB>SECONDS<TAB>EXIT" to $MESHTEST_STAGES (default build/ci-stages.tsv), which
-# ci/stage-table.sh prints as .ci/run's closing table. Returns COMMAND's exit status.
+# ci/stage-table.py prints as .ci/run's closing table. Returns COMMAND's exit status.
 MESHTEST_STAGES=${MESHTEST_STAGES:-$PWD/build/ci-stages.tsv}
 export MESHTEST_STAGES
 stage() {

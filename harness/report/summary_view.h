@@ -2,7 +2,7 @@
 // Markdown): plain structs filled once from the JSON. Reading is lenient, because a report
 // must render whatever a summary holds (an old format, a hand-edited file, a fuzzer's):
 // a missing or mistyped field becomes its default and nothing here throws. Which fields
-// mean what is in docs/summary-json.md.
+// mean what is in docs/matrix.md ("summary.json").
 #pragma once
 
 #include <nlohmann/json.hpp>

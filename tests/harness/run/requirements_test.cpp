@@ -1,4 +1,4 @@
-// `requires:` (harness/requirements.h): the schema and its errors with file:line:col, probes
+// `requires:` (harness/run/requirements.h): the schema and its errors with file:line:col, probes
 // run as real processes (sh, true, false, python3) once per distinct probe, unmet ones
 // skipping their case and the cases judged against it, and the run's reports carrying the
 // reason. Also --skip-tag, which shares the skipping.
