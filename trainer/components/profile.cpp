@@ -2,6 +2,7 @@
 
 #include "base/options.h"
 
+#include <set>
 #include <stdexcept>
 #include <utility>
 
