@@ -31,7 +31,6 @@ constexpr size_t kTextCap = 16 * 1024;        // messages and check details
 constexpr size_t kReproCap = 4096;
 constexpr size_t kLogReadBytes = 64 * 1024;   // read from the end of a log, at most
 constexpr size_t kLogShownCap = 32 * 1024;    // shown of those, at most
-constexpr int kLogLines = 50;
 constexpr int kMaxRankLinks = 256;            // per phase
 constexpr size_t kMaxAttentionLinks = 200;
 
@@ -257,12 +256,12 @@ std::string earlier_attempts(const CaseView& c) {
 std::string log_tail(const CaseView& c, const Page& page) {
   const std::string& path = c.failing_log;
   if (path.empty()) return "";
-  const std::string title = "<h4>Last " + std::to_string(kLogLines) + " lines of <a href=\"" + file_href(path, page.base) +
+  const std::string title = "<h4>Last " + std::to_string(kLogTailLines) + " lines of <a href=\"" + file_href(path, page.base) +
                             "\">" + esc(path) + "</a></h4>";
   std::error_code ec;
   if (!fs::is_regular_file(path, ec))
     return title + "<p class=\"gone\">The log is gone (its folder was removed or moved since the run).</p>";
-  return title + "<pre class=\"log\">" + esc(tail_of_file(path, kLogLines, kLogReadBytes), kLogShownCap) + "</pre>";
+  return title + "<pre class=\"log\">" + esc(tail_of_file(path, kLogTailLines, kLogReadBytes), kLogShownCap) + "</pre>";
 }
 
 std::string case_section(const CaseView& c, size_t index, const Page& page) {

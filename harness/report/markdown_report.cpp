@@ -12,7 +12,7 @@ namespace meshtest {
 namespace {
 
 constexpr size_t kReasonCap = 300;
-constexpr size_t kReproCap = 1000;
+constexpr size_t kMarkdownReproCap = 1000;
 
 // Valid UTF-8 without control characters, on one line: a newline would end a list item.
 std::string one_line(const std::string& raw, size_t cap) {
@@ -69,7 +69,7 @@ std::string counts_table(const std::vector<std::pair<std::string, int>>& counts)
 std::string case_item(const CaseView& c) {
   std::string out = "- **" + md_text(c.id, kReasonCap) + "** (" + md_text(c.status, 64) + "): " +
                     md_text(c.reason, kReasonCap) + "\n";
-  if (!c.repro.empty()) out += "  " + md_code(c.repro, kReproCap) + "\n";
+  if (!c.repro.empty()) out += "  " + md_code(c.repro, kMarkdownReproCap) + "\n";
   return out;
 }
 

@@ -22,7 +22,6 @@ namespace {
 constexpr size_t kMessageCap = 500;         // attribute: one line
 constexpr size_t kBodyCap = 64 * 1024;      // failure body
 constexpr size_t kOutputCap = 256 * 1024;   // system-out per case
-constexpr int kLogLines = 50;
 
 std::string seconds(double s) {
   char buf[32];
@@ -98,8 +97,8 @@ std::string case_output(const CaseView& c) {
     out += "earlier attempt failed: " + a.reason + " (log " + a.failing_log + ")\n";
   const std::string& log = c.failing_log;
   if (element_of(c) == JunitElement::kFailure || element_of(c) == JunitElement::kError) {
-    out += "\n---- last " + std::to_string(kLogLines) + " lines of " + log + " ----\n" +
-           tail_of_file(log, kLogLines, 4 * kOutputCap);
+    out += "\n---- last " + std::to_string(kLogTailLines) + " lines of " + log + " ----\n" +
+           tail_of_file(log, kLogTailLines, 4 * kOutputCap);
     if (!out.empty() && out.back() != '\n') out += "\n";
     out += "[[ATTACHMENT|" + (log.empty() ? std::string() : fs::absolute(log).string()) + "]]\n";
   }

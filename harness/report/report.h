@@ -10,6 +10,9 @@
 
 namespace meshtest {
 
+// Every report shows the last this many lines of a failed case's log.
+constexpr int kLogTailLines = 50;
+
 // junit.xml: testsuites > one testsuite per matrix suite > one testcase per case. Both XML
 // writers throw std::runtime_error for a case without a verdict (summary format 1) and
 // std::invalid_argument for an unknown verdict kind: a case's element is never guessed.

@@ -47,14 +47,6 @@ std::string find_program(const std::string& name) {
   return found.string();
 }
 
-// Runs in the forked child before exec: die with meshtest rather than outlive it.
-struct DieWithParent {
-  template <class Executor>
-  void operator()(Executor&) const {
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-  }
-};
-
 // What every launcher gives a rank: meshtest's environment, `extra` on top, then
 // torchrun's variables for `place` and, with a log folder, the rank's files in it.
 // set()/get(), never operator[]/find()/count(): Boost 1.74's find compares key= with
@@ -295,6 +287,8 @@ std::optional<std::string> past_timeout(double timeout_s, double elapsed_s, Laun
 }
 
 void become_subreaper() { ::prctl(PR_SET_CHILD_SUBREAPER, 1); }
+
+void die_with_parent() { ::prctl(PR_SET_PDEATHSIG, SIGKILL); }
 
 int sweep_orphans(const std::set<pid_t>& tracked) {
   const pid_t self = ::getpid();

@@ -35,6 +35,14 @@ struct LaunchSpec {
   std::string case_id;    // the case this phase belongs to (a batch launcher's allocation)
 };
 
+// Boost.Process's on_exec_setup handler for every program meshtest starts: the forked child
+// dies with meshtest (PR_SET_PDEATHSIG, SIGKILL) rather than outlive it.
+void die_with_parent();
+struct DieWithParent {
+  template <class Executor>
+  void operator()(Executor&) const { die_with_parent(); }
+};
+
 // Where one rank sits in a launch, in torchrun's terms.
 struct RankPlace {
   int rank = 0;

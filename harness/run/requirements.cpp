@@ -4,7 +4,6 @@
 #include <boost/process/extend.hpp>
 
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -57,14 +56,6 @@ for op, want in zip(sys.argv[2::2], sys.argv[3::2]):
     if not ok:
         sys.exit("%s %s is not %s%s" % (name, version, op, want))
 )py";
-
-// Runs in the forked child before exec: die with meshtest rather than outlive it.
-struct DieWithParent {
-  template <class Executor>
-  void operator()(Executor&) const {
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-  }
-};
 
 // A program as a probe names it: a path with a '/' is relative to the matrix file's folder, a
 // bare name is looked up on PATH. "" and `why` when there is no such program.
