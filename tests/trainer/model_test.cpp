@@ -2,8 +2,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <set>
+#include <sstream>
 
 #include "base/compat.h"
+#include "contract/model_names.h"
 #include "model/model.h"
 
 using namespace meshtrain;
@@ -145,6 +148,25 @@ TEST(Transformer, TorchtitanParameterNames) {
   int64_t count = 0;
   for (const auto& p : model->parameters()) count += p.numel();
   EXPECT_EQ(count, model->args.num_parameters());
+}
+
+// Every name in every parameter path is one of contract/model_names.h (or a layer id), so the TP
+// plan, the buckets and the HF mapping, which find weights by those names, miss none.
+TEST(Transformer, EveryParameterPathIsSpelledByTheContractsNames) {
+  namespace n = contract::model_names;
+  const std::set<std::string> known = {
+      n::kEmbedding, n::kLayers, n::kNorm,  n::kOutput, n::kAttentionNorm, n::kAttention, n::kFfnNorm,
+      n::kFeedForward, n::kMoe, n::kWq,   n::kWk,     n::kWv,             n::kWo,        n::kW1,
+      n::kW2,         n::kW3,  n::kRouter, n::kExperts, n::kSharedExperts, n::kWeight};
+  for (const char* flavor : {"tiny", "tiny_moe"}) {
+    Transformer model(model_flavor(flavor));
+    for (const auto& p : model->named_parameters()) {
+      std::stringstream parts(p.key());
+      for (std::string name; std::getline(parts, name, '.');)
+        EXPECT_TRUE(known.count(name) || name.find_first_not_of("0123456789") == std::string::npos)
+            << flavor << ": '" << name << "' in " << p.key() << " is not in contract/model_names.h";
+    }
+  }
 }
 
 TEST(Transformer, InitDependsOnSeedOnlyAndFollowsTorchtitanScales) {

@@ -18,6 +18,7 @@
 #include <atomic>
 
 #include "contract/hash.h"
+#include "contract/model_names.h"
 #include "components/outputs.h"
 #include "contract/placement.h"
 #include "distributed/parallelize.h"
@@ -313,9 +314,10 @@ std::string CheckpointReader::step_dir(int64_t step) const { return config_.fold
 
 std::string CheckpointReader::saved_key(const std::string& key) const {
   if (!injected(Fault::kKeysRenamed)) return styled_key(key);
-  std::string renamed = styled_key(key);
-  const auto at = renamed.find("tok_embeddings");
-  return at == std::string::npos ? renamed : renamed.replace(at, 14, "tok_embedding");
+  std::string renamed = styled_key(key);  // "tok_embeddings" loses its last letter
+  const std::string_view embedding = contract::model_names::kEmbedding;
+  const auto at = renamed.find(embedding);
+  return at == std::string::npos ? renamed : renamed.replace(at, embedding.size(), embedding.substr(0, embedding.size() - 1));
 }
 
 std::string CheckpointReader::styled_key(const std::string& canonical) const {

@@ -71,8 +71,7 @@ void ckpt_consolidate(const std::string& step_dir, const std::string& out_path, 
       const std::string fqn = t.key.substr(6);
       auto w = stored(t);
       dtype = w.scalar_type();
-      if (fqn.find("attention.wq.") != std::string::npos || fqn.find("attention.wk.") != std::string::npos)
-        w = hf::to_half_split_rope(w, a.head_dim());
+      if (hf::is_rope_rotated(fqn)) w = hf::to_half_split_rope(w, a.head_dim());
       out.emplace_back(hf::name_of(fqn), w);
     }
     std::ofstream(fs::path(out_path).parent_path() / "config.json") << hf::config_json(a, dtype).dump(2) << "\n";

@@ -11,20 +11,19 @@
 #include <stdexcept>
 
 #include "contract/checkpoint_format.h"
+#include "contract/model_names.h"
 #include "base/faults.h"
 
 namespace meshtrain::hf {
 
 namespace fs = std::filesystem;
+namespace names = contract::model_names;
 using nlohmann::json;
 
 namespace {
 
 [[noreturn]] void fail(const std::string& what) { throw std::runtime_error(what); }
 
-bool is_rope_rotated(const std::string& fqn) {
-  return fqn.find("attention.wq.") != std::string::npos || fqn.find("attention.wk.") != std::string::npos;
-}
 
 struct DtypeInfo {
   const char* name;
@@ -121,19 +120,34 @@ std::string shape_text(const std::vector<int64_t>& shape) {
 
 std::string name_of(std::string fqn) {
   fqn = contract::canonical_key(fqn);  // parametrize-style keys name the same weights
+  using names::path;
+  // meshtrain's module paths and transformers' (LlamaForCausalLM): the model's ends, a layer's parts.
+  static const std::vector<std::pair<std::string, std::string>> ends = {
+      {path({names::kEmbedding, names::kWeight}), "model.embed_tokens.weight"},
+      {path({names::kNorm, names::kWeight}), "model.norm.weight"},
+      {path({names::kOutput, names::kWeight}), "lm_head.weight"}};
   static const std::vector<std::pair<std::string, std::string>> parts = {
-      {"attention.wq.", "self_attn.q_proj."},     {"attention.wk.", "self_attn.k_proj."},
-      {"attention.wv.", "self_attn.v_proj."},     {"attention.wo.", "self_attn.o_proj."},
-      {"feed_forward.w1.", "mlp.gate_proj."},     {"feed_forward.w2.", "mlp.down_proj."},
-      {"feed_forward.w3.", "mlp.up_proj."},       {"attention_norm.", "input_layernorm."},
-      {"ffn_norm.", "post_attention_layernorm."}};
-  if (fqn == "tok_embeddings.weight") return "model.embed_tokens.weight";
-  if (fqn == "norm.weight") return "model.norm.weight";
-  if (fqn == "output.weight") return "lm_head.weight";
-  for (const auto& [from, to] : parts)
-    if (auto at = fqn.find(from); at != std::string::npos && fqn.rfind("layers.", 0) == 0)
-      return "model." + fqn.replace(at, from.size(), to);
+      {path({names::kAttention, names::kWq}), "self_attn.q_proj"},
+      {path({names::kAttention, names::kWk}), "self_attn.k_proj"},
+      {path({names::kAttention, names::kWv}), "self_attn.v_proj"},
+      {path({names::kAttention, names::kWo}), "self_attn.o_proj"},
+      {path({names::kFeedForward, names::kW1}), "mlp.gate_proj"},
+      {path({names::kFeedForward, names::kW2}), "mlp.down_proj"},
+      {path({names::kFeedForward, names::kW3}), "mlp.up_proj"},
+      {names::kAttentionNorm, "input_layernorm"},
+      {names::kFfnNorm, "post_attention_layernorm"}};
+  for (const auto& [from, to] : ends)
+    if (fqn == from) return to;
+  if (fqn.rfind(std::string(names::kLayers) + ".", 0) == 0)
+    for (const auto& [from, to] : parts)
+      if (auto at = fqn.find("." + from + "."); at != std::string::npos)
+        return "model." + fqn.replace(at + 1, from.size(), to);
   fail("no Hugging Face name for parameter '" + fqn + "'");
+}
+
+bool is_rope_rotated(const std::string& fqn) {
+  return names::goes_through(fqn, names::path({names::kAttention, names::kWq})) ||
+         names::goes_through(fqn, names::path({names::kAttention, names::kWk}));
 }
 
 int64_t rope_row(int64_t row, int64_t head_dim) {

@@ -23,6 +23,9 @@ namespace meshtrain::hf {
 // "model.layers.0.self_attn.q_proj.weight"); throws for a parameter it has no name for.
 std::string name_of(std::string fqn);
 
+// Whether the parameter is attention's wq or wk, whose rows rotary embedding pairs differently
+// in meshtrain (interleaved, as torchtitan) and in transformers (half split).
+bool is_rope_rotated(const std::string& fqn);
 // Row `row` of meshtrain's wq or wk holds what row rope_row(row, head_dim) of transformers'
 // holds: within each head, pair i's two rows 2i and 2i+1 go to i and i + head_dim/2.
 int64_t rope_row(int64_t row, int64_t head_dim);

@@ -1,6 +1,7 @@
 #include "distributed/parallelize.h"
 
 #include "base/faults.h"
+#include "contract/model_names.h"
 #include "distributed/block_bucket.h"
 #include "distributed/mappings.h"
 #include "distributed/offload.h"
@@ -11,6 +12,7 @@
 #include <stdexcept>
 
 namespace meshtrain {
+using namespace contract::model_names;  // the TP plan and the buckets name the model's weights
 
 DataParallelMode data_parallel_mode(const MeshShape& s) {
   if (s.dp_replicate > 1 && s.dp_shard_cp() > 1) return DataParallelMode::kHybridShard;
@@ -36,7 +38,7 @@ bool ends_with(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 
-bool is_routed_expert(const std::string& fqn) { return fqn.find(".moe.experts.") != std::string::npos; }
+bool is_routed_expert(const std::string& fqn) { return goes_through(fqn, path({kMoe, kExperts})); }
 
 // torchtitan's Llama TP plan, written once. In each region of a block (Megatron's column- then
 // row-parallel pair) an activation enters at `entry`'s input replicated (under sequence parallel:
@@ -53,10 +55,12 @@ struct TpRegion {
 };
 const std::vector<TpRegion>& tp_regions() {
   static const std::vector<TpRegion> regions = {
-      {"attention", {"wq", "wk", "wv"}, {"wo"}, "attention.wo"},
-      {"feed_forward", {"w1", "w3"}, {"w2"}, "feed_forward.w2"},
-      {"moe", {"experts.w1", "experts.w3", "shared_experts.w1", "shared_experts.w3"},
-       {"experts.w2", "shared_experts.w2"}, "moe"},
+      {kAttention, {kWq, kWk, kWv}, {kWo}, path({kAttention, kWo})},
+      {kFeedForward, {kW1, kW3}, {kW2}, path({kFeedForward, kW2})},
+      {kMoe,
+       {path({kExperts, kW1}), path({kExperts, kW3}), path({kSharedExperts, kW1}), path({kSharedExperts, kW3})},
+       {path({kExperts, kW2}), path({kSharedExperts, kW2})},
+       kMoe},
   };
   return regions;
 }
@@ -64,21 +68,21 @@ const std::vector<TpRegion>& tp_regions() {
 // The plan's split dimension of a weight (-1: replicated). Output features are dim 0 of a
 // linear [out, in] and dim 1 of the routed experts' [E, out, in]; input features the last.
 int tp_split_dim(const std::string& fqn) {
-  if (ends_with(fqn, "tok_embeddings.weight") || ends_with(fqn, "output.weight")) return 0;
+  if (goes_through(fqn, path({kEmbedding, kWeight})) || goes_through(fqn, path({kOutput, kWeight}))) return 0;
   const int out_features = is_routed_expert(fqn) ? 1 : 0;
   for (const TpRegion& region : tp_regions()) {
     for (const auto& w : region.colwise)
-      if (ends_with(fqn, "." + region.entry + "." + w + ".weight")) return out_features;
+      if (goes_through(fqn, path({region.entry, w, kWeight}))) return out_features;
     for (const auto& w : region.rowwise)
-      if (ends_with(fqn, "." + region.entry + "." + w + ".weight")) return out_features + 1;
+      if (goes_through(fqn, path({region.entry, w, kWeight}))) return out_features + 1;
   }
   return -1;
 }
 
-// The hooks of the module at `path` under `block`; none when the block has no such module.
-ModuleHooks* hooks_at(TransformerBlockImpl& block, const std::string& path) {
+// The hooks of the module at `module_path` under `block`; none when the block has no such module.
+ModuleHooks* hooks_at(TransformerBlockImpl& block, const std::string& module_path) {
   for (const auto& item : block.named_modules("", /*include_self=*/false))
-    if (item.key() == path)
+    if (item.key() == module_path)
       if (auto* m = dynamic_cast<HookedModule*>(item.value().get())) return &m->hooks;
   return nullptr;
 }
@@ -116,7 +120,7 @@ void apply_tp(Transformer& model, MeshGroups& groups, const ParallelConfig& conf
                        : Transform([&tp](const torch::Tensor& y) { return tp::reduce_from_tp(y, tp); });
 
   if (model->tok_embeddings) {  // a pipeline stage may not hold it
-    const int64_t vocab_start = first_split_start(*layout_of.at("tok_embeddings.weight"));
+    const int64_t vocab_start = first_split_start(*layout_of.at(path({kEmbedding, kWeight})));
     model->tok_embeddings->lookup = [vocab_start](const torch::Tensor& ids, const torch::Tensor& w) {
       return tp::masked_embedding(ids, w, vocab_start);
     };
@@ -132,13 +136,13 @@ void apply_tp(Transformer& model, MeshGroups& groups, const ParallelConfig& conf
     // Every tp rank routes the same tokens, but the router's output weights the experts'
     // partial sums: its gradient is partial, summed over tp.
     if (block->moe)
-      weight_tp["layers." + std::to_string(id) + ".moe.router.weight"] = [&tp](const torch::Tensor& w) {
+      weight_tp[path({layer(id), kMoe, kRouter, kWeight})] = [&tp](const torch::Tensor& w) {
         return tp::copy_to_tp(w, tp);
       };
   }
   if (model->output) {
     model->output->hooks.input = enter;
-    const ParamLayout& out = *layout_of.at("output.weight");
+    const ParamLayout& out = *layout_of.at(path({kOutput, kWeight}));
     const auto vocab_sizes = shard_sizes(out.global_shape[0], groups.shape.tp);
     if (!config.loss_parallel)
       model->output->hooks.output = [&tp, vocab_sizes](const torch::Tensor& y) {
@@ -227,33 +231,34 @@ std::vector<BucketUnit> bucket_units(Transformer& model, Bucketing mode, int64_t
         out.push_back(item.key());
     return out;
   };
-  auto one_weight = [&](const std::string& path, WeightModule& m, int64_t layer) {
-    units.push_back({{path + ".weight"}, &m.hooks, &m.hooks, layer, layer});
+  auto one_weight = [&](const std::string& module, WeightModule& m, int64_t layer_id) {
+    units.push_back({{path({module, kWeight})}, &m.hooks, &m.hooks, layer_id, layer_id});
   };
-  if (model->tok_embeddings) one_weight("tok_embeddings", *model->tok_embeddings, -1);
+  if (model->tok_embeddings) one_weight(kEmbedding, *model->tok_embeddings, -1);
   for (int64_t id : model->layer_ids()) {
     auto block = model->block(id);
-    const std::string at = "layers." + std::to_string(id) + ".";
+    const std::string at = layer(id);
     if (mode == Bucketing::kNone) {  // forward order: attention, then feed-forward or MoE
-      one_weight(at + "attention_norm", *block->attention_norm, id);
-      for (auto [name, linear] : {std::pair{"wq", block->attention->wq}, {"wk", block->attention->wk},
-                                  {"wv", block->attention->wv}, {"wo", block->attention->wo}})
-        one_weight(at + "attention." + name, *linear, id);
-      one_weight(at + "ffn_norm", *block->ffn_norm, id);
+      one_weight(path({at, kAttentionNorm}), *block->attention_norm, id);
+      for (auto [name, linear] : {std::pair{kWq, block->attention->wq}, {kWk, block->attention->wk},
+                                  {kWv, block->attention->wv}, {kWo, block->attention->wo}})
+        one_weight(path({at, kAttention, name}), *linear, id);
+      one_weight(path({at, kFfnNorm}), *block->ffn_norm, id);
       if (auto moe = block->moe) {
-        one_weight(at + "moe.router", *moe->router, id);
+        one_weight(path({at, kMoe, kRouter}), *moe->router, id);
         if (!expert_parallel)
-          units.push_back({weights_under(at + "moe.experts.", true), &moe->experts->hooks, &moe->experts->hooks, id, id});
+          units.push_back({weights_under(path({at, kMoe, kExperts}) + ".", true), &moe->experts->hooks,
+                           &moe->experts->hooks, id, id});
         auto& shared = moe->shared_experts;
-        for (auto [name, linear] : {std::pair{"w1", shared->w1}, {"w3", shared->w3}, {"w2", shared->w2}})
-          one_weight(at + "moe.shared_experts." + name, *linear, id);
+        for (auto [name, linear] : {std::pair{kW1, shared->w1}, {kW3, shared->w3}, {kW2, shared->w2}})
+          one_weight(path({at, kMoe, kSharedExperts, name}), *linear, id);
       } else {
         auto& ffn = block->feed_forward;
-        for (auto [name, linear] : {std::pair{"w1", ffn->w1}, {"w3", ffn->w3}, {"w2", ffn->w2}})
-          one_weight(at + "feed_forward." + name, *linear, id);
+        for (auto [name, linear] : {std::pair{kW1, ffn->w1}, {kW3, ffn->w3}, {kW2, ffn->w2}})
+          one_weight(path({at, kFeedForward, name}), *linear, id);
       }
     } else {
-      BucketUnit block_unit{weights_under(at, !expert_parallel), &block->hooks, &block->hooks, id, id};
+      BucketUnit block_unit{weights_under(at + ".", !expert_parallel), &block->hooks, &block->hooks, id, id};
       auto bytes = [&](const BucketUnit& u) {
         int64_t n = 0;
         for (const auto& w : u.weights) {
@@ -276,7 +281,7 @@ std::vector<BucketUnit> bucket_units(Transformer& model, Bucketing mode, int64_t
       }
     }
     if (expert_parallel && block->moe) {
-      BucketUnit experts{weights_under(at + "moe.experts.", true), &block->moe->experts->hooks,
+      BucketUnit experts{weights_under(path({at, kMoe, kExperts}) + ".", true), &block->moe->experts->hooks,
                          &block->moe->experts->hooks, id, id};
       experts.linked = false;
       expert_units.push_back(experts);
@@ -285,10 +290,11 @@ std::vector<BucketUnit> bucket_units(Transformer& model, Bucketing mode, int64_t
   if (model->output) {
     const int64_t head = model->args.n_layers;
     if (mode == Bucketing::kNone) {
-      one_weight("norm", *model->norm, head);
-      one_weight("output", *model->output, head);
+      one_weight(kNorm, *model->norm, head);
+      one_weight(kOutput, *model->output, head);
     } else {
-      units.push_back({{"norm.weight", "output.weight"}, &model->norm->hooks, &model->output->hooks, head, head});
+      units.push_back({{path({kNorm, kWeight}), path({kOutput, kWeight})}, &model->norm->hooks, &model->output->hooks,
+                       head, head});
     }
   }
   units.insert(units.end(), expert_units.begin(), expert_units.end());
@@ -359,7 +365,7 @@ std::function<torch::Tensor(const torch::Tensor&, const torch::Tensor&)> loss_fu
     Transformer& model, MeshGroups& groups, const ParallelConfig& config,
     const std::map<std::string, const ParamLayout*>& layout_of) {
   if (groups.shape.tp > 1 && config.loss_parallel && model->output) {
-    const int64_t vocab_start = first_split_start(*layout_of.at("output.weight"));
+    const int64_t vocab_start = first_split_start(*layout_of.at(path({kOutput, kWeight})));
     return [&tp = *groups.tp, vocab_start](const torch::Tensor& logits, const torch::Tensor& targets) {
       return tp::vocab_parallel_cross_entropy(logits.flatten(0, 1).to(torch::kFloat32), targets.flatten(), tp,
                                               vocab_start);
@@ -490,7 +496,7 @@ void apply_fsdp(ParallelModel& pm, const ParallelConfig& config,
   for (const auto& item : model->named_modules()) {
     auto* wm = dynamic_cast<WeightModule*>(item.value().get());
     if (wm == nullptr) continue;
-    const std::string fqn = item.key() + ".weight";
+    const std::string fqn = path({item.key(), kWeight});
     const ParamLayout* layout = layout_of.at(fqn);
     // Keep only this rank's piece between steps: the full tensor is dropped here.
     if (!layout->splits.empty()) wm->weight.set_data(slice(wm->weight, layout->chunk));

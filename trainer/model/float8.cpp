@@ -5,6 +5,7 @@
 #include "base/compat.h"
 #include "base/faults.h"
 #include "base/options.h"
+#include "contract/model_names.h"
 
 #ifdef MESHTEST_CUDA
 #include <c10/cuda/CUDAStream.h>
@@ -189,8 +190,9 @@ void convert(Transformer& model, Mode mode) {
       auto* linear_module = dynamic_cast<LinearImpl*>(item.value().get());
       // The MoE router stays in high precision (as torchao and torchtitan leave it): its
       // logits decide each token's experts, and its E outputs need not be a multiple of 16.
-      if (linear_module == nullptr || item.key() == "moe.router") continue;
-      linear_module->product = [mode, name = "layers." + std::to_string(id) + "." + item.key()](
+      namespace names = contract::model_names;
+      if (linear_module == nullptr || item.key() == names::path({names::kMoe, names::kRouter})) continue;
+      linear_module->product = [mode, name = names::path({names::layer(id), item.key()})](
                                    const torch::Tensor& x, const torch::Tensor& w) { return linear(x, w, mode, name); };
     }
   }

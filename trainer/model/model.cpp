@@ -2,6 +2,7 @@
 
 #include "base/compat.h"
 #include "contract/hash.h"
+#include "contract/model_names.h"
 
 #include <algorithm>
 #include <cmath>
@@ -9,6 +10,7 @@
 
 namespace meshtrain {
 using namespace contract;  // the mesh, placement and hash names meshtrain shares with meshtest
+using namespace contract::model_names;
 
 // ---- building blocks --------------------------------------------------------
 
@@ -56,7 +58,7 @@ torch::Tensor swiglu(const torch::Tensor& x, const torch::Tensor& w1, const torc
 // ---- modules ----------------------------------------------------------------
 
 RMSNormImpl::RMSNormImpl(int64_t dim, double eps_) : eps(eps_) {
-  weight = register_parameter("weight", torch::ones({dim}));
+  weight = register_parameter(kWeight, torch::ones({dim}));
 }
 // The input hook runs before the weight is asked for: a data-parallel bucket gathers there.
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
@@ -65,7 +67,7 @@ torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
 }
 
 LinearImpl::LinearImpl(int64_t in, int64_t out) {
-  weight = register_parameter("weight", torch::empty({out, in}));
+  weight = register_parameter(kWeight, torch::empty({out, in}));
 }
 torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
   const auto input = hooks.in(x);
@@ -73,7 +75,7 @@ torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
 }
 
 EmbeddingImpl::EmbeddingImpl(int64_t vocab, int64_t dim) {
-  weight = register_parameter("weight", torch::empty({vocab, dim}));
+  weight = register_parameter(kWeight, torch::empty({vocab, dim}));
 }
 torch::Tensor EmbeddingImpl::forward(const torch::Tensor& tokens) {
   auto ids = hooks.in(tokens);
@@ -82,10 +84,10 @@ torch::Tensor EmbeddingImpl::forward(const torch::Tensor& tokens) {
 
 AttentionImpl::AttentionImpl(const ModelArgs& a) : head_dim(a.head_dim()) {
   const auto kv_dim = a.n_kv_heads * head_dim;
-  wq = register_module("wq", Linear(a.dim, a.n_heads * head_dim));
-  wk = register_module("wk", Linear(a.dim, kv_dim));
-  wv = register_module("wv", Linear(a.dim, kv_dim));
-  wo = register_module("wo", Linear(a.n_heads * head_dim, a.dim));
+  wq = register_module(kWq, Linear(a.dim, a.n_heads * head_dim));
+  wk = register_module(kWk, Linear(a.dim, kv_dim));
+  wv = register_module(kWv, Linear(a.dim, kv_dim));
+  wo = register_module(kWo, Linear(a.n_heads * head_dim, a.dim));
 }
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& input, const torch::Tensor& cos,
@@ -103,9 +105,9 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& input, const torch::Te
 
 FeedForwardImpl::FeedForwardImpl(const ModelArgs& a) : FeedForwardImpl(a.dim, a.ffn_hidden_dim()) {}
 FeedForwardImpl::FeedForwardImpl(int64_t dim, int64_t hidden) {
-  w1 = register_module("w1", Linear(dim, hidden));
-  w2 = register_module("w2", Linear(hidden, dim));
-  w3 = register_module("w3", Linear(dim, hidden));
+  w1 = register_module(kW1, Linear(dim, hidden));
+  w2 = register_module(kW2, Linear(hidden, dim));
+  w3 = register_module(kW3, Linear(dim, hidden));
 }
 torch::Tensor FeedForwardImpl::forward(const torch::Tensor& input) {
   auto x = hooks.in(input);
@@ -114,13 +116,13 @@ torch::Tensor FeedForwardImpl::forward(const torch::Tensor& input) {
 }
 
 ExpertWeightImpl::ExpertWeightImpl(int64_t experts, int64_t rows, int64_t cols) {
-  weight = register_parameter("weight", torch::empty({experts, rows, cols}));
+  weight = register_parameter(kWeight, torch::empty({experts, rows, cols}));
 }
 
 GroupedExpertsImpl::GroupedExpertsImpl(int64_t experts, int64_t dim, int64_t hidden) {
-  w1 = register_module("w1", ExpertWeight(experts, hidden, dim));
-  w2 = register_module("w2", ExpertWeight(experts, dim, hidden));
-  w3 = register_module("w3", ExpertWeight(experts, hidden, dim));
+  w1 = register_module(kW1, ExpertWeight(experts, hidden, dim));
+  w2 = register_module(kW2, ExpertWeight(experts, dim, hidden));
+  w3 = register_module(kW3, ExpertWeight(experts, hidden, dim));
 }
 namespace {
 
@@ -213,9 +215,9 @@ torch::Tensor GroupedExpertsImpl::forward(const torch::Tensor& input, const torc
 }
 
 MoEImpl::MoEImpl(const ModelArgs& a) : top_k(a.moe_top_k) {
-  router = register_module("router", Linear(a.dim, a.moe_experts));
-  experts = register_module("experts", GroupedExperts(a.moe_experts, a.dim, a.moe_hidden_dim));
-  shared_experts = register_module("shared_experts", FeedForward(a.dim, a.moe_hidden_dim * a.moe_shared_experts));
+  router = register_module(kRouter, Linear(a.dim, a.moe_experts));
+  experts = register_module(kExperts, GroupedExperts(a.moe_experts, a.dim, a.moe_hidden_dim));
+  shared_experts = register_module(kSharedExperts, FeedForward(a.dim, a.moe_hidden_dim * a.moe_shared_experts));
   expert_bias = register_buffer("expert_bias", torch::zeros({a.moe_experts}));
   tokens_per_expert = register_buffer("tokens_per_expert", torch::zeros({a.moe_experts}));
 }
@@ -258,13 +260,13 @@ void MoEImpl::update_expert_bias(const torch::Tensor& tokens, double speed) {
 }
 
 TransformerBlockImpl::TransformerBlockImpl(const ModelArgs& a, int64_t layer_id) {
-  attention = register_module("attention", Attention(a));
+  attention = register_module(kAttention, Attention(a));
   if (a.is_moe_layer(layer_id))
-    moe = register_module("moe", MoE(a));
+    moe = register_module(kMoe, MoE(a));
   else
-    feed_forward = register_module("feed_forward", FeedForward(a));
-  attention_norm = register_module("attention_norm", RMSNorm(a.dim, a.norm_eps));
-  ffn_norm = register_module("ffn_norm", RMSNorm(a.dim, a.norm_eps));
+    feed_forward = register_module(kFeedForward, FeedForward(a));
+  attention_norm = register_module(kAttentionNorm, RMSNorm(a.dim, a.norm_eps));
+  ffn_norm = register_module(kFfnNorm, RMSNorm(a.dim, a.norm_eps));
 }
 torch::Tensor TransformerBlockImpl::body(const torch::Tensor& input, const torch::Tensor& cos,
                                          const torch::Tensor& sin) {
@@ -313,11 +315,11 @@ torch::Tensor TransformerBlockImpl::forward(const torch::Tensor& x, const torch:
 }
 
 TransformerImpl::TransformerImpl(const ModelArgs& a) : args(a) {
-  tok_embeddings = register_module("tok_embeddings", Embedding(a.vocab_size, a.dim));
-  layers = register_module("layers", torch::nn::ModuleDict());
+  tok_embeddings = register_module(kEmbedding, Embedding(a.vocab_size, a.dim));
+  layers = register_module(kLayers, torch::nn::ModuleDict());
   for (int64_t i = 0; i < a.n_layers; ++i) layers->update({{std::to_string(i), TransformerBlock(a, i).ptr()}});
-  norm = register_module("norm", RMSNorm(a.dim, a.norm_eps));
-  output = register_module("output", Linear(a.dim, a.vocab_size));
+  norm = register_module(kNorm, RMSNorm(a.dim, a.norm_eps));
+  output = register_module(kOutput, Linear(a.dim, a.vocab_size));
 }
 
 TransformerBlock TransformerImpl::block(int64_t id) const {
@@ -338,12 +340,12 @@ void TransformerImpl::keep_only(const std::vector<int64_t>& kept, bool embedding
     layers->unregister_module(std::to_string(id));  // pop keeps the registration
   }
   if (!embedding) {
-    unregister_module("tok_embeddings");
+    unregister_module(kEmbedding);
     tok_embeddings = nullptr;
   }
   if (!head) {
-    unregister_module("norm");
-    unregister_module("output");
+    unregister_module(kNorm);
+    unregister_module(kOutput);
     norm = nullptr;
     output = nullptr;
   }
@@ -393,19 +395,17 @@ void init_weights(Transformer& model, uint64_t seed) {
     auto& p = item.value();
     auto gen = generator_for(seed, name);
     torch::Tensor value;
-    if (name.find("norm") != std::string::npos) {
+    if (goes_through(name, kAttentionNorm) || goes_through(name, kFfnNorm) || goes_through(name, kNorm)) {
       value = torch::ones(p.sizes());
-    } else if (name == "tok_embeddings.weight") {
+    } else if (goes_through(name, kEmbedding)) {
       value = torch::empty(p.sizes()).normal_(0.0, 1.0, gen);
-    } else if (name == "output.weight") {
+    } else if (goes_through(name, kOutput)) {
       const double std = 1.0 / std::sqrt(static_cast<double>(a.dim));
       value = trunc_normal(p.sizes(), std, -3 * std, 3 * std, gen);
     } else {
       // layers.<i>.*: wo, w2, w3 get torchtitan's depth-scaled std.
       const auto layer_id = std::stoll(name.substr(name.find('.') + 1));
-      const bool depth_scaled = name.find(".wo.") != std::string::npos ||
-                                name.find(".w2.") != std::string::npos ||
-                                name.find(".w3.") != std::string::npos;
+      const bool depth_scaled = goes_through(name, kWo) || goes_through(name, kW2) || goes_through(name, kW3);
       const double std = depth_scaled ? 0.02 / std::sqrt(2.0 * (layer_id + 1)) : 0.02;
       value = trunc_normal(p.sizes(), std, -2.0, 2.0, gen);
     }
