@@ -14,7 +14,7 @@ using namespace meshtest;
 
 namespace {
 
-std::string errors_of(const std::string& yaml) {
+std::string error_lines_of(const std::string& yaml) {
   try {
     load_suite_text(yaml, "m.yaml");
   } catch (const MatrixError& e) {
@@ -108,14 +108,14 @@ TEST(AdapterRegistry, ACaseNamesItsAdapterAndGetsItsCommandOutputsAndPlaceholder
 }
 
 TEST(AdapterRegistry, TheAdaptersAxesAndReservedFlagsAreEnforcedWhereWritten) {
-  const std::string axes = errors_of("suite: s\ncases:\n  - {name: g, adapter: grid, mesh: {rows: 2, tp: 2}}\n");
+  const std::string axes = error_lines_of("suite: s\ncases:\n  - {name: g, adapter: grid, mesh: {rows: 2, tp: 2}}\n");
   EXPECT_NE(axes.find("m.yaml:3:46: unknown key 'tp' in mesh"), std::string::npos) << axes;
-  const std::string text = errors_of("suite: s\ncases:\n  - {name: g, adapter: grid, mesh: \"rows=2,tp=2\"}\n");
+  const std::string text = error_lines_of("suite: s\ncases:\n  - {name: g, adapter: grid, mesh: \"rows=2,tp=2\"}\n");
   EXPECT_NE(text.find("unknown dimension 'tp' (known: rows, cols)"), std::string::npos) << text;
-  const std::string reserved = errors_of("suite: s\ncases:\n  - {name: g, adapter: grid, options: {layout: x}}\n");
+  const std::string reserved = error_lines_of("suite: s\ncases:\n  - {name: g, adapter: grid, options: {layout: x}}\n");
   EXPECT_NE(reserved.find("option 'layout' is set by meshtest for grid; use the case's 'mesh' key"), std::string::npos) << reserved;
   // The same flag is the user's own under another adapter.
-  EXPECT_EQ(errors_of("suite: s\ncases:\n  - {name: c, command: [t], options: {layout: x}}\n"), "");
+  EXPECT_EQ(error_lines_of("suite: s\ncases:\n  - {name: c, command: [t], options: {layout: x}}\n"), "");
 }
 
 TEST(AdapterRegistry, MeshtrainSaysHowToAskForAValidationLoss) {
@@ -144,17 +144,17 @@ TEST(AdapterRegistry, AWrongMeshtrainPathIsNamedAsTheOneToCorrect) {
 
 TEST(AdapterRegistry, ABadAxisInDefaultsIsReportedOnceNotPerCase) {
   const std::string e =
-      errors_of("suite: s\ndefaults: {adapter: grid, mesh: {tp: 2}}\ncases:\n  - {name: a}\n  - {name: b}\n");
+      error_lines_of("suite: s\ndefaults: {adapter: grid, mesh: {tp: 2}}\ncases:\n  - {name: a}\n  - {name: b}\n");
   EXPECT_NE(e.find("m.yaml:2:34: unknown key 'tp' in mesh"), std::string::npos) << e;
   EXPECT_EQ(e.find("unknown key 'tp'"), e.rfind("unknown key 'tp'")) << e;
 }
 
 TEST(AdapterRegistry, AnUnknownAdapterIsAnErrorWithASuggestion) {
-  const std::string e = errors_of("suite: s\ncases:\n  - {name: a, adapter: gird}\n");
+  const std::string e = error_lines_of("suite: s\ncases:\n  - {name: a, adapter: gird}\n");
   EXPECT_NE(e.find("m.yaml:3:24: unknown adapter 'gird'; did you mean 'grid'?"), std::string::npos) << e;
 }
 
 TEST(AdapterRegistry, TheCommandAdapterNeedsACommand) {
-  const std::string e = errors_of("suite: s\ncases:\n  - {name: a, adapter: command}\n");
+  const std::string e = error_lines_of("suite: s\ncases:\n  - {name: a, adapter: command}\n");
   EXPECT_NE(e.find("adapter 'command' has no default command; add command:"), std::string::npos) << e;
 }

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "report/html_report.h"
+#include "harness/report/occurrences.h"
 #include "test_paths.h"
 
 namespace fs = std::filesystem;
@@ -23,12 +24,6 @@ namespace {
 
 const std::string kHostileId = "cpu/evil\"><img src=x onerror=alert(1)>";
 const std::string kHostileReason = "</script><script>alert(1)</script> it's \"quoted\" \x1b[31mred\x1b[0m \xff\xfe bad";
-
-size_t count(const std::string& haystack, const std::string& needle) {
-  size_t n = 0;
-  for (size_t at = haystack.find(needle); at != std::string::npos; at = haystack.find(needle, at + 1)) ++n;
-  return n;
-}
 
 // Is every byte sequence valid UTF-8? (Enough for a test: structure only.)
 bool valid_utf8(const std::string& s) {
@@ -199,8 +194,8 @@ TEST_F(HtmlReport, HostileTextStaysText) {
   EXPECT_EQ(page.find("<script>alert"), std::string::npos);
   EXPECT_EQ(page.find("<img"), std::string::npos);
   EXPECT_EQ(page.find("</pre><script"), std::string::npos);
-  EXPECT_EQ(count(page, "<script"), 1u);    // ours only
-  EXPECT_EQ(count(page, "</script>"), 1u);  // the log's and the reason's are escaped
+  EXPECT_EQ(occurrences(page, "<script"), 1u);    // ours only
+  EXPECT_EQ(occurrences(page, "</script>"), 1u);  // the log's and the reason's are escaped
   EXPECT_NE(page.find("&lt;/script&gt;&lt;script&gt;alert(1)&lt;/script&gt;"), std::string::npos);
   EXPECT_NE(page.find("it&#39;s &quot;quoted&quot;"), std::string::npos);
   EXPECT_EQ(page.find('\x1b'), std::string::npos);
@@ -243,7 +238,7 @@ TEST_F(HtmlReport, CheckChartHasSeriesBandAndMarker) {
   EXPECT_NE(canary.find("class=\"band\""), std::string::npos);
   EXPECT_NE(canary.find("class=\"marker\" data-step=\"7\""), std::string::npos);
   EXPECT_NE(canary.find("<circle"), std::string::npos);
-  EXPECT_EQ(count(page, "class=\"marker\""), 1u);  // no per-point elements elsewhere
+  EXPECT_EQ(occurrences(page, "class=\"marker\""), 1u);  // no per-point elements elsewhere
 }
 
 TEST_F(HtmlReport, ResumedPhasesShareOneStepAxis) {
@@ -270,7 +265,7 @@ TEST_F(HtmlReport, ReshardTableReadsPhaseMeshes) {
   c.erase("meshes");
   c["phase_meshes"] = {"dp_shard=4", "dp_shard=2,tp=2", "tp=4"};
   const std::string page = html_report(summary_view({{"format_version", 2}, {"cases", {c}}}));
-  EXPECT_EQ(count(page, "title=\"resharding/chain"), 3u);  // the grid's chip, and one per step of the chain
+  EXPECT_EQ(occurrences(page, "title=\"resharding/chain"), 3u);  // the grid's chip, and one per step of the chain
   EXPECT_NE(page.find("<th>dp_shard=2,tp=2</th><th>tp=4</th>"), std::string::npos);
   EXPECT_NE(page.find("<dd>dp_shard=4 -&gt; dp_shard=2,tp=2 -&gt; tp=4</dd>"), std::string::npos);
 }

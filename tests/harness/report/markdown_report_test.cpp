@@ -6,17 +6,12 @@
 #include <nlohmann/json.hpp>
 
 #include "report/markdown_report.h"
+#include "harness/report/occurrences.h"
 
 using namespace meshtest;
 using nlohmann::json;
 
 namespace {
-
-size_t count(const std::string& haystack, const std::string& needle) {
-  size_t n = 0;
-  for (size_t at = haystack.find(needle); at != std::string::npos; at = haystack.find(needle, at + 1)) ++n;
-  return n;
-}
 
 json passed(const std::string& id) {
   return {{"id", id}, {"status", "passed"}, {"met_expectation", true}, {"reason", ""}, {"repro", "meshtest run --id " + id}};
@@ -73,7 +68,7 @@ TEST(MarkdownReport, CapsTheList) {
   json cases = json::array();
   for (int i = 0; i < 60; ++i) cases.push_back(failed("s/c" + std::to_string(i), "r"));
   const std::string md = markdown({{"cases", cases}}, 50);
-  EXPECT_EQ(count(md, "\n- **"), 50u);
+  EXPECT_EQ(occurrences(md, "\n- **"), 50u);
   EXPECT_NE(md.find("and 10 more"), std::string::npos);
   EXPECT_NE(markdown({{"cases", {passed("s/ok")}}}).find("Every case met"), std::string::npos);
 }
