@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "report/html_report.h"
-#include "harness/report/occurrences.h"
+#include "harness/occurrences.h"
 #include "test_paths.h"
 
 namespace fs = std::filesystem;

@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "report/markdown_report.h"
-#include "harness/report/occurrences.h"
+#include "harness/occurrences.h"
 
 using namespace meshtest;
 using nlohmann::json;

@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "harness/occurrences.h"
 #include "harness/run/run_fixture.h"
 #include "harness/shell.h"
 #include "test_paths.h"
@@ -569,14 +570,9 @@ TEST_F(Run, RetriesAreReportedTheSurefireWay) {
   std::stringstream text;
   text << in.rdbuf();
   const std::string x = text.str();
-  auto count = [&](const std::string& what) {
-    int n = 0;
-    for (size_t at = x.find(what); at != std::string::npos; at = x.find(what, at + 1)) ++n;
-    return n;
-  };
-  EXPECT_EQ(count("<flakyError"), 1) << x.substr(0, 3000);
-  EXPECT_EQ(count("<rerunError"), 2) << x.substr(0, 3000);
-  EXPECT_EQ(count("<error "), 1);
+  EXPECT_EQ(occurrences(x, "<flakyError"), 1u) << x.substr(0, 3000);
+  EXPECT_EQ(occurrences(x, "<rerunError"), 2u) << x.substr(0, 3000);
+  EXPECT_EQ(occurrences(x, "<error "), 1u);
 }
 
 TEST_F(Run, ReportRerunFailedDiffAndGoldenExport) {

@@ -1,4 +1,4 @@
-// How often a text occurs in a page, overlapping matches included: what the report tests count.
+// How often a text occurs in another (a page, a log, a report), overlapping matches included.
 #pragma once
 
 #include <cstddef>
