@@ -8,8 +8,9 @@
 # a real meshtrain checkpoint by tests/fuzz/make_checkpoint_seeds.py) plus real files made by
 # PyTorch: the DCP .metadata files of tests/fixtures and ../shared/fixtures for the pickle reader, the
 # TensorBoard event files of tests/fixtures for the TFRecord reader; the shipped matrices seed
-# the matrix loader. Two targets run at a time. A crash fails the script and leaves the input in
-# build/fuzz/artifacts/<target>/.
+# the matrix loader. Every target runs at once. A crash, or one input that runs for 30 s (the
+# timeout is wall-clock time, and ci/test.sh runs the fuzzers at a low priority beside busy tests),
+# fails the script and leaves the input in build/fuzz/artifacts/<target>/.
 # The budget is CPU time, not wall time, so that ci/test.sh can run this at a low priority beside
 # its test stages and every target still gets its SECONDS of work: libFuzzer stops on SIGINT when
 # the target's user + system time reaches SECONDS (or after 20 x SECONDS of wall time, whatever
@@ -52,7 +53,7 @@ fuzz_one() {
   for f in $seeds; do cp "$f" "$corpus/seed-$(echo "$f" | md5sum | cut -c1-8)"; done
   mkdir -p build/fuzz/artifacts/$target
   log=build/fuzz/$target.log
-  build/fuzz/$target "$corpus" -max_total_time=$((seconds * 20)) -rss_limit_mb=2048 -timeout=10 \
+  build/fuzz/$target "$corpus" -max_total_time=$((seconds * 20)) -rss_limit_mb=2048 -timeout=30 \
     -artifact_prefix=build/fuzz/artifacts/$target/ >"$log" 2>&1 &
   local pid=$! rc=0 spent=0 now stopped=
   while now=$(cpu_seconds $pid); do
@@ -72,12 +73,10 @@ fuzz_one() {
   rm -rf "$corpus"
   return 1
 }
-# Two targets at a time: each still gets SECONDS of its own.
+# Every target at once: each stops at its own SECONDS of CPU, so the cores stay busy to the end
+# (with two at a time, the last target ran alone).
 status=0
 pids=()
-for target in "${targets[@]}"; do
-  fuzz_one "$target" & pids+=($!)
-  if [ ${#pids[@]} -ge 2 ]; then wait "${pids[0]}" || status=1; pids=("${pids[@]:1}"); fi
-done
+for target in "${targets[@]}"; do fuzz_one "$target" & pids+=($!); done
 for pid in "${pids[@]}"; do wait "$pid" || status=1; done
 exit $status

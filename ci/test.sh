@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # README's second command: installs what is missing, builds everything, and runs every test:
 # CTest (with the main job's reports judged by MainJob.*; ci/main-job.sh), then the harness
-# and multi-rank tests under ASan + UBSan, then libFuzzer on each parser of outside data.
+# and multi-rank tests under ASan + UBSan; beside both, libFuzzer on each parser of outside data.
 # Works from any directory. Every stage runs even when an earlier one failed; the exit status
 # is 1 if any did. Arguments go to ctest.
 set -euo pipefail
