@@ -58,7 +58,7 @@ fuzz_one() {
   local pid=$! rc=0 spent=0 now stopped=
   while now=$(cpu_seconds $pid); do
     spent=$now
-    [ "$spent" -lt "$seconds" ] || { kill -INT $pid; stopped=yes; break; }
+    [ "$spent" -lt "$seconds" ] || { kill -INT $pid 2>/dev/null || true; stopped=yes; break; }
     sleep 1
   done
   wait $pid || rc=$?
