@@ -10,7 +10,10 @@
 # TensorBoard event files of tests/fixtures for the TFRecord reader; the shipped matrices seed
 # the matrix loader. Every target runs at once. A crash, or one input that runs for 30 s (the
 # timeout is wall-clock time, and ci/test.sh runs the fuzzers at a low priority beside busy tests),
-# fails the script and leaves the input in build/fuzz/artifacts/<target>/.
+# fails the script and leaves the input in build/fuzz/artifacts/<target>/. A target whose program
+# and seeds are byte for byte those of a run that found no crash is not fuzzed again (its line
+# says so; MESHTEST_TEST_CACHE=off fuzzes it anyway): more time on the same program is a longer
+# search, and CI's budget goes to what changed.
 # The budget is CPU time, not wall time, so that ci/test.sh can run this at a low priority beside
 # its test stages and every target still gets its SECONDS of work: libFuzzer stops on SIGINT when
 # the target's user + system time reaches SECONDS (or after 20 x SECONDS of wall time, whatever
@@ -51,6 +54,14 @@ fuzz_one() {
     matrix_fuzz) seeds=$(ls test_matrix/*.yaml examples/*.yaml) ;;
   esac
   for f in $seeds; do cp "$f" "$corpus/seed-$(echo "$f" | md5sum | cut -c1-8)"; done
+  # The same program from the same seeds for the same budget fuzzed clean before: not again.
+  local key
+  key=$(cat build/fuzz/$target "$corpus"/* | md5sum | cut -c1-16)-$seconds
+  if [ "${MESHTEST_TEST_CACHE:-on}" != off ] && grep -q "^$target $key " "$clean" 2>/dev/null; then
+    echo "fuzz: $target: carried over: this build of it, from these seeds, ran $seconds CPU-s without a crash at $(grep "^$target $key " "$clean" | tail -n 1 | cut -d' ' -f3-)"
+    rm -rf "$corpus"
+    return 0
+  fi
   mkdir -p build/fuzz/artifacts/$target
   log=build/fuzz/$target.log
   build/fuzz/$target "$corpus" -max_total_time=$((seconds * 20)) -rss_limit_mb=2048 -timeout=30 \
@@ -65,6 +76,7 @@ fuzz_one() {
   # 72 is libFuzzer's exit after our SIGINT; 0 its exit at the wall-time cap.
   if [ $rc -eq 0 ] || { [ $rc -eq 72 ] && [ -n "$stopped" ]; }; then
     echo "fuzz: $target: $(grep -o '^#[0-9]*' "$log" | tail -n 1 | tr -d '#') inputs in $spent CPU-s, no crash"
+    echo "$target $key $(git rev-parse --short HEAD 2>/dev/null || echo unknown) ($(date -u '+%F %H:%M UTC'))" >> "$clean"
     rm -rf "$corpus"
     return 0
   fi
@@ -73,6 +85,9 @@ fuzz_one() {
   rm -rf "$corpus"
   return 1
 }
+# Targets that fuzzed clean, by program and seeds (ci/test-cache.py's folder; docs/ci.md).
+clean=${MESHTEST_TEST_CACHE_DIR:-$HOME/.cache/meshtest/test-results}/fuzz-clean.txt
+mkdir -p "$(dirname "$clean")"
 # Every target at once: each stops at its own SECONDS of CPU, so the cores stay busy to the end
 # (with two at a time, the last target ran alone).
 status=0

@@ -58,7 +58,7 @@ class States:
 
     def __init__(self, memo):
         self.memo = memo  # "dev:ino:size:mtime:ctime" -> content hash, kept between runs
-        self.seen = {}
+        self.used, self.seen = {}, {}
 
     def content(self, path, st):
         stamp = f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
@@ -71,6 +71,7 @@ class States:
             except OSError as e:
                 return f"unreadable:{e.errno}"
             self.memo[stamp] = h.hexdigest()
+        self.used[stamp] = self.memo[stamp]
         return self.memo[stamp]
 
     def __call__(self, path, how):
@@ -105,70 +106,40 @@ class States:
 LINE = re.compile(r"^(\d+\.\d+) (\w+)\((.*)\) += (-?\d+|\?)(?: (\w+))?")
 UNFINISHED = re.compile(r"^(\d+\.\d+) (\w+)\((.*) <unfinished \.\.\.>$")
 RESUMED = re.compile(r"^\d+\.\d+ <\.\.\. (\w+) resumed>(.*)\) += (-?\d+|\?)(?: (\w+))?")
-FD = re.compile(r"^(?:AT_FDCWD|-?\d+)<(.*)>$")
+# The arguments that matter, in order: quoted strings, and folder fds with their path (-y).
+TOKEN = re.compile(r'"((?:[^"\\]|\\.)*)"|(?:AT_FDCWD|\b\d+)<([^>]*)>')
 WRITE_FLAGS = ("O_WRONLY", "O_RDWR", "O_CREAT", "O_TRUNC", "O_APPEND")
 MISSING = ("ENOENT", "ENOTDIR")
-# syscall -> (where its paths are, what it does to them). Where: argument indexes, each a path
-# or a (folder fd, path) pair. Does: "read", "write", "open" (its flags say), "exec", "link"
-# (reads a symlink), "chdir", "link2" (reads the first path, makes the second).
-P, AT = (0,), ((0, 1),)
+# syscall -> (which of its strings are paths, what it does to them): "read", "write", "open"
+# (its flags say), "exec", "link" (reads a symlink), "chdir", "link2" (reads the first path,
+# makes the second). A path's folder is the fd just before it (the *at calls), else the cwd.
+FIRST, BOTH, SECOND = (0,), (0, 1), (1,)
 SYSCALLS = {
-    "open": (P, "open"), "openat": (AT, "open"), "openat2": (AT, "open"), "creat": (P, "write"),
-    "execve": (P, "exec"), "execveat": (AT, "exec"),
-    "stat": (P, "read"), "lstat": (P, "read"), "newfstatat": (AT, "read"), "statx": (AT, "read"),
-    "access": (P, "read"), "faccessat": (AT, "read"), "faccessat2": (AT, "read"),
-    "readlink": (P, "link"), "readlinkat": (AT, "link"), "statfs": (P, "read"),
-    "getxattr": (P, "read"), "lgetxattr": (P, "read"), "listxattr": (P, "read"),
-    "llistxattr": (P, "read"), "inotify_add_watch": ((1,), "read"), "chdir": (P, "chdir"),
-    "truncate": (P, "write"), "mkdir": (P, "write"), "mkdirat": (AT, "write"),
-    "rmdir": (P, "write"), "unlink": (P, "write"), "unlinkat": (AT, "write"),
-    "chmod": (P, "write"), "fchmodat": (AT, "write"), "chown": (P, "write"),
-    "lchown": (P, "write"), "fchownat": (AT, "write"), "utime": (P, "write"),
-    "utimes": (P, "write"), "utimensat": (AT, "write"), "futimesat": (AT, "write"),
-    "mknod": (P, "write"), "mknodat": (AT, "write"), "setxattr": (P, "write"),
-    "lsetxattr": (P, "write"), "removexattr": (P, "write"), "lremovexattr": (P, "write"),
-    "rename": ((0, 1), "write"), "renameat": (((0, 1), (2, 3)), "write"),
-    "renameat2": (((0, 1), (2, 3)), "write"), "link": ((0, 1), "link2"),
-    "linkat": (((0, 1), (2, 3)), "link2"), "symlink": ((1,), "write"),
-    "symlinkat": (((1, 2),), "write"),
+    "open": (FIRST, "open"), "openat": (FIRST, "open"), "openat2": (FIRST, "open"),
+    "creat": (FIRST, "write"), "execve": (FIRST, "exec"), "execveat": (FIRST, "exec"),
+    "stat": (FIRST, "read"), "lstat": (FIRST, "read"), "newfstatat": (FIRST, "read"),
+    "statx": (FIRST, "read"), "access": (FIRST, "read"), "faccessat": (FIRST, "read"),
+    "faccessat2": (FIRST, "read"), "readlink": (FIRST, "link"), "readlinkat": (FIRST, "link"),
+    "statfs": (FIRST, "read"), "getxattr": (FIRST, "read"), "lgetxattr": (FIRST, "read"),
+    "listxattr": (FIRST, "read"), "llistxattr": (FIRST, "read"),
+    "inotify_add_watch": (FIRST, "read"), "chdir": (FIRST, "chdir"),
+    "truncate": (FIRST, "write"), "mkdir": (FIRST, "write"), "mkdirat": (FIRST, "write"),
+    "rmdir": (FIRST, "write"), "unlink": (FIRST, "write"), "unlinkat": (FIRST, "write"),
+    "chmod": (FIRST, "write"), "fchmodat": (FIRST, "write"), "chown": (FIRST, "write"),
+    "lchown": (FIRST, "write"), "fchownat": (FIRST, "write"), "utime": (FIRST, "write"),
+    "utimes": (FIRST, "write"), "utimensat": (FIRST, "write"), "futimesat": (FIRST, "write"),
+    "mknod": (FIRST, "write"), "mknodat": (FIRST, "write"), "setxattr": (FIRST, "write"),
+    "lsetxattr": (FIRST, "write"), "removexattr": (FIRST, "write"),
+    "lremovexattr": (FIRST, "write"), "rename": (BOTH, "write"), "renameat": (BOTH, "write"),
+    "renameat2": (BOTH, "write"), "link": (BOTH, "link2"), "linkat": (BOTH, "link2"),
+    "symlink": (SECOND, "write"), "symlinkat": (SECOND, "write"),
 }
 FORKS = {"clone", "clone3", "fork", "vfork"}
 HARMLESS = {"getcwd"}  # names a path without reading it; the cwd's own reads are traced
 
 
-def split_args(text):
-    """strace's argument list, split at its top-level commas."""
-    args, depth, quoted, start, i = [], 0, False, 0, 0
-    while i < len(text):
-        c = text[i]
-        if quoted:
-            if c == "\\":
-                i += 1
-            elif c == '"':
-                quoted = False
-        elif c == '"':
-            quoted = True
-        elif c in "[{<(":
-            depth += 1
-        elif c in "]})>":
-            depth -= 1
-        elif c == "," and depth == 0:
-            args.append(text[start:i].strip())
-            start = i + 1
-        i += 1
-    args.append(text[start:].strip())
-    return args
-
-
-def unquote(arg):
-    if len(arg) < 2 or arg[0] != '"':
-        return None
-    return arg[1:-1].encode("latin-1", "backslashreplace").decode("unicode_escape")
-
-
-def strings(arg):
-    """The strings of an array argument: ["a", "b"]."""
-    return [unquote(a) for a in split_args(arg[1:-1])] if arg.startswith("[") else []
+def unquote(text):
+    return text.encode("latin-1", "backslashreplace").decode("unicode_escape") if "\\" in text else text
 
 
 def resolve(base, path):
@@ -183,47 +154,44 @@ class Process:
         self.argv, self.events, self.unknown = None, [], set()
 
 
-def events_of(name, args, ok, errno, cwd):
+def events_of(name, text, ok, errno, cwd):
     """(path, kind) for one syscall: kind 'absent', 'read', 'list', 'link', 'write' or 'both'."""
-    where, does = SYSCALLS[name]
-    paths = []
-    for spot in where:
-        folder, index = (None, spot) if isinstance(spot, int) else spot
-        if index >= len(args) or unquote(args[index]) is None:
-            continue  # utimensat(fd, NULL, ...) acts on an open file
-        base = cwd
-        if folder is not None:
-            m = FD.match(args[folder])
-            base = m.group(1) if m else cwd
-        paths.append(resolve(base, unquote(args[index])))
+    which, does = SYSCALLS[name]
+    strings, folder, flags_at = [], None, None
+    for m in TOKEN.finditer(text):
+        if m.group(2) is not None:
+            folder = m.group(2)
+            continue
+        strings.append(sys.intern(resolve(folder or cwd, unquote(m.group(1)))))
+        flags_at = flags_at or m.end()
+        folder = None
+    paths = [strings[i] for i in which if i < len(strings)]
     if not paths:
-        return []
-    missing = errno in MISSING
-    looked = "read" if ok or not missing else "absent"
+        return [], strings  # utimensat(fd, NULL, ...) acts on an open file
+    looked = "read" if ok or errno not in MISSING else "absent"
     if does == "open":
-        flags = " ".join(args[2:])
+        flags = text[flags_at:]
         if not ok:
-            return [(paths[0], looked)]
+            return [(paths[0], looked)], strings
         if any(f in flags for f in WRITE_FLAGS) and "O_TMPFILE" not in flags:
             # O_RDWR on a file that was there reads it too, unless O_TRUNC or O_EXCL.
             fresh = "O_TRUNC" in flags or "O_EXCL" in flags
-            return [(paths[0], "both" if "O_RDWR" in flags and not fresh else "write")]
-        return [(paths[0], "list" if "O_DIRECTORY" in flags else "read")]
+            return [(paths[0], "both" if "O_RDWR" in flags and not fresh else "write")], strings
+        return [(paths[0], "list" if "O_DIRECTORY" in flags else "read")], strings
     if does == "link":
-        return [(paths[0], "link" if ok else looked)]
-    if does == "link2":
-        return [(paths[0], "read"), (paths[1], "write")] if ok and len(paths) == 2 else [(p, looked) for p in paths]
+        return [(paths[0], "link" if ok else looked)], strings
+    if does == "link2" and ok and len(paths) == 2:
+        return [(paths[0], "read"), (paths[1], "write")], strings
     if does == "write":
-        return [(p, "write" if ok else looked) for p in paths]
-    return [(p, looked) for p in paths]  # read, exec, chdir
+        return [(p, "write" if ok else looked) for p in paths], strings
+    return [(p, looked) for p in paths], strings  # read, exec, chdir, a failed link
 
 
 def read_thread(path, tid, cwd):
     """One thread's trace file: its events (time, path, kind), children, first program run."""
     proc, pending = Process(tid), None
     with open(path, encoding="latin-1") as f:
-        for raw in f:
-            line = raw.rstrip("\n")
+        for line in f:
             if pending:
                 m = RESUMED.match(line)
                 if not m or m.group(1) != pending[1]:
@@ -233,35 +201,35 @@ def read_thread(path, tid, cwd):
             else:
                 m = LINE.match(line)
                 if not m:
-                    u = UNFINISHED.match(line)
+                    u = UNFINISHED.match(line.rstrip("\n"))
                     pending = u.groups() if u else None
                     continue
                 stamp, name, text, result, errno = m.groups()
             ok = result != "?" and int(result) >= 0
-            args = split_args(text)
             if name in FORKS:
                 if ok and int(result) > 0:
                     proc.children.append(int(result))
                     proc.cwd_at_fork[int(result)] = cwd
                 continue
-            if args and args[0].startswith("AT_FDCWD<"):
-                cwd = FD.match(args[0]).group(1)  # the kernel's word on the cwd
+            if text.startswith("AT_FDCWD<"):
+                cwd = text[9:text.index(">")]  # the kernel's word on the cwd
             if name == "fchdir":
-                m = FD.match(args[0]) if args else None
-                if ok and m:
-                    cwd = m.group(1)
+                m = TOKEN.match(text)
+                if ok and m and m.group(2):
+                    cwd = m.group(2)
                 continue
             if name in HARMLESS:
                 continue
             if name not in SYSCALLS:
                 proc.unknown.add(name)
                 continue
-            for p, kind in events_of(name, args, ok, errno, cwd):
-                proc.events.append((float(stamp), p, kind))
-            if name == "chdir" and ok:
-                cwd = resolve(cwd, unquote(args[0]))
+            events, strings = events_of(name, text, ok, errno, cwd)
+            t = float(stamp)
+            proc.events += [(t, p, kind) for p, kind in events]
+            if name == "chdir" and ok and events:
+                cwd = events[0][0]
             if name in ("execve", "execveat") and ok and proc.argv is None:
-                proc.argv = strings(args[1 if name == "execve" else 2])
+                proc.argv = [unquote(m.group(1)) for m in TOKEN.finditer(text) if m.group(1) is not None][1:]
     return proc
 
 
@@ -292,9 +260,13 @@ def machine():
     return h.hexdigest()
 
 
+# CTest's environment. Python's bytecode files would be one test's output and another's input.
+RUN_ENV = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+
+
 def command_key(command, properties):
     """The test's command and CTest properties, and the environment CTest passes on."""
-    env = sorted(f"{k}={v}" for k, v in os.environ.items() if k not in VOLATILE_ENV)
+    env = sorted(f"{k}={v}" for k, v in RUN_ENV.items() if k not in VOLATILE_ENV)
     text = json.dumps([command, properties, env]).replace(CHECKOUT, "$SRC")
     return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 
@@ -406,6 +378,16 @@ def record(procs, roots, results, records, keys, states, machine_key, commit):
     for name, evs in events.items():
         for _, path, kind in evs:
             (writers if kind in ("write", "both") else readers).setdefault(path, set()).add(name)
+    # A file one test writes and another reads: the order of the two decided what the reader saw,
+    # and skipping the writer would leave the reader a stale or missing file.
+    shares = {}
+    for path in writers.keys() & readers.keys():
+        for w in writers[path]:
+            if readers[path] - {w}:
+                shares.setdefault(w, f"it writes {portable(path)}, which {min(readers[path] - {w})} reads")
+        for r in readers[path]:
+            if writers[path] - {r}:
+                shares.setdefault(r, f"it reads {portable(path)}, which {min(writers[path] - {r})} writes")
     for name, rec in list(records.items()):  # a carried test read what a test wrote this run
         if name not in results and any(local(p) in writers for p, _, _ in rec["inputs"]):
             del records[name]
@@ -415,21 +397,14 @@ def record(procs, roots, results, records, keys, states, machine_key, commit):
         if status != "passed":
             continue
         tids = roots.get(name, [])
-        unknown = {u for tid in tids if tid is not None for p in subtree(procs, tid) for u in p.unknown}
         if len(tids) != 1 or tids[0] is None:
             reasons[name] = "its processes were not told apart in the trace (no single process ran its command)"
             continue
+        unknown = {u for p in subtree(procs, tids[0]) for u in p.unknown}
         inputs, reason = classify(events[name])
         if reason is None and unknown:
             reason = f"it made syscalls these rules don't read: {', '.join(sorted(unknown))}"
-        if reason is None:
-            shared = [p for p, _, _ in inputs if writers.get(p, {name}) - {name}]
-            if shared:
-                reason = f"it reads {portable(shared[0])}, which {sorted(writers[shared[0]] - {name})[0]} wrote"
-        if reason is None:  # skipping it would leave a reader a stale or missing file
-            given = [(p, r) for p, r in readers.items() if name in writers.get(p, ()) and r - {name}]
-            if given:
-                reason = f"it writes {portable(given[0][0])}, which {sorted(given[0][1] - {name})[0]} reads"
+        reason = reason or shares.get(name)
         if reason:
             reasons[name] = reason
             continue
@@ -459,7 +434,7 @@ def run_traced(ctest, numbers, tree):
     tracer = subprocess.Popen(
         ["strace", "-f", "-ff", "-ttt", "-q", "--seccomp-bpf", "-y", "-s", "65536",
          "-e", "trace=%file,clone,clone3,fork,vfork,fchdir", "-o", os.path.join(trace, "t"),
-         "bash", "-c", script, "bash", pid_file, rc_file, *ctest[1:], "-I", run_file])
+         "bash", "-c", script, "bash", pid_file, rc_file, *ctest[1:], "-I", run_file], env=RUN_ENV)
     while tracer.poll() is None:
         time.sleep(0.5)
         if os.path.exists(rc_file):
@@ -481,19 +456,34 @@ def option(args, flag):
 
 
 def load_cache(path):
+    """The records, each test's inputs as (path, how, state); on disk they index one shared
+    table, since the tests of one program read nearly the same hundreds of files."""
     try:
         cache = json.load(open(path))
         if cache.get("version") == VERSION:
+            table = [tuple(entry) for entry in cache.pop("table")]
+            for rec in cache["records"].values():
+                rec["inputs"] = [table[i] for i in rec["inputs"]]
             return cache
-    except (OSError, ValueError):
+    except (OSError, ValueError, KeyError, IndexError):
         pass
     return {"version": VERSION, "records": {}, "memo": {}}
 
 
 def save_cache(path, cache):
+    index, table, records = {}, [], {}
+    for name, rec in cache["records"].items():
+        ids = []
+        for entry in rec["inputs"]:
+            entry = tuple(entry)
+            if entry not in index:
+                index[entry] = len(table)
+                table.append(entry)
+            ids.append(index[entry])
+        records[name] = dict(rec, inputs=ids)
     tmp = f"{path}.{os.getpid()}.tmp"
     with open(tmp, "w") as f:
-        json.dump(cache, f)
+        json.dump({"version": VERSION, "records": records, "table": table, "memo": cache["memo"]}, f)
     os.replace(tmp, path)
 
 
@@ -503,8 +493,13 @@ def main():
     name, ctest = sys.argv[1], sys.argv[3:]
     junit = option(ctest, "--output-junit")
     tree = os.path.abspath(option(ctest, "--test-dir") or os.path.join("build", option(ctest, "--preset") or name))
-    if not shutil.which("strace") or not junit:
-        print("test-cache: no strace (or no --output-junit); every test runs, untraced")
+    where = [a for flag in ("--preset", "--test-dir") if option(ctest, flag) for a in (flag, option(ctest, flag))]
+    others = [a for a in ctest[1:] if a not in where and a not in ("-j", "--timeout", "--output-junit")
+              and option(ctest, "-j") != a and option(ctest, "--timeout") != a and a != junit]
+    if not shutil.which("strace") or not junit or others:
+        # A hand-picked selection (-R, -L ...) runs as asked: the records are for whole runs.
+        why = f"arguments {' '.join(others)}" if others else "no strace" if junit else "no --output-junit"
+        print(f"test-cache: {why}; every test asked for runs, untraced")
         sys.exit(subprocess.call(ctest))
     cache_dir = os.environ.get("MESHTEST_TEST_CACHE_DIR") or os.path.join(
         os.path.expanduser("~"), ".cache", "meshtest", "test-results")
@@ -512,7 +507,7 @@ def main():
     cache_file = os.path.join(cache_dir, f"{name}.json")
     cache = load_cache(cache_file)
     records, states, machine_key = cache["records"], States(cache["memo"]), machine()
-    tests = ctest_tests(ctest[1:])
+    tests = ctest_tests(where)
     keys = {test: command_key(command, props) for test, command, _, props in tests}
     if os.environ.get("MESHTEST_TEST_CACHE", "on") == "off":
         run, carried = [number for _, _, number, _ in tests], {}
@@ -536,6 +531,7 @@ def main():
     reasons = record(procs, roots, junit_results(junit), records, keys, states, machine_key, commit)
     with open(os.path.join(tree, "test-cache.uncarried.txt"), "w") as f:
         f.writelines(f"{test}\t{why}\n" for test, why in sorted(reasons.items()))
+    cache["memo"] = states.used  # what this run hashed: the files the records name
     save_cache(cache_file, cache)
     shutil.rmtree(trace, ignore_errors=True)
     print(f"test-cache: {len(run)} tests ran traced in {ran:.0f} s (the trace read in {time.time() - start:.0f} s); "

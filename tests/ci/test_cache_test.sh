@@ -70,6 +70,6 @@ cp -r "$p" "$work/elsewhere"
 rm -rf "$work/elsewhere/build" && cmake -S "$work/elsewhere" -B "$work/elsewhere/build" > /dev/null
 expect "a copy of the checkout at another path uses the same records" "$again" "$(ran "$work/elsewhere")"
 grep -q "^changes	changes \$SRC/counter, which it read" "$p/build/test-cache.uncarried.txt" &&
-  grep -q "^reader	it reads \$SRC/build/shared.txt, which writer wrote" "$p/build/test-cache.uncarried.txt" &&
+  grep -q "^reader	it reads \$SRC/build/shared.txt, which writer writes" "$p/build/test-cache.uncarried.txt" &&
   echo "ok: the reasons name the file" || { echo "FAIL: reasons:"; cat "$p/build/test-cache.uncarried.txt"; failures=$((failures + 1)); }
 [ $failures -eq 0 ] && echo "test-cache: all rules hold" || { echo "test-cache: $failures rules broken"; exit 1; }
