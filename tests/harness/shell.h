@@ -7,7 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -33,8 +33,13 @@ inline std::vector<std::string> processes_mentioning(const std::string& text) {
   for (const auto& e : std::filesystem::directory_iterator("/proc")) {
     const std::string pid = e.path().filename();
     if (pid.find_first_not_of("0123456789") != std::string::npos || pid == std::to_string(::getpid())) continue;
+    // Through `<<`, not istreambuf_iterator: a process reaped between the open and the read
+    // fails the read with ESRCH, which the iterator throws (as it did under a loaded ASan run)
+    // and `<<` only marks on the stream.
     std::ifstream in("/proc/" + pid + "/cmdline");
-    std::string cmdline((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::ostringstream text_of;
+    text_of << in.rdbuf();
+    std::string cmdline = text_of.str();
     for (char& c : cmdline)
       if (c == '\0') c = ' ';
     if (cmdline.find(text) != std::string::npos) found.push_back(pid + ": " + cmdline);
