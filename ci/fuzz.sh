@@ -12,7 +12,7 @@
 # timeout is wall-clock time, and ci/test.sh runs the fuzzers at a low priority beside busy tests),
 # fails the script and leaves the input in build/fuzz/artifacts/<target>/. A target whose program
 # and seeds are byte for byte those of a run that found no crash is not fuzzed again (its line
-# says so; MESHTEST_TEST_CACHE=off fuzzes it anyway): more time on the same program is a longer
+# says so; MESHTEST_FUZZ_ALL=1 fuzzes it anyway): more time on the same program is a longer
 # search, and CI's budget goes to what changed.
 # The budget is CPU time, not wall time, so that ci/test.sh can run this at a low priority beside
 # its test stages and every target still gets its SECONDS of work: libFuzzer stops on SIGINT when
@@ -54,10 +54,10 @@ fuzz_one() {
     matrix_fuzz) seeds=$(ls test_matrix/*.yaml examples/*.yaml) ;;
   esac
   for f in $seeds; do cp "$f" "$corpus/seed-$(echo "$f" | md5sum | cut -c1-8)"; done
-  # The same program from the same seeds for the same budget fuzzed clean before: not again.
+  # The same program from the same seeds with the same script fuzzed clean before: not again.
   local key
-  key=$(cat build/fuzz/$target "$corpus"/* | md5sum | cut -c1-16)-$seconds
-  if [ "${MESHTEST_TEST_CACHE:-on}" != off ] && grep -q "^$target $key " "$clean" 2>/dev/null; then
+  key=$(cat ci/fuzz.sh build/fuzz/$target "$corpus"/* | md5sum | cut -c1-16)-$seconds
+  if [ -z "${MESHTEST_FUZZ_ALL:-}" ] && grep -q "^$target $key " "$clean" 2>/dev/null; then
     echo "fuzz: $target: carried over: this build of it, from these seeds, ran $seconds CPU-s without a crash at $(grep "^$target $key " "$clean" | tail -n 1 | cut -d' ' -f3-)"
     rm -rf "$corpus"
     return 0
@@ -85,8 +85,8 @@ fuzz_one() {
   rm -rf "$corpus"
   return 1
 }
-# Targets that fuzzed clean, by program and seeds (ci/test-cache.py's folder; docs/ci.md).
-clean=${MESHTEST_TEST_CACHE_DIR:-$HOME/.cache/meshtest/test-results}/fuzz-clean.txt
+# Targets that fuzzed clean, by program and seeds, outside the checkout (cpu.yml keeps the file).
+clean=$HOME/.cache/meshtest/fuzz-clean.txt
 mkdir -p "$(dirname "$clean")"
 # Every target at once: each stops at its own SECONDS of CPU, so the cores stay busy to the end
 # (with two at a time, the last target ran alone).

@@ -17,7 +17,6 @@ packages=(
   libtorch-dev libgloo-dev libopenblas0-openmp
   libgtest-dev libgmock-dev
   libxml2-utils python3 python3-junitparser
-  strace  # ci/test-cache.py traces CTest to carry over tests whose inputs did not change
   python3-torch clang-14 libfuzzer-14-dev
   chromium fonts-dejavu-core  # report.html opened headless (tests/report/browser_check.sh)
   slurmctld slurmd slurm-client  # --launcher slurm against a local cluster (ci/slurm-local.sh)

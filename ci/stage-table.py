@@ -1,8 +1,7 @@
 #!/usr/bin/env python3
 """Prints .ci/run's closing report: each stage's seconds (from ci/stage.sh's TSV), the ten
 slowest tests of the CTest runs (their --output-junit files), and a last line with the tests'
-counts (and how many ci/test-cache.py carried over). Also writes the same as Markdown to
-build/ci-report.md, for docs/ci.md.
+counts. Also writes the same as Markdown to build/ci-report.md, for docs/ci.md.
 
 Usage: ci/stage-table.py STAGES.tsv [CTEST-JUNIT.xml...]   (missing files are skipped)
 """
@@ -38,12 +37,6 @@ def tests(paths):
     return out
 
 
-def carried_over(junit):
-    """The tests ci/test-cache.py did not run again, listed beside the tree's JUnit."""
-    path = os.path.join(os.path.dirname(junit), "test-cache.txt")
-    return sum(1 for _ in open(path, encoding="utf-8")) if os.path.exists(path) else 0
-
-
 def main():
     rows, runs = stages(sys.argv[1]), tests(sys.argv[2:])
     md = ["| stage | seconds | minutes | exit |", "|---|---:|---:|---:|"]
@@ -60,10 +53,7 @@ def main():
         f.write(report)
     print("\n" + report)
     counts = {k: sum(1 for r in runs if r[3] == k) for k in ("passed", "failed", "skipped")}
-    carried = sum(carried_over(path) for path in sys.argv[2:])
-    print(f"ctest: {counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped"
-          + (f"; {carried} carried over from earlier passes, nothing they read changed (test-cache.txt)"
-             if carried else ""))
+    print(f"ctest: {counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped")
 
 
 if __name__ == "__main__":
