@@ -27,19 +27,23 @@ inline Output sh(const std::string& command) {
   return out;
 }
 
+// /proc/PID/NAME whole, or "" when the process is gone. Through `<<`, not istreambuf_iterator: a
+// process reaped between the open and the read fails the read with ESRCH, which the iterator
+// throws (a loaded ASan run failed so) and `<<` only marks on the stream.
+inline std::string proc_file(const std::string& pid, const std::string& name) {
+  std::ifstream in("/proc/" + pid + "/" + name, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
 // Processes whose command line mentions `text` (a test's folder): what a run left behind.
 inline std::vector<std::string> processes_mentioning(const std::string& text) {
   std::vector<std::string> found;
   for (const auto& e : std::filesystem::directory_iterator("/proc")) {
     const std::string pid = e.path().filename();
     if (pid.find_first_not_of("0123456789") != std::string::npos || pid == std::to_string(::getpid())) continue;
-    // Through `<<`, not istreambuf_iterator: a process reaped between the open and the read
-    // fails the read with ESRCH, which the iterator throws (as it did under a loaded ASan run)
-    // and `<<` only marks on the stream.
-    std::ifstream in("/proc/" + pid + "/cmdline");
-    std::ostringstream text_of;
-    text_of << in.rdbuf();
-    std::string cmdline = text_of.str();
+    std::string cmdline = proc_file(pid, "cmdline");
     for (char& c : cmdline)
       if (c == '\0') c = ' ';
     if (cmdline.find(text) != std::string::npos) found.push_back(pid + ": " + cmdline);

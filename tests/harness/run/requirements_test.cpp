@@ -16,6 +16,7 @@
 
 #include "core/matrix.h"
 #include "core/plan.h"
+#include "harness/shell.h"
 #include "report/report.h"
 #include "run/requirements.h"
 #include "run/runner.h"
@@ -257,10 +258,9 @@ cases:
 
 // A process that is gone, or dead and not yet reaped by whoever inherited it.
 bool gone(const std::string& pid) {
-  std::ifstream in("/proc/" + pid + "/stat");
-  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string stat = proc_file(pid, "stat");
   const size_t paren = stat.rfind(')');
-  return !in || paren == std::string::npos || stat.substr(paren + 2, 1) == "Z";
+  return paren == std::string::npos || stat.substr(paren + 2, 1) == "Z";
 }
 
 TEST_F(Requires, AProbeThatRunsPastItsTimeoutIsUnmetAndStoppedWithItsChildren) {

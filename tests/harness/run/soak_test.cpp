@@ -396,8 +396,7 @@ Verdict verdict_of(const json& c) {
 // True while `pid` is a live process of this run: its environment names a case folder
 // under `out` (pid numbers are reused, so existing is not enough).
 bool alive_in_run(pid_t pid, const std::string& out) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/environ", std::ios::binary);
-  const std::string env((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string env = proc_file(std::to_string(pid), "environ");
   return env.find("MESHTEST_CASE_DIR=" + out + "/") != std::string::npos;
 }
 
