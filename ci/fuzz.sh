@@ -25,6 +25,9 @@ seconds=${1:-60}
 shift || true
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(pickle_fuzz checkpoint_fuzz tfrecord_fuzz log_fuzz matrix_fuzz report_fuzz)
+# Targets that fuzzed clean, by program and seeds, outside the checkout (cpu.yml keeps the file).
+clean=$HOME/.cache/meshtest/fuzz-clean.txt
+mkdir -p "$(dirname "$clean")" && touch "$clean"
 [ -f build/fuzz/build.ninja ] || cmake --preset fuzz >/dev/null
 if ! cmake --build --preset fuzz > build/fuzz/build.log 2>&1; then
   grep -E -A5 "error|FAILED" build/fuzz/build.log | head -n 40
@@ -55,10 +58,11 @@ fuzz_one() {
   esac
   for f in $seeds; do cp "$f" "$corpus/seed-$(echo "$f" | md5sum | cut -c1-8)"; done
   # The same program from the same seeds with the same script fuzzed clean before: not again.
-  local key
+  local key earlier=
   key=$(cat ci/fuzz.sh build/fuzz/$target "$corpus"/* | md5sum | cut -c1-16)-$seconds
-  if [ -z "${MESHTEST_FUZZ_ALL:-}" ] && grep -q "^$target $key " "$clean" 2>/dev/null; then
-    echo "fuzz: $target: carried over: this build of it, from these seeds, ran $seconds CPU-s without a crash at $(grep "^$target $key " "$clean" | tail -n 1 | cut -d' ' -f3-)"
+  [ -n "${MESHTEST_FUZZ_ALL:-}" ] || earlier=$(grep "^$target $key " "$clean" | tail -n 1 | cut -d' ' -f3-) || true
+  if [ -n "$earlier" ]; then
+    echo "fuzz: $target: carried over: this build of it, from these seeds, ran $seconds CPU-s without a crash at $earlier"
     rm -rf "$corpus"
     return 0
   fi
@@ -85,9 +89,6 @@ fuzz_one() {
   rm -rf "$corpus"
   return 1
 }
-# Targets that fuzzed clean, by program and seeds, outside the checkout (cpu.yml keeps the file).
-clean=$HOME/.cache/meshtest/fuzz-clean.txt
-mkdir -p "$(dirname "$clean")"
 # Every target at once: each stops at its own SECONDS of CPU, so the cores stay busy to the end
 # (with two at a time, the last target ran alone).
 status=0
