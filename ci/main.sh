@@ -9,4 +9,5 @@ cd "$(dirname "$0")/.."
 source ci/stage.sh
 stage setup bash ci/setup-deps.sh
 stage build bash ci/build.sh meshtest meshtrain
+source ci/openblas.sh
 stage main_job bash ci/main-job.sh "$@"

@@ -9,6 +9,7 @@ cd "$(dirname "$0")/.."
 source ci/stage.sh
 stage setup bash ci/setup-deps.sh
 stage build bash ci/build.sh
+source ci/openblas.sh
 # On any exit: the Slurm tests stop their cluster after each test, this stops it even if a test
 # process died; and the background builds and fuzzers stop with the script (Ctrl-C included).
 stop_tree() { local child; for child in $(cat /proc/"$1"/task/*/children 2>/dev/null); do stop_tree "$child"; done; kill "$1" 2>/dev/null || true; }
