@@ -435,8 +435,8 @@ TEST(Checkpoint, SigkillDuringSavesLeavesTheLatestCompleteStepLoadable) {
   Job job(2, args, dump);
   for (int i = 0; i < 600 && metrics(dump).size() < 6; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   ASSERT_GE(metrics(dump).size(), 6u) << job.err(0);
-  ::kill(job.rank(0).id(), SIGKILL);
-  ::kill(job.rank(1).id(), SIGKILL);
+  ::kill(job.pid(0), SIGKILL);
+  ::kill(job.pid(1), SIGKILL);
   job.wait(std::chrono::seconds(30));
   auto resumed = dump / "resumed";
   auto r = run(resumed, 1, 1, "dp_shard=1",

@@ -30,11 +30,11 @@ std::vector<std::string> train_args(const std::string& flavor, const fs::path& d
 
 // The single-rank run of a flavor, which every layout of it is compared with. CTest runs each
 // test in a process of its own, so the run is shared through a folder keyed by the arguments
-// and both binaries' times: the first test to need it runs it under a file lock, the others
-// (72 layouts over four flavors) read its files.
+// and this program (which holds the trainer) and its time: the first test to need it runs it
+// under a file lock, the others (86 layouts over four flavors) read its files.
 fs::path single_rank_run(const std::string& flavor) {
-  std::string key = std::string(MESHTRAIN_BIN) + " " + std::to_string(fs::last_write_time(MESHTRAIN_BIN).time_since_epoch().count()) + " " +
-                    std::to_string(fs::last_write_time("/proc/self/exe").time_since_epoch().count());
+  const auto self = fs::read_symlink("/proc/self/exe");
+  std::string key = self.string() + " " + std::to_string(fs::last_write_time(self).time_since_epoch().count());
   for (const auto& a : train_args(flavor, "DUMP", kGlobalBatch)) key += " " + a;
   const fs::path shared = fs::temp_directory_path() / ("meshtrain_test_single_" + std::to_string(::getuid()));
   const fs::path dump = shared / (flavor + "_" + std::to_string(std::hash<std::string>{}(key)));

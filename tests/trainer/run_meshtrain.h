@@ -1,8 +1,17 @@
-// Runs the meshtrain binary as a user (or meshtest) would: real processes, real files.
+// Runs meshtrain as a user (or meshtest) would: real processes, one per rank, real files.
 #pragma once
 
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <boost/process.hpp>
+#include <cerrno>
 #include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <stdexcept>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -14,6 +23,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli.h"
 #include "run/ports.h"
 #include "test_paths.h"
 
@@ -43,22 +53,89 @@ inline fs::path fresh_dir(const std::string& name) {
   return dir;
 }
 
+// The launcher variables a rank reads; a test's own process must not hand them down.
+inline const std::vector<std::string>& launcher_variables() {
+  static const std::vector<std::string> names{"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"};
+  return names;
+}
+
 inline bp::environment clean_env(const std::map<std::string, std::string>& vars) {
   auto env = boost::this_process::environment();
-  for (const char* v : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"})
+  for (const auto& v : launcher_variables())
     env.erase(v);  // erase()/set(), never count()/operator[]: Boost 1.74's read past shorter entries
   bp::environment e = env;
   for (const auto& [k, v] : vars) e.set(k, v);
   return e;
 }
 
+// One meshtrain process: `meshtrain ARGS` with `vars` in its environment and its stdout and
+// stderr in files. It is a fork of this test process, which links the trainer, running what
+// main() runs (meshtrain_main), not an exec of the binary: LibTorch's start (0.43 s of CPU
+// per process, loading 288 libraries and registering every operator) happens once per test
+// instead of once per rank, and the trainer's multi-rank tests start 600 ranks. The child gets
+// what an exec would: no thread, since this process has none at the fork (checked); the
+// parent's descriptors marked close-on-exec closed; the signal handlers reset; RANK and the
+// other launcher variables only as given. main() itself is the one line in trainer/main.cpp,
+// and the binary runs as a user runs it in the main job, the harness's tests and the CLI's.
+inline pid_t start_meshtrain(const std::vector<std::string>& args, const std::map<std::string, std::string>& vars,
+                             const fs::path& out, const fs::path& err) {
+  std::size_t threads = 0;
+  for ([[maybe_unused]] const auto& task : fs::directory_iterator("/proc/self/task")) ++threads;
+  if (threads != 1)
+    throw std::runtime_error("start_meshtrain: this test process has " + std::to_string(threads) +
+                             " threads; a fork copies only the caller, so ranks start only from a single thread");
+  std::vector<int> close_on_exec;
+  for (const auto& fd : fs::directory_iterator("/proc/self/fd")) {
+    const int n = std::stoi(fd.path().filename().string());
+    if (n > 2 && (::fcntl(n, F_GETFD) & FD_CLOEXEC)) close_on_exec.push_back(n);
+  }
+  std::fflush(nullptr);  // or the child would write this process's buffered output again
+  std::cout.flush();
+  std::cerr.flush();
+  const pid_t pid = ::fork();
+  if (pid < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
+  if (pid > 0) return pid;
+  // The child: from here on only what an exec would have set up, then the trainer.
+  for (int fd : close_on_exec) ::close(fd);
+  const int out_fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  const int err_fd = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (out_fd < 0 || err_fd < 0 || ::dup2(out_fd, 1) < 0 || ::dup2(err_fd, 2) < 0) ::_exit(127);
+  ::close(out_fd);
+  ::close(err_fd);
+  for (int sig = 1; sig < NSIG; ++sig) {
+    struct sigaction current {};
+    if (::sigaction(sig, nullptr, &current) == 0 && current.sa_handler != SIG_IGN) ::signal(sig, SIG_DFL);
+  }
+  for (const auto& v : launcher_variables()) ::unsetenv(v.c_str());
+  for (const auto& [k, v] : vars) ::setenv(k.c_str(), v.c_str(), 1);
+  std::vector<std::string> argv_strings{"meshtrain"};
+  argv_strings.insert(argv_strings.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : argv_strings) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const int code = meshtrain_main(static_cast<int>(argv_strings.size()), argv.data());
+  std::fflush(nullptr);
+  std::cout.flush();
+  std::cerr.flush();
+  ::_exit(code);  // not exit(): the test process's static objects are the parent's to destroy
+}
+
+// A started rank's exit: its exit code, or 128 + the signal that ended it; -1 while it runs.
+inline int reap(pid_t pid, bool wait) {
+  int status = 0;
+  pid_t r;
+  do r = ::waitpid(pid, &status, wait ? 0 : WNOHANG);
+  while (r < 0 && errno == EINTR);
+  if (r == 0) return -1;
+  if (r < 0) throw std::runtime_error(std::string("waitpid: ") + std::strerror(errno));
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
 // One meshtrain process with no launcher variables (a single rank) unless given.
 inline Result meshtrain(const std::vector<std::string>& args, const std::map<std::string, std::string>& vars = {}) {
   auto dir = fresh_dir("io");
-  bp::child c(bp::exe = MESHTRAIN_BIN, bp::args = args, bp::std_out > (dir / "out").string(),
-              bp::std_err > (dir / "err").string(), clean_env(vars));
-  c.wait();
-  return {c.exit_code(), slurp(dir / "out"), slurp(dir / "err")};
+  const int code = reap(start_meshtrain(args, vars, dir / "out", dir / "err"), true);
+  return {code, slurp(dir / "out"), slurp(dir / "err")};
 }
 
 // One meshtest process (e.g. `meshtest ckpt inspect`), to look at what meshtrain wrote.
@@ -75,40 +152,51 @@ class Job {
  public:
   Job(int n, const std::vector<std::string>& args, const fs::path& logs) : logs_(logs) {
     const std::string port = std::to_string(meshtest::reserve_store_port());
-    for (int r = 0; r < n; ++r) {
-      auto env = clean_env({{"RANK", std::to_string(r)},
-                            {"LOCAL_RANK", std::to_string(r)},
-                            {"WORLD_SIZE", std::to_string(n)},
-                            {"MASTER_ADDR", "127.0.0.1"},
-                            {"MASTER_PORT", port}});
-      ranks_.emplace_back(bp::exe = MESHTRAIN_BIN, bp::args = args,
-                          bp::std_out > (logs / ("rank" + std::to_string(r) + ".out")).string(),
-                          bp::std_err > (logs / ("rank" + std::to_string(r) + ".err")).string(), env);
-    }
+    for (int r = 0; r < n; ++r)
+      ranks_.push_back(start_meshtrain(args,
+                                       {{"RANK", std::to_string(r)},
+                                        {"LOCAL_RANK", std::to_string(r)},
+                                        {"WORLD_SIZE", std::to_string(n)},
+                                        {"MASTER_ADDR", "127.0.0.1"},
+                                        {"MASTER_PORT", port}},
+                                       logs / ("rank" + std::to_string(r) + ".out"),
+                                       logs / ("rank" + std::to_string(r) + ".err")));
   }
-  bp::child& rank(int r) { return ranks_[r]; }
+  // Kills and reaps a rank the test did not wait for (a failed ASSERT leaves the job behind).
+  ~Job() {
+    for (std::size_t r = 0; r < ranks_.size(); ++r)
+      if (codes_.size() <= r) {
+        ::kill(ranks_[r], SIGKILL);
+        reap(ranks_[r], true);
+      }
+  }
+  Job(const Job&) = delete;
+  Job& operator=(const Job&) = delete;
+  pid_t pid(int r) const { return ranks_[r]; }
   std::string err(int r) const { return slurp(logs_ / ("rank" + std::to_string(r) + ".err")); }
   // Waits for every rank; a rank still running after `limit` is killed and reported as -9.
   std::vector<int> wait(std::chrono::seconds limit = std::chrono::seconds(120)) {
-    std::vector<int> codes;
     const auto deadline = std::chrono::steady_clock::now() + limit;
-    for (auto& c : ranks_) {
-      // Poll: running() reaps the child (Boost 1.74's wait_until can miss the exit).
-      while (c.running() && std::chrono::steady_clock::now() < deadline)
+    for (std::size_t r = codes_.size(); r < ranks_.size(); ++r) {
+      int code = reap(ranks_[r], false);
+      while (code == -1 && std::chrono::steady_clock::now() < deadline) {
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      if (c.running()) {
-        c.terminate();
-        codes.push_back(-9);
-        continue;
+        code = reap(ranks_[r], false);
       }
-      codes.push_back(c.exit_code());
+      if (code == -1) {
+        ::kill(ranks_[r], SIGKILL);
+        reap(ranks_[r], true);
+        code = -9;
+      }
+      codes_.push_back(code);
     }
-    return codes;
+    return codes_;
   }
 
  private:
   fs::path logs_;
-  std::vector<bp::child> ranks_;
+  std::vector<pid_t> ranks_;
+  std::vector<int> codes_;
 };
 
 inline std::vector<json> metrics(const fs::path& dump) {
@@ -125,7 +213,7 @@ inline std::string rank0_error_after_rank1_killed(const std::vector<std::string>
   Job job(2, args, dump);
   for (int i = 0; i < 600 && metrics(dump).size() < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   EXPECT_GE(metrics(dump).size(), 2u) << "training never started: " << job.err(0);
-  ::kill(job.rank(1).id(), SIGKILL);
+  ::kill(job.pid(1), SIGKILL);
   auto codes = job.wait(std::chrono::seconds(60));
   EXPECT_NE(codes[0], -9) << "rank 0 hung after its peer died";
   EXPECT_NE(codes[0], 0) << "rank 0 exited 0 after its peer died";
