@@ -37,7 +37,10 @@ rm -f build/background-builds.done
 } &
 background=$!
 status=0
-stage ctest ctest --preset cpu -j 2 --output-junit "$PWD/build/cpu/ctest-junit.xml" "$@" || status=1
+# Three tests at a time on two cores: CTest starts its longest tests first (COST), and the longest
+# mostly wait (Slurm's own time limit, the soak's sleeping trainers, a hung rank's timeout). At two
+# at a time, two of them waiting together left both cores idle for most of CTest's first minutes.
+stage ctest ctest --preset cpu -j 3 --output-junit "$PWD/build/cpu/ctest-junit.xml" "$@" || status=1
 # The part of the builds CTest did not outlast.
 stage background_builds bash -c 'until [ -f build/background-builds.done ]; do sleep 1; done'
 # The harness and meshtrain under ASan + UBSan: no sanitizer report allowed (ci/sanitize.sh).
