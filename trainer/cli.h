@@ -1,6 +1,7 @@
 // meshtrain's command line, callable without the program: main() is this one call, and the
-// trainer's tests start each rank as a fork of a process that loaded LibTorch once and then
-// call it, where an exec would load it again (tests/trainer/run_meshtrain.h). No LibTorch here.
+// trainer's multi-rank tests start each rank as a fork of a process that loaded LibTorch once,
+// calling it where an exec would load LibTorch again (tests/trainer/start_by_fork.cpp). No
+// LibTorch here.
 #pragma once
 
 // Global, as main() is: a namespace `meshtrain` here would make every test's meshtrain(...)

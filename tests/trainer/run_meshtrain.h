@@ -1,16 +1,14 @@
 // Runs meshtrain as a user (or meshtest) would: real processes, one per rank, real files.
 #pragma once
 
-#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <boost/process.hpp>
+#include <gtest/gtest.h>
 #include <cerrno>
 #include <csignal>
-#include <cstdio>
 #include <cstring>
-#include <iostream>
 #include <stdexcept>
 #include <chrono>
 #include <filesystem>
@@ -23,7 +21,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cli.h"
 #include "run/ports.h"
 #include "test_paths.h"
 
@@ -68,57 +65,16 @@ inline bp::environment clean_env(const std::map<std::string, std::string>& vars)
   return e;
 }
 
-// One meshtrain process: `meshtrain ARGS` with `vars` in its environment and its stdout and
-// stderr in files. It is a fork of this test process, which links the trainer, running what
-// main() runs (meshtrain_main), not an exec of the binary: LibTorch's start (0.43 s of CPU
-// per process, loading 288 libraries and registering every operator) happens once per test
-// instead of once per rank, and the trainer's multi-rank tests start 600 ranks. The child gets
-// what an exec would: no thread, since this process has none at the fork (checked); the
-// parent's descriptors marked close-on-exec closed; the signal handlers reset; RANK and the
-// other launcher variables only as given. main() itself is the one line in trainer/main.cpp,
-// and the binary runs as a user runs it in the main job, the harness's tests and the CLI's.
-inline pid_t start_meshtrain(const std::vector<std::string>& args, const std::map<std::string, std::string>& vars,
-                             const fs::path& out, const fs::path& err) {
-  std::size_t threads = 0;
-  for ([[maybe_unused]] const auto& task : fs::directory_iterator("/proc/self/task")) ++threads;
-  if (threads != 1)
-    throw std::runtime_error("start_meshtrain: this test process has " + std::to_string(threads) +
-                             " threads; a fork copies only the caller, so ranks start only from a single thread");
-  std::vector<int> close_on_exec;
-  for (const auto& fd : fs::directory_iterator("/proc/self/fd")) {
-    const int n = std::stoi(fd.path().filename().string());
-    if (n > 2 && (::fcntl(n, F_GETFD) & FD_CLOEXEC)) close_on_exec.push_back(n);
-  }
-  std::fflush(nullptr);  // or the child would write this process's buffered output again
-  std::cout.flush();
-  std::cerr.flush();
-  const pid_t pid = ::fork();
-  if (pid < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
-  if (pid > 0) return pid;
-  // The child: from here on only what an exec would have set up, then the trainer.
-  for (int fd : close_on_exec) ::close(fd);
-  const int out_fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  const int err_fd = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (out_fd < 0 || err_fd < 0 || ::dup2(out_fd, 1) < 0 || ::dup2(err_fd, 2) < 0) ::_exit(127);
-  ::close(out_fd);
-  ::close(err_fd);
-  for (int sig = 1; sig < NSIG; ++sig) {
-    struct sigaction current {};
-    if (::sigaction(sig, nullptr, &current) == 0 && current.sa_handler != SIG_IGN) ::signal(sig, SIG_DFL);
-  }
-  for (const auto& v : launcher_variables()) ::unsetenv(v.c_str());
-  for (const auto& [k, v] : vars) ::setenv(k.c_str(), v.c_str(), 1);
-  std::vector<std::string> argv_strings{"meshtrain"};
-  argv_strings.insert(argv_strings.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (auto& a : argv_strings) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  const int code = meshtrain_main(static_cast<int>(argv_strings.size()), argv.data());
-  std::fflush(nullptr);
-  std::cout.flush();
-  std::cerr.flush();
-  ::_exit(code);  // not exit(): the test process's static objects are the parent's to destroy
-}
+// Starts one meshtrain process: `meshtrain ARGS` with `vars` in its environment (and none of
+// launcher_variables() but those), its stdout and stderr in the files; returns its pid, a child
+// of this process. Each test program links one way of starting it:
+// - start_by_exec.cpp: posix_spawn of the binary, as a user (or meshtest) starts it. The CLI
+//   tests, which are about the binary.
+// - start_by_fork.cpp: a fork of this process, which links the trainer, running meshtrain_main
+//   (what main() runs). LibTorch's start, 0.43 CPU-seconds a process, then happens once per test
+//   instead of once per rank; the data-parallel and checkpoint tests start about 600 ranks.
+pid_t start_meshtrain(const std::vector<std::string>& args, const std::map<std::string, std::string>& vars,
+                      const fs::path& out, const fs::path& err);
 
 // A started rank's exit: its exit code, or 128 + the signal that ended it; -1 while it runs.
 inline int reap(pid_t pid, bool wait) {
