@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <csignal>
 #include <cstring>
+#include <set>
 
 #include "run_meshtrain.h"
 
@@ -424,6 +425,27 @@ TEST(Checkpoint, AHuggingFaceExportStartsARunUnderAnotherMeshReadingOnlyEachRank
                             "meshtrain's model.tok_embeddings.weight is [258, 256]"),
             std::string::npos)
       << other.err0;
+}
+
+// Only the newest K steps stay: older step folders go, and so does the folder a step replaced
+// when a resumed run saves that step again. Nothing else is left beside them.
+TEST(Checkpoint, KeepLatestKLeavesTheNewestStepsAndNoReplacedFolder) {
+  auto dump = fresh_dir("keep_latest");
+  const std::string folder = (dump / "checkpoint").string();
+  const std::vector<std::string> every_step{"--steps", "5", "--checkpoint.enable", "--checkpoint.folder", folder,
+                                            "--checkpoint.interval", "1", "--checkpoint.keep-latest-k", "2"};
+  auto left = [&] {
+    std::set<std::string> names;
+    for (const auto& e : fs::directory_iterator(folder)) names.insert(e.path().filename().string());
+    return names;
+  };
+  expect_ok(run(dump / "first", 2, 1, "dp_shard=2", every_step));
+  EXPECT_EQ(left(), (std::set<std::string>{"step-4", "step-5"}));
+  auto from_step_4 = every_step;  // trains step 5 again and saves it over the first run's
+  from_step_4.insert(from_step_4.end(), {"--checkpoint.load-step", "4"});
+  expect_ok(run(dump / "second", 2, 1, "dp_shard=2", from_step_4));
+  EXPECT_EQ(left(), (std::set<std::string>{"step-4", "step-5"}));
+  EXPECT_EQ(metrics(dump / "second").size(), 1u);
 }
 
 TEST(Checkpoint, SigkillDuringSavesLeavesTheLatestCompleteStepLoadable) {

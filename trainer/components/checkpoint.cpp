@@ -4,6 +4,7 @@
 #include "base/options.h"
 
 #include <fcntl.h>
+#include <ftw.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -30,6 +31,18 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace {
+
+// Removes a folder and everything in it; a folder that is not there is no error, and what
+// cannot be removed stays (as fs::remove_all with an error_code). Not fs::remove_all itself: the
+// PyTorch wheel's libtorch.so exports its own copy, which a CUDA build's calls bind to, and that
+// copy jumps to address 0 on a folder with files in it (docs/building.md, CUDA).
+void remove_folder(const std::string& path) {
+  auto remove_entry = [](const char* entry, const struct stat*, int, struct FTW*) {
+    ::remove(entry);
+    return 0;  // go on with the rest
+  };
+  ::nftw(path.c_str(), remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
 
 // The format itself (metadata schema, step-<N> names, leaves and their checksums, key styles)
 // is contract/checkpoint_format.h, which meshtest reads through too; this file writes and
@@ -361,8 +374,8 @@ void Checkpointer::save(int64_t step, const std::vector<CheckpointTensor>& tenso
 std::string Checkpointer::make_temporary_folder(int64_t step) {
   const std::string tmp = config_.folder + "/" + temp_step_folder_name(step);
   if (rank_ == 0) {
+    remove_folder(tmp);  // a save that died earlier
     std::error_code ec;
-    fs::remove_all(tmp, ec);  // a save that died earlier
     fs::create_directories(tmp, ec);
     if (ec) fail("checkpoint: cannot create '" + tmp + "': " + ec.message());
   }
@@ -456,10 +469,9 @@ CheckpointMetadata Checkpointer::metadata(int64_t step, std::map<std::string, Sa
 // One rename makes the folder visible. An older folder of the same step moves aside first.
 void Checkpointer::publish(const std::string& tmp, int64_t step) const {
   const std::string final_dir = step_dir(step), old = final_dir + ".old";
-  std::error_code ec;
   if (fs::exists(final_dir)) fs::rename(final_dir, old);
   fs::rename(tmp, final_dir);
-  fs::remove_all(old, ec);
+  remove_folder(old);
 }
 
 void Checkpointer::remove_old_steps() const {
@@ -469,7 +481,7 @@ void Checkpointer::remove_old_steps() const {
   for (size_t i = static_cast<size_t>(config_.keep_latest_k); i < steps.size(); ++i) {
     // Metadata first: a folder half-deleted by a crash must not look complete.
     fs::remove(step_dir(steps[i]) + "/" + kMetadata, ec);
-    fs::remove_all(step_dir(steps[i]), ec);
+    remove_folder(step_dir(steps[i]));
   }
 }
 
