@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <stdexcept>
@@ -56,7 +57,12 @@ pid_t start_meshtrain(const std::vector<std::string>& args, const std::map<std::
   std::vector<char*> argv;
   for (auto& a : argv_strings) argv.push_back(a.data());
   argv.push_back(nullptr);
-  const int code = meshtrain_main(static_cast<int>(argv_strings.size()), argv.data());
+  int code = 0;
+  try {
+    code = meshtrain_main(static_cast<int>(argv_strings.size()), argv.data());
+  } catch (...) {
+    std::abort();  // what the binary's uncaught exception does, never back into the test's code
+  }
   std::fflush(nullptr);
   std::cout.flush();
   std::cerr.flush();
