@@ -68,7 +68,7 @@ inline bp::environment clean_env(const std::map<std::string, std::string>& vars)
 // Starts one meshtrain process: `meshtrain ARGS` with `vars` in its environment (and none of
 // launcher_variables() but those), its stdout and stderr in the files; returns its pid, a child
 // of this process. Each test program links one way of starting it:
-// - start_by_exec.cpp: posix_spawn of the binary, as a user (or meshtest) starts it. The CLI
+// - start_by_exec.cpp: an exec of the binary, as a user (or meshtest) starts it. The CLI
 //   tests, which are about the binary.
 // - start_by_fork.cpp: a fork of this process, which links the trainer, running meshtrain_main
 //   (what main() runs). LibTorch's start, 0.43 CPU-seconds a process, then happens once per test
