@@ -8,9 +8,17 @@
 # a real meshtrain checkpoint by tests/fuzz/make_checkpoint_seeds.py) plus real files made by
 # PyTorch: the DCP .metadata files of tests/fixtures and ../shared/fixtures for the pickle reader, the
 # TensorBoard event files of tests/fixtures for the TFRecord reader; the shipped matrices seed
-# the matrix loader. Every target runs at once. A crash, or one input that runs for 30 s (the
-# timeout is wall-clock time, and ci/test.sh runs the fuzzers at a low priority beside busy tests),
-# fails the script and leaves the input in build/fuzz/artifacts/<target>/. A target whose program
+# the matrix loader. Every target runs at once. A crash fails the script and leaves the input in
+# build/fuzz/artifacts/<target>/. A timeout (one input running 30 s of wall-clock time), an
+# out-of-memory or a leak can come of load alone: ci/test.sh runs the fuzzers at a low priority
+# beside busy tests, where a niced process gets a few percent of a core. Such an input is set
+# aside in build/fuzz/suspects/<target>/ (and out of the target's corpus), the target fuzzes on
+# for the rest of its budget (at most 3 such inputs), and the input is run again alone, at normal
+# priority, with the same limits, once everything else is done (`ci/fuzz.sh --recheck`; this
+# script does it itself at its end unless MESHTEST_FUZZ_RECHECK=later, which ci/test.sh sets and
+# then runs the recheck after its test stages). Only a finding that reproduces alone fails: its
+# input goes to build/fuzz/artifacts/<target>/ and into tests/fuzz/corpus/<target>/, so every
+# later run replays it until it is fixed (commit it with the fix). A target whose program
 # and seeds are byte for byte those of a run that found no crash is not fuzzed again (its line
 # says so; MESHTEST_FUZZ_ALL=1 fuzzes it anyway): more time on the same program is a longer
 # search, and CI's budget goes to what changed.
@@ -19,8 +27,39 @@
 # the target's user + system time reaches SECONDS (or after 20 x SECONDS of wall time, whatever
 # it got by then, so a starved run still ends). On an idle machine the two are the same.
 # Usage: ci/fuzz.sh [SECONDS] [TARGET...]   (default 60 s, every target; CI runs 60)
+#        ci/fuzz.sh --recheck                 (the set-aside inputs, alone; fails on one that reproduces)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# libFuzzer's limits, the same for the fuzzing and for the recheck alone.
+limits=(-rss_limit_mb=2048 -timeout=30)
+suspects=build/fuzz/suspects
+# Runs each set-aside input once, alone, with the same limits. Reproduced: the input is kept in
+# the corpus and the artifacts, and the script fails naming it. Not reproduced: said, and removed.
+recheck() {
+  local status=0 input target name log rc
+  for input in "$suspects"/*/*; do
+    [ -f "$input" ] || continue
+    target=$(basename "$(dirname "$input")") name=$(basename "$input") log=$suspects/$target.$name.log
+    rc=0
+    "build/fuzz/$target" "${limits[@]}" -runs=1 "$input" >"$log" 2>&1 || rc=$?
+    if [ $rc -eq 0 ]; then
+      echo "fuzz: $target: ${name%%-*} under load did not reproduce alone ($(grep -o 'Executed .* in [0-9]* ms' "$log" | tail -n 1 || echo ran clean)): not a failure"
+      rm -f "$input" "$log"
+      continue
+    fi
+    mkdir -p build/fuzz/artifacts/$target tests/fuzz/corpus/$target
+    cp "$input" build/fuzz/artifacts/$target/ && cp "$input" tests/fuzz/corpus/$target/
+    echo "fuzz: $target FAILED: ${name%%-*} reproduced alone at normal priority (exit $rc) on the input" \
+      "tests/fuzz/corpus/$target/$name (kept there: every run replays it; log $log):"
+    grep -A 30 -m1 -E "ERROR|runtime error|deadly signal" "$log" || tail -n 30 "$log"
+    status=1
+  done
+  return $status
+}
+if [ "${1:-}" = --recheck ]; then
+  recheck
+  exit
+fi
 seconds=${1:-60}
 shift || true
 targets=("$@")
@@ -68,31 +107,54 @@ fuzz_one() {
   fi
   mkdir -p build/fuzz/artifacts/$target
   log=build/fuzz/$target.log
-  build/fuzz/$target "$corpus" -max_total_time=$((seconds * 20)) -rss_limit_mb=2048 -timeout=30 \
-    -artifact_prefix=build/fuzz/artifacts/$target/ >"$log" 2>&1 &
-  local pid=$! rc=0 spent=0 now stopped=
-  while now=$(cpu_seconds $pid); do
-    spent=$now
-    [ "$spent" -lt "$seconds" ] || { kill -INT $pid 2>/dev/null || true; stopped=yes; break; }
-    sleep 1
-  done
-  wait $pid || rc=$?
-  # 72 is libFuzzer's exit after our SIGINT; 0 its exit at the wall-time cap.
-  if [ $rc -eq 0 ] || { [ $rc -eq 72 ] && [ -n "$stopped" ]; }; then
-    echo "fuzz: $target: $(grep -o '^#[0-9]*' "$log" | tail -n 1 | tr -d '#') inputs in $spent CPU-s, no crash"
-    echo "$target $key $(git rev-parse --short HEAD 2>/dev/null || echo unknown) ($(date -u '+%F %H:%M UTC'))" >> "$clean"
+  local spent=0 set_aside=0 unit kind rc pid now used stopped inputs
+  rm -f "$log"
+  while :; do
+    # One libFuzzer run for the rest of the budget: its CPU seconds, or 20 times that of wall time.
+    build/fuzz/$target "$corpus" -max_total_time=$(( (seconds - spent) * 20 )) "${limits[@]}" \
+      -artifact_prefix=build/fuzz/artifacts/$target/ >>"$log" 2>&1 &
+    pid=$! rc=0 used=0 stopped=
+    while now=$(cpu_seconds $pid); do
+      used=$now
+      [ $((spent + used)) -lt "$seconds" ] || { kill -INT $pid 2>/dev/null || true; stopped=yes; break; }
+      sleep 1
+    done
+    spent=$((spent + used))
+    wait $pid || rc=$?
+    inputs=$(grep -o '^#[0-9]*' "$log" | tail -n 1 | tr -d '#')
+    # 72 is libFuzzer's exit after our SIGINT; 0 its exit at the wall-time cap.
+    if [ $rc -eq 0 ] || { [ $rc -eq 72 ] && [ -n "$stopped" ]; }; then
+      echo "fuzz: $target: ${inputs:-0} inputs in $spent CPU-s, no crash$([ $set_aside -eq 0 ] || echo ", $set_aside input(s) set aside for the recheck alone")"
+      [ $set_aside -gt 0 ] || echo "$target $key $(git rev-parse --short HEAD 2>/dev/null || echo unknown) ($(date -u '+%F %H:%M UTC'))" >> "$clean"
+      rm -rf "$corpus"
+      return 0
+    fi
+    # A timeout, out-of-memory or leak may be load's: set the input aside, out of the corpus, and go on.
+    unit=$(grep -o 'Test unit written to .*' "$log" | tail -n 1 | sed 's/^Test unit written to //')
+    kind=$(basename "${unit:-none}") kind=${kind%%-*}
+    if [ -f "$unit" ] && [[ $kind =~ ^(timeout|oom|leak)$ ]] && [ $set_aside -lt 3 ]; then
+      mkdir -p "$suspects/$target"
+      for f in "$corpus"/*; do cmp -s "$f" "$unit" && rm -f "$f"; done
+      mv "$unit" "$suspects/$target/"
+      set_aside=$((set_aside + 1))
+      echo "fuzz: $target: $kind after $spent CPU-s, maybe from load; $suspects/$target/$(basename "$unit") is run again alone at the end"
+      [ "$spent" -lt "$seconds" ] && continue
+      echo "fuzz: $target: $spent CPU-s, no crash, $set_aside input(s) set aside for the recheck alone"
+      rm -rf "$corpus"
+      return 0
+    fi
+    echo "fuzz: $target FAILED (exit $rc; input in build/fuzz/artifacts/$target/, log $log):"
+    grep -A 30 -m1 -E "ERROR|runtime error|deadly signal" "$log" || tail -n 30 "$log"
     rm -rf "$corpus"
-    return 0
-  fi
-  echo "fuzz: $target FAILED (exit $rc; input in build/fuzz/artifacts/$target/, log $log):"
-  grep -A 30 -m1 -E "ERROR|runtime error|deadly signal" "$log" || tail -n 30 "$log"
-  rm -rf "$corpus"
-  return 1
+    return 1
+  done
 }
 # Every target at once: each stops at its own SECONDS of CPU, so the cores stay busy to the end
 # (with two at a time, the last target ran alone).
 status=0
 pids=()
+rm -rf "$suspects"
 for target in "${targets[@]}"; do fuzz_one "$target" & pids+=($!); done
 for pid in "${pids[@]}"; do wait "$pid" || status=1; done
+[ "${MESHTEST_FUZZ_RECHECK:-}" = later ] || recheck || status=1
 exit $status
