@@ -43,7 +43,7 @@ std::vector<std::string> fill_command(const ReadContext& ctx, const YAML::Node& 
                                       const std::vector<std::string>& command,
                                       const std::map<std::string, std::string>& values,
                                       const std::string& what = "command") {
-  PlaceholderPlace place{what, values, run_time_placeholders(), {}, ""};
+  PlaceholderPlace place{what, values, *ctx.run_time_placeholders, {}, ""};
   for (const auto& name : kLoadTimePlaceholders)
     if (!values.count(name)) place.lacking[name] = "this phase has no " + name;
   std::vector<std::string> out;
@@ -132,7 +132,7 @@ Phase build_phase(const ReadContext& ctx, const YAML::Node& where_node, const st
 void check_mesh_fits(const ReadContext& ctx, const Fields& f, const YAML::Node& mesh_node) {
   if (!f.model || !f.mesh) return;
   Diagnostics quiet;  // an unknown adapter or axis is reported where the phase is built
-  const ReadContext silent{ctx.file, &quiet, ctx.vars};
+  const ReadContext silent{ctx.file, &quiet, ctx.vars, ctx.run_time_placeholders};
   const TrainerAdapter* adapter = adapter_of(silent, f, mesh_node);
   if (!adapter) return;
   const auto layout = checked_layout(silent, *adapter, f);
@@ -358,7 +358,8 @@ std::vector<Case> expand_case(const ReadContext& ctx, const YAML::Node& node, co
 
 Suite load_suite(const YAML::Node& root, const std::string& file) {
   Diagnostics diag;
-  ReadContext ctx{file, &diag, nullptr};
+  const std::vector<std::string> run_time = run_time_placeholders();
+  ReadContext ctx{file, &diag, nullptr, &run_time};
   Suite suite;
   suite.file = file;
   MapReader top(ctx, root, "the matrix file", kFileKeys);

@@ -23,7 +23,7 @@ std::string folder_name(const std::string& name) {
 }
 
 // The case with its folder, commands and expected time; nothing run yet.
-CaseOutcome prepared(const Case& c, const RunOptions& opt, double expected_s) {
+CaseOutcome prepared(const Case& c, const RunOptions& opt, double expected_s, const std::vector<std::pair<std::string, std::string>>& programs) {
   CaseOutcome o;
   o.spec = &c;
   o.dir = case_folder(opt.out_dir, c);
@@ -34,7 +34,7 @@ CaseOutcome prepared(const Case& c, const RunOptions& opt, double expected_s) {
     po.name = p.name;
     po.nproc = p.nproc;
     po.dir = (fs::path(o.dir) / p.name).string();
-    po.argv = resolve_argv(p.argv, {backend_of(c, opt.backend), o.dir, po.dir, trainer_adapters().placeholders()});
+    po.argv = resolve_argv(p.argv, {backend_of(c, opt.backend), o.dir, po.dir, programs});
     o.phases.push_back(po);
   }
   return o;
@@ -74,12 +74,13 @@ Plan plan_run(const std::vector<const Case*>& cases, const RunOptions& opt,
   std::set<std::string> baselines;
   for (const Case* c : cases)
     for (const auto& b : c->baselines()) baselines.insert(b);
+  const auto programs = trainer_adapters().placeholders();  // once: an adapter may search PATH
   for (size_t i = 0; i < cases.size(); ++i) {
     const Case& c = *cases[i];
     if (c.expect.kind == Expectation::kSkip) plan.skip[i] = c.expect.reason.empty() ? "skip declared" : c.expect.reason;
     if (plan.skip[i].empty()) plan.skip[i] = simulated_memory_problem(c, opt);
     auto h = history.find(c.id);
-    plan.cases.push_back(prepared(c, opt, h != history.end() ? h->second : estimate_seconds(c)));
+    plan.cases.push_back(prepared(c, opt, h != history.end() ? h->second : estimate_seconds(c), programs));
     // Skipped cases hold no devices; the scheduler still reaches them, in order.
     const bool runs = plan.runs(i);
     plan.tasks.push_back({runs ? c.devices(on_gpus(opt)) : 0, runs ? plan.cases[i].expected_s : 0.0, c.id, baselines.count(c.id) > 0});

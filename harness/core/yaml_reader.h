@@ -52,6 +52,9 @@ struct ReadContext {
   std::string file;
   Diagnostics* diag = nullptr;
   const std::map<std::string, std::string>* vars = nullptr;
+  // The placeholders filled when a phase runs ({backend}, {case_dir}, the adapters' programs):
+  // asked of the adapters once per file, not once per command (an adapter may search PATH).
+  const std::vector<std::string>* run_time_placeholders = nullptr;
 
   Where where(const YAML::Node& node) const;
   void error(const YAML::Node& node, const std::string& message) const { diag->error(where(node), message); }

@@ -55,7 +55,8 @@ RunLoop::RunLoop(Plan plan, const RunOptions& options, Launcher launcher)
       outcomes_(plan_.cases),
       states_(plan_.cases.size(), CaseState::kPending),
       scheduler_(plan_.tasks, options.devices, options.jobs),
-      pool_(options.devices) {
+      pool_(options.devices),
+      programs_(trainer_adapters().placeholders()) {
   for (size_t i = 0; i < outcomes_.size(); ++i) index_of_[outcomes_[i].spec->id] = i;
 }
 
@@ -125,9 +126,7 @@ bool RunLoop::start_phase(size_t i) {
   ls.argv = po.argv;
   ls.nproc = spec.nproc;
   for (const auto& [key, value] : spec.env)  // run-time placeholders, as in the command
-    ls.env.emplace_back(key, resolve_argv({value}, {backend_of(*o.spec, opt_.backend), o.dir, po.dir,
-                                                    trainer_adapters().placeholders()})
-                                 .front());
+    ls.env.emplace_back(key, resolve_argv({value}, {backend_of(*o.spec, opt_.backend), o.dir, po.dir, programs_}).front());
   ls.env.emplace_back("MESHTEST_CASE_ID", o.spec->id);
   ls.env.emplace_back("MESHTEST_PHASE", spec.name);
   ls.env.emplace_back("MESHTEST_CASE_DIR", fs::absolute(o.dir).string());

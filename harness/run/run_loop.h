@@ -96,6 +96,8 @@ class RunLoop {
   std::map<std::string, size_t> index_of_;
   Scheduler scheduler_;
   DevicePool pool_;
+  // The adapters' program placeholders for the phases' env, asked once (an adapter may search PATH).
+  const std::vector<std::pair<std::string, std::string>> programs_;
   int stopped_by_ = 0;
   size_t finals_ = 0;
 };
