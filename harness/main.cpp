@@ -294,30 +294,10 @@ int run_matrix(Selection sel, RunOptions opt, bool dry_run, int ngpu, const char
   return result.all_met() ? 0 : 1;
 }
 
-// Shards of one matrix (or any runs) into one report; a case id seen twice is an error.
+// Shards of one matrix (or any runs) into one report (merged_summary); 1 when a case missed.
 int merge_runs(const std::string& out, const std::vector<std::string>& inputs, const std::string& history,
                const std::string& commit) {
-  json merged = read_summary(inputs.front());
-  std::set<std::string> ids, matrices;
-  merged["cases"] = json::array();
-  merged["wall_s"] = 0.0;
-  merged["all_met"] = true;
-  merged["counts"] = json::object();
-  for (const auto& dir : inputs) {
-    const json s = read_summary(dir);
-    for (const auto& m : s.value("matrices", json::array())) matrices.insert(m.get<std::string>());
-    merged["wall_s"] = std::max(merged["wall_s"].get<double>(), s.value("wall_s", 0.0));
-    merged["all_met"] = merged["all_met"].get<bool>() && s.value("all_met", false);
-    if (s.value("interrupted_by_signal", 0)) merged["interrupted_by_signal"] = s["interrupted_by_signal"];
-    for (const auto& c : s.at("cases")) {
-      if (!ids.insert(c.value("id", "")).second)
-        throw std::runtime_error("case " + c.value("id", "") + " is in two of the runs being merged (" + dir + ")");
-      merged["cases"].push_back(c);
-      merged["counts"][c.value("status", "")] = merged["counts"].value(c.value("status", ""), 0) + 1;
-    }
-  }
-  merged["matrices"] = std::vector<std::string>(matrices.begin(), matrices.end());
-  merged["merged_from"] = inputs;
+  json merged = merged_summary(inputs);
   merged["run_id"] = new_run_id(merged.value("hostname", ""));
   // The shards recorded their runs already (through $MESHTEST_HISTORY, say): the merged run is
   // recorded only when --history asks for it, or it would count twice.

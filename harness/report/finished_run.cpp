@@ -1,5 +1,6 @@
 #include "report/finished_run.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -31,6 +32,34 @@ json read_summary(const std::string& dir) {
     throw std::runtime_error(path + " is summary format " + std::to_string(version) + "; this meshtest reads format " +
                              std::to_string(kSummaryFormatVersion) + " (rerun the cases with it)");
   return summary;
+}
+
+json merged_summary(const std::vector<std::string>& dirs) {
+  if (dirs.empty()) throw std::runtime_error("merge needs at least one run folder");
+  json merged = read_summary(dirs.front());
+  std::set<std::string> ids, matrices;
+  merged["cases"] = json::array();
+  merged["wall_s"] = 0.0;
+  merged["all_met"] = true;
+  merged["counts"] = json::object();
+  for (const auto& dir : dirs) {
+    const json s = read_summary(dir);
+    for (const auto& m : s.value("matrices", json::array())) matrices.insert(m.get<std::string>());
+    merged["wall_s"] = std::max(merged["wall_s"].get<double>(), s.value("wall_s", 0.0));
+    merged["all_met"] = merged["all_met"].get<bool>() && s.value("all_met", false);
+    if (s.value("interrupted_by_signal", 0)) merged["interrupted_by_signal"] = s["interrupted_by_signal"];
+    for (const auto& c : s.at("cases")) {
+      if (!ids.insert(c.value("id", "")).second)
+        throw std::runtime_error("case " + c.value("id", "") + " is in two of the runs being merged (" + dir + ")");
+      // A case is judged by its own verdict too: a shard's all_met may be missing or edited.
+      if (!c.value("met_expectation", false)) merged["all_met"] = false;
+      merged["cases"].push_back(c);
+      merged["counts"][c.value("status", "")] = merged["counts"].value(c.value("status", ""), 0) + 1;
+    }
+  }
+  merged["matrices"] = std::vector<std::string>(matrices.begin(), matrices.end());
+  merged["merged_from"] = dirs;
+  return merged;
 }
 
 // junit.xml, surefire/TEST-<suite>.xml, report.html and the terminal table, all from summary.json.

@@ -5,11 +5,17 @@
 #include <nlohmann/json.hpp>
 
 #include <string>
+#include <vector>
 
 namespace meshtest {
 
 // DIR/summary.json, refused with why when it is missing or of another format version.
 nlohmann::json read_summary(const std::string& dir);
+
+// `meshtest merge`: several runs (a matrix's CI shards) as one summary: every case once (an id
+// in two runs is refused), counts summed, the longest wall time, and all_met only when every
+// run's was and every case met its expectation. Throws std::runtime_error with why.
+nlohmann::json merged_summary(const std::vector<std::string>& dirs);
 
 // junit.xml, surefire/TEST-<suite>.xml, report.html and the terminal table, all from
 // DIR/summary.json. Returns 1 when asked to exit by expectations and a case missed its own.

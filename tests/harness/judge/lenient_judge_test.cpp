@@ -151,3 +151,42 @@ TEST_F(Checks, ATimedOutPhaseListsTheRanksStillRunning) {
   EXPECT_FALSE(r.passed);
   EXPECT_NE(r.message.find("(ranks still running: 0,1)"), std::string::npos) << r.message;
 }
+
+// Mutant: tokens_match compares only the common prefix, so a subject that generated fewer
+// tokens (none at all included) or more tokens than its reference passes.
+TEST_F(Checks, TokensMatchFailsOnAGenerationOfAnotherLength) {
+  load("  - name: a\n    phases: [{name: dp}, {name: tp}]\n    checks: [{tokens_match: {phase: tp, against: dp}}]\n");
+  write("a/dp/generate.json", R"({"prompt":"p","generated_ids":[44,76,101]})");
+  write("a/tp/generate.json", R"({"prompt":"p","generated_ids":[44,76]})");
+  EXPECT_EQ(run(0, "tokens_match").message, "phase tp generated 2 tokens, phase dp 3");
+  write("a/tp/generate.json", R"({"prompt":"p","generated_ids":[]})");
+  EXPECT_EQ(run(0, "tokens_match").message, "phase tp generated 0 tokens, phase dp 3");
+  write("a/tp/generate.json", R"({"prompt":"p","generated_ids":[44,76,101,7]})");
+  EXPECT_EQ(run(0, "tokens_match").message, "phase tp generated 4 tokens, phase dp 3");
+  write("a/tp/generate.json", R"({"prompt":"p","generated_ids":[44,76,101]})");
+  EXPECT_TRUE(run(0, "tokens_match").passed) << run(0, "tokens_match").message;
+}
+
+// Mutant: keys_match's default scope narrowed to the model's keys, so a checkpoint saved
+// without its optimizer state matches one saved with it. Without `prefix:`, every tensor key
+// takes part (objects such as the dataloader's state are per rank and not compared).
+TEST_F(Checks, KeysMatchWithoutAPrefixComparesTheOptimizerAndEveryOtherKey) {
+  load("  - name: a\n    phases: [{name: save}, {name: load}]\n    checks: [{keys_match: {phase: load, against: save}}]\n");
+  const std::string model = R"("model.norm.weight":{"kind":"tensor","shape":[64]})";
+  const std::string optimizer = R"(,"optimizer.state.model.norm.weight.exp_avg":{"kind":"tensor","shape":[64]})"
+                                R"(,"optimizer.state.model.norm.weight.exp_avg_sq":{"kind":"tensor","shape":[64]})";
+  write("a/save/state_dict_keys.json", R"({"format_version":1,"keys":{)" + model + optimizer + "}}");
+  write("a/load/state_dict_keys.json", R"({"format_version":1,"keys":{)" + model + "}}");
+  const CheckResult r = run(0, "keys_match");
+  EXPECT_FALSE(r.passed) << "a checkpoint without its optimizer state matched one with it";
+  EXPECT_EQ(r.message, "state-dict keys of phase load differ from phase save: missing 2 "
+                       "(optimizer.state.model.norm.weight.exp_avg, optimizer.state.model.norm.weight.exp_avg_sq)");
+  std::string narrower = optimizer;
+  narrower.replace(narrower.find("[64]"), 4, "[32]");
+  write("a/load/state_dict_keys.json", R"({"format_version":1,"keys":{)" + model + narrower + "}}");
+  EXPECT_EQ(run(0, "keys_match").message,
+            "state-dict keys of phase load differ from phase save: shape differs for 1 "
+            "(optimizer.state.model.norm.weight.exp_avg [32] vs [64])");
+  write("a/load/state_dict_keys.json", R"({"format_version":1,"keys":{)" + model + optimizer + "}}");
+  EXPECT_TRUE(run(0, "keys_match").passed) << run(0, "keys_match").message;
+}

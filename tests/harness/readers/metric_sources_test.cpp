@@ -13,6 +13,7 @@
 #include <random>
 #include <sstream>
 
+#include "harness/judge/checks_fixture.h"
 #include "readers/log_metrics.h"
 #include "readers/tensorboard.h"
 #include "test_paths.h"
@@ -381,6 +382,42 @@ TEST(TensorBoard, SimpleValuesUnderTheDefaultTagMap) {
   MetricSeries all = parse(torchtitan_file(), nullptr, {});
   EXPECT_EQ(all[3].at("tflops"), 1.5);
   EXPECT_EQ(all[3].at("loss_metrics/global_avg_loss"), 7.0);
+}
+
+// Mutants: the matrix's tag map (`outputs.metrics.tags`) read backwards (tag for metric), or
+// ignored for the defaults: a run whose loss and grad norm are under tags of its own must be read
+// through them, and the default tag's values, present too, must not stand in for them.
+TEST_F(Checks, TensorBoardTagOverridesReadTheLossAndGradNormThroughTheirOwnTags) {
+  load("  - name: ref\n"
+       "  - name: tb\n"
+       "    outputs: {metrics: {from: tensorboard, path: tb, tags: {loss: train/lm_loss, grad_norm: train/gnorm}}}\n"
+       "    checks: [{loss_matches: {baseline: ref, exact: true}}, {loss_matches: {baseline: ref, metric: grad_norm, exact: true}}]\n");
+  write("ref/train/metrics.jsonl", "{\"step\":1,\"loss\":9.5,\"grad_norm\":0.25}\n{\"step\":2,\"loss\":8.25,\"grad_norm\":0.5}\n");
+  std::string events = tfrecord(file_version_event());
+  for (int step = 1; step <= 2; ++step)
+    events += tfrecord(event(step, {simple_value("train/lm_loss", step == 1 ? 9.5f : 8.25f),
+                                    simple_value("train/gnorm", step * 0.25f),
+                                    simple_value("loss_metrics/global_avg_loss", 100.0f)}));
+  fs::create_directories(dir_ + "/tb/train/tb");
+  write("tb/train/tb/events.out.tfevents.1700000000.host.1.0", events);
+  run(1, "loss_matches");
+  int judged = 0;
+  for (const auto& check : outcomes_[1].checks) {
+    EXPECT_TRUE(check.passed) << check.kind << ": " << check.message;
+    judged += check.kind == "loss_matches";
+  }
+  EXPECT_EQ(judged, 2) << "the loss and the grad norm";
+  // The tags swapped: the loss read is the grad norm, and the check says so with numbers.
+  load("  - name: ref\n"
+       "  - name: tb\n"
+       "    outputs: {metrics: {from: tensorboard, path: tb, tags: {loss: train/gnorm, grad_norm: train/lm_loss}}}\n"
+       "    checks: [{loss_matches: {baseline: ref, exact: true}}]\n");
+  write("ref/train/metrics.jsonl", "{\"step\":1,\"loss\":9.5,\"grad_norm\":0.25}\n{\"step\":2,\"loss\":8.25,\"grad_norm\":0.5}\n");
+  fs::create_directories(dir_ + "/tb/train/tb");
+  write("tb/train/tb/events.out.tfevents.1700000000.host.1.0", events);
+  const CheckResult r = run(1, "loss_matches");
+  EXPECT_FALSE(r.passed);
+  EXPECT_NE(r.message.find("step 1: loss 0.25"), std::string::npos) << r.message;
 }
 
 TEST(TensorBoard, TensorScalarsOfEveryDtype) {

@@ -8,7 +8,9 @@
 #include <filesystem>
 #include <map>
 
+#include "report/finished_run.h"
 #include "report/report.h"
+#include "report/summary.h"
 #include "core/verdict.h"
 
 namespace fs = std::filesystem;
@@ -120,4 +122,47 @@ TEST_F(Report, VerdictsRoundTripThroughJsonAndUnknownKindsAreRefused) {
   json no_verdict = summary_with("m");
   no_verdict["cases"][0].erase("verdict");
   EXPECT_THROW(write_junit(summary_view(no_verdict), dir_ + "/junit.xml"), std::runtime_error);
+}
+
+// `meshtest merge` of CI shards: a shard with a case that missed its expectation makes the merged
+// run red (all_met false, exit 1), even when that shard's own all_met says otherwise; two green
+// shards merge green.
+TEST_F(Report, MergingAShardWithAFailedCaseIsRedAndExitsNonZero) {
+  auto shard = [&](const std::string& name, const std::string& id, bool met) {
+    Verdict v{met ? VerdictKind::kPassed : VerdictKind::kCheckFailed, met ? "" : "loss differs"};
+    json s = {{"format_version", kSummaryFormatVersion}, {"backend", "gloo"}, {"devices", 2}, {"wall_s", 1.0},
+              {"matrices", {"m.yaml"}}, {"all_met", met}, {"cases", json::array()}};
+    s["cases"].push_back({{"id", id}, {"suite", "s"}, {"status", status_name(v.status())}, {"reason", v.message},
+                          {"verdict", verdict_to_json(v)}, {"met_expectation", met}, {"earlier_attempts", json::array()},
+                          {"repro", "meshtest run m.yaml --id " + id}});
+    write_summary(s, dir_ + "/" + name + "/summary.json");
+    return dir_ + "/" + name;
+  };
+  const std::string green1 = shard("green1", "s/a", true), green2 = shard("green2", "s/b", true);
+  const std::string red = shard("red", "s/c", false);
+  json merged = merged_summary({green1, red});
+  EXPECT_FALSE(merged.at("all_met").get<bool>());
+  EXPECT_EQ(merged.at("cases").size(), 2u);
+  EXPECT_EQ(merged.at("counts").at("failed"), 1);
+  write_summary(merged, dir_ + "/merged/summary.json");
+  EXPECT_EQ(render_reports(dir_ + "/merged", true), 1);
+  // A red case in a shard whose all_met was edited to true is still red.
+  json edited = read_summary(red);
+  edited["all_met"] = true;
+  write_summary(edited, red + "/summary.json");
+  EXPECT_FALSE(merged_summary({green1, red}).at("all_met").get<bool>());
+  // A shard that says it did not meet its expectations (stopped by a signal, say) keeps the merge
+  // red even when every case it lists met its own.
+  json stopped = read_summary(green2);
+  stopped["all_met"] = false;
+  stopped["interrupted_by_signal"] = 15;
+  write_summary(stopped, dir_ + "/stopped/summary.json");
+  const json with_stopped = merged_summary({green1, dir_ + "/stopped"});
+  EXPECT_FALSE(with_stopped.at("all_met").get<bool>());
+  EXPECT_EQ(with_stopped.at("interrupted_by_signal"), 15);
+  json ok = merged_summary({green1, green2});
+  EXPECT_TRUE(ok.at("all_met").get<bool>());
+  write_summary(ok, dir_ + "/merged-green/summary.json");
+  EXPECT_EQ(render_reports(dir_ + "/merged-green", true), 0);
+  EXPECT_THROW(merged_summary({green1, green1}), std::runtime_error);
 }
