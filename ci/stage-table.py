@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Prints .ci/run's closing report: each stage's seconds and how busy the CPUs were (from
-ci/stage.sh's TSV), the ten slowest tests of the CTest runs (their --output-junit files), and a
+"""Prints .ci/run's closing report: each stage's seconds, how busy the CPUs were and the CPU time
+of the stage's own processes (from ci/stage.sh's TSV; CPU-minutes compare across machines of one
+kind, which differ by 2x in minutes), the ten slowest tests of the CTest runs (their --output-junit files), and a
 last line with the tests' counts. Also writes the same as Markdown to build/ci-report.md, for docs/ci.md.
 
 Usage: ci/stage-table.py STAGES.tsv [CTEST-JUNIT.xml...]   (missing files are skipped)
@@ -14,8 +15,8 @@ def stages(path):
     rows = []
     if os.path.exists(path):
         for line in open(path, encoding="utf-8"):
-            name, seconds, rc, busy = (line.rstrip("\n").split("\t") + ["?"])[:4]
-            rows.append((name, float(seconds), int(rc), busy))
+            name, seconds, rc, busy, cpu = (line.rstrip("\n").split("\t") + ["?", "nan"])[:5]
+            rows.append((name, float(seconds), int(rc), busy, float(cpu)))
     return rows
 
 
@@ -39,11 +40,12 @@ def tests(paths):
 
 def main():
     rows, runs = stages(sys.argv[1]), tests(sys.argv[2:])
-    md = ["| stage | seconds | minutes | exit | CPU busy % |", "|---|---:|---:|---:|---:|"]
-    for name, seconds, rc, busy in rows:
-        md.append(f"| {name} | {seconds:.0f} | {seconds / 60:.1f} | {rc} | {busy} |")
+    md = ["| stage | seconds | minutes | exit | CPU busy % | CPU-minutes |", "|---|---:|---:|---:|---:|---:|"]
+    for name, seconds, rc, busy, cpu in rows:
+        md.append(f"| {name} | {seconds:.0f} | {seconds / 60:.1f} | {rc} | {busy} | {cpu / 60:.1f} |")
     total = sum(row[1] for row in rows)
-    md.append(f"| **total** | **{total:.0f}** | **{total / 60:.1f}** | | |")
+    cpu_total = sum(row[4] for row in rows)
+    md.append(f"| **total** | **{total:.0f}** | **{total / 60:.1f}** | | | **{cpu_total / 60:.1f}** |")
     md += ["", "| slowest tests | tree | seconds |", "|---|---|---:|"]
     for tree, name, seconds, _ in sorted(runs, key=lambda r: -r[2])[:10]:
         md.append(f"| `{name}` | {tree} | {seconds:.1f} |")
