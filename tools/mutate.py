@@ -4,8 +4,8 @@
     python3 tools/mutate.py [--build-dir build/cpu] [--sample 40] [--seed 1] [--json OUT.json]
                             [--replay EARLIER.json] [--test 'CMD'] [FILE ...]
 
-Each mutant is one small edit to one line of the judge or its readers (default FILEs:
-harness/judge/*.cpp and harness/readers/*.cpp), the kind of slip a reviewer misses: a
+Each mutant is one small edit to one line of the judge, its readers, the reports or the verdict
+types (default FILEs: DEFAULT_FILES below), the kind of slip a reviewer misses: a
 comparison loosened (`>` to `>=`), a condition negated or dropped (`!x` to `x`, `&&` to
 `||`, `std::isfinite(x)` to `true || std::isfinite(x)`), an early `return false` turned
 `true`, `continue` for `break`, an off-by-one (`+ 1` dropped), a sign (`-` to `+`), an
@@ -36,6 +36,10 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Every file whose code decides or carries a verdict: the judge, the readers it reads through, the
+# reports (merge included) and the verdict and outcome types.
+DEFAULT_FILES = ["harness/judge/*.cpp", "harness/readers/*.cpp", "harness/report/*.cpp", "harness/core/verdict.cpp",
+                 "harness/core/outcome.cpp", "harness/core/check_kinds.cpp"]
 
 # (name, pattern, replacement). Binary operators are matched with a space on both sides:
 # the code is clang-formatted, so `a < b` is a comparison and `std::vector<int>` is not.
@@ -151,7 +155,7 @@ def main():
     args = ap.parse_args()
 
     os.chdir(ROOT)
-    files = args.files or sorted(glob.glob("harness/judge/*.cpp") + glob.glob("harness/readers/*.cpp"))
+    files = args.files or sorted(sum((glob.glob(pattern) for pattern in DEFAULT_FILES), []))
     build = os.path.abspath(args.build_dir)
     binary = os.path.join(build, "tests", "harness_unit_tests")
     if not os.path.exists(os.path.join(build, "build.ninja")) and not os.path.exists(os.path.join(build, "Makefile")):
