@@ -10,7 +10,8 @@ comparison loosened (`>` to `>=`), a condition negated or dropped (`!x` to `x`, 
 `||`, `std::isfinite(x)` to `true || std::isfinite(x)`), an early `return false` turned
 `true`, `continue` for `break`, an off-by-one (`+ 1` dropped), a sign (`-` to `+`), an
 absolute value dropped. For each mutant the tool edits the file in place, rebuilds
-`harness_unit_tests` in BUILD_DIR (one object and a link, through ccache), and runs it
+`harness_unit_tests` in BUILD_DIR (one object and a link: build/mutate compiles each file alone
+at -O0, where the unity batches of build/cpu recompile five files at -O2), and runs it
 (and each --test command). The mutant is
 
     killed      the build's tests failed (or timed out): the tests caught the mistake
@@ -145,7 +146,8 @@ def replayed(path, candidates, originals):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("files", nargs="*")
-    ap.add_argument("--build-dir", default="build/cpu")
+    ap.add_argument("--build-dir", default="build/mutate",
+                    help="a configured build; build/mutate (preset mutate: no unity batches, -O0) is configured when missing")
     ap.add_argument("--sample", type=int, default=40, help="mutants to try (0: every site)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--test", action="append", default=[], help="another command that must pass (run from the repo root)")
@@ -159,7 +161,11 @@ def main():
     build = os.path.abspath(args.build_dir)
     binary = os.path.join(build, "tests", "harness_unit_tests")
     if not os.path.exists(os.path.join(build, "build.ninja")) and not os.path.exists(os.path.join(build, "Makefile")):
-        sys.exit(f"mutate: {args.build_dir} is not a configured build (cmake --preset cpu first)")
+        if os.path.normpath(args.build_dir) != os.path.normpath("build/mutate"):
+            sys.exit(f"mutate: {args.build_dir} is not a configured build (cmake --preset cpu first)")
+        rc, out = run(["cmake", "--preset", "mutate"], 600)
+        if rc != 0:
+            sys.exit(f"mutate: cmake --preset mutate failed:\n{out[-3000:]}")
     dirty = subprocess.run(["git", "status", "--porcelain", "--", *files], capture_output=True, text=True).stdout.strip()
     if dirty:
         sys.exit(f"mutate: commit or stash these first, the tool edits them in place:\n{dirty}")
