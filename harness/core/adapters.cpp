@@ -85,6 +85,8 @@ class CommandAdapter : public TrainerAdapter {
   std::optional<double> steps(const std::vector<std::string>&) const override { return std::nullopt; }
   std::string how_to_report(const std::string&) const override { return ""; }
   std::vector<std::pair<std::string, std::string>> placeholders() const override { return {}; }
+  // The command may well be a PyTorch trainer; for any other program the setting is inert.
+  std::optional<SimulatedWorld> simulation() const override { return pytorch_simulation(); }
 };
 
 }  // namespace

@@ -50,6 +50,18 @@ struct ReservedOption {
   std::string use_key;  // "mesh", "model", "command", ...
 };
 
+// How the ranks of a simulated world (`simulate: true`, docs/simulation.md) share one device.
+struct SimulatedWorld {
+  std::string backend;  // what {backend} becomes ("": the run's, as without simulation)
+  std::vector<std::pair<std::string, std::string>> env;  // added to every rank's environment
+  std::string python_path;  // put first on every rank's PYTHONPATH ("": none)
+};
+
+// A PyTorch trainer's simulated world: meshtest_sim (sim/), which its ranks' Python loads at
+// start-up (sim/python/sitecustomize.py) and which takes over the trainer's NCCL. nullopt when
+// this meshtest has no sim/ folder (an installed meshtest without it, $MESHTEST_SIM_DIR unset).
+std::optional<SimulatedWorld> pytorch_simulation();
+
 class TrainerAdapter {
  public:
   virtual ~TrainerAdapter() = default;
@@ -88,9 +100,9 @@ class TrainerAdapter {
   // a meshtest built without meshtrain: cases whose command uses a placeholder are then skipped
   // with this reason, or the run stops when every selected case would be.
   virtual std::string program_problem() const { return ""; }
-  // What {backend} becomes in a simulated world (`simulate: true`): the ranks' backend when all
-  // of them share one device. "" when this trainer cannot simulate a world.
-  virtual std::string simulated_backend() const { return ""; }
+  // How this trainer's ranks share one device in a simulated world (`simulate: true`), or
+  // nullopt when they cannot.
+  virtual std::optional<SimulatedWorld> simulation() const { return std::nullopt; }
   // About how many bytes of GPU memory a simulated world of `nproc` ranks of `model` takes
   // (every rank's share summed), or nullopt when the adapter cannot tell.
   virtual std::optional<double> simulated_world_bytes(const std::string& model, int nproc) const {

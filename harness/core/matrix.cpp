@@ -263,9 +263,10 @@ std::optional<Case> build_case(const ReadContext& ctx, const YAML::Node& node, c
   c.adapter = adapter_name(f);
   const TrainerAdapter* adapter = trainer_adapters().find(c.adapter);
   c.simulated = f.simulate.value_or(false);
-  if (c.simulated && adapter && adapter->simulated_backend().empty())
+  if (c.simulated && adapter && !adapter->simulation())
     ctx.error(f.simulate_node, "adapter '" + c.adapter + "' cannot simulate a world (simulate: true needs a trainer "
-                               "whose ranks can share one device: meshtrain)");
+                               "whose ranks can share one device: meshtrain, or a PyTorch trainer through meshtest_sim, "
+                               "whose sim/ folder this meshtest cannot find: set $MESHTEST_SIM_DIR to a checkout's sim/)");
   if (f.model && adapter) {
     const auto known = adapter->models();
     if (known && std::find(known->begin(), known->end(), *f.model) == known->end()) {

@@ -63,7 +63,8 @@ std::string simulated_memory_problem(const Case& c, const RunOptions& opt) {
 
 std::string backend_of(const Case& c, const std::string& run_backend) {
   const TrainerAdapter* adapter = trainer_adapters().find(c.adapter);
-  return c.simulated && adapter ? adapter->simulated_backend() : run_backend;
+  const auto simulation = c.simulated && adapter ? adapter->simulation() : std::nullopt;
+  return simulation && !simulation->backend.empty() ? simulation->backend : run_backend;
 }
 
 Plan plan_run(const std::vector<const Case*>& cases, const RunOptions& opt,

@@ -170,7 +170,7 @@ class MeshtrainAdapter : public TrainerAdapter {
   }
 
   // meshtrain's shared-memory backend: any number of ranks per device (trainer/distributed/shm_comm.h).
-  std::string simulated_backend() const override { return "shm"; }
+  std::optional<SimulatedWorld> simulation() const override { return SimulatedWorld{"shm", {}, ""}; }
 
   // Per rank: a CUDA context, the whole model in float32 (every rank builds it before keeping
   // its part, trainer/train.cpp's build_model), and at most all of its weights, gradients and

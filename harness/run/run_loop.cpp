@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <sstream>
 
+#include "core/adapters.h"
 #include "judge/checks.h"
 #include "judge/judge.h"
 
@@ -20,6 +22,23 @@ std::string iso_now() {
   char buf[32];
   std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%S", std::localtime(&t));
   return buf;
+}
+
+// A simulated world's additions to its ranks' environment (the adapter's Simulation): its
+// variables, and its Python folder first on PYTHONPATH, before the case's own or meshtest's.
+void add_simulation_env(const Case& c, std::vector<std::pair<std::string, std::string>>& env) {
+  const TrainerAdapter* adapter = trainer_adapters().find(c.adapter);
+  const auto simulation = adapter ? adapter->simulation() : std::nullopt;
+  if (!simulation) return;
+  for (const auto& kv : simulation->env) env.push_back(kv);
+  if (simulation->python_path.empty()) return;
+  std::string path = simulation->python_path;
+  auto own = std::find_if(env.begin(), env.end(), [](const auto& kv) { return kv.first == "PYTHONPATH"; });
+  const char* inherited = std::getenv("PYTHONPATH");
+  const std::string rest = own != env.end() ? own->second : (inherited ? inherited : "");
+  if (!rest.empty()) path += ":" + rest;
+  if (own != env.end()) own->second = path;
+  else env.emplace_back("PYTHONPATH", path);
 }
 
 // Pool slot i is the i-th GPU meshtest itself may use: CUDA_VISIBLE_DEVICES when set.
@@ -127,6 +146,7 @@ bool RunLoop::start_phase(size_t i) {
   ls.nproc = spec.nproc;
   for (const auto& [key, value] : spec.env)  // run-time placeholders, as in the command
     ls.env.emplace_back(key, resolve_argv({value}, {backend_of(*o.spec, opt_.backend), o.dir, po.dir, programs_}).front());
+  if (o.spec->simulated) add_simulation_env(*o.spec, ls.env);
   ls.env.emplace_back("MESHTEST_CASE_ID", o.spec->id);
   ls.env.emplace_back("MESHTEST_PHASE", spec.name);
   ls.env.emplace_back("MESHTEST_CASE_DIR", fs::absolute(o.dir).string());

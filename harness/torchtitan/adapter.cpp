@@ -291,6 +291,9 @@ class TorchtitanAdapter : public TrainerAdapter {
     return {{"torchtitan_python", torchtitan_python()}};
   }
 
+  // torchtitan's NCCL becomes meshtest_sim; it already puts every rank on the one visible GPU.
+  std::optional<SimulatedWorld> simulation() const override { return pytorch_simulation(); }
+
  private:
   // A save phase that stops early trains the first N steps of the full run: the LR schedule
   // keeps the full length (torchtitan builds it from training.steps), and the last save holds

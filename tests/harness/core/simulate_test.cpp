@@ -99,10 +99,29 @@ TEST(Simulate, AWorldTooLargeForTheGpuIsRefusedBeforeLaunch) {
   for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(large.runs(i)) << large.skip[i];
 }
 
+// `grid` (registered by adapters_test.cpp in this program) says nothing of simulation.
 TEST(Simulate, AdapterThatCannotSimulateIsAnErrorAtLoad) {
-  const std::string e = errors_of("suite: s\ncases:\n  - {name: c, command: [sh, -c, 'true'], ngpu: 2, simulate: true}\n");
+  const std::string e = errors_of("suite: s\ncases:\n  - {name: c, adapter: grid, ngpu: 2, simulate: true}\n");
   EXPECT_NE(e.find("m.yaml:3:"), std::string::npos) << e;
-  EXPECT_NE(e.find("adapter 'command' cannot simulate a world"), std::string::npos) << e;
+  EXPECT_NE(e.find("adapter 'grid' cannot simulate a world"), std::string::npos) << e;
   const std::string bad = errors_of("suite: s\ncases:\n  - {name: c, model: tiny, simulate: yes}\n");
   EXPECT_NE(bad.find("simulate must be true"), std::string::npos) << bad;
+}
+
+// A PyTorch trainer (`command:`, torchtitan) simulates through meshtest_sim: its {backend} stays
+// the run's (nccl, which sim/python/sitecustomize.py maps), and the adapter names the Python
+// folder that its ranks load first (run_test.cpp checks that the ranks get it).
+TEST(Simulate, APytorchTrainerSimulatesThroughMeshtestSim) {
+  const Suite s = load_suite_text("suite: s\ncases:\n  - {name: c, command: [t, --backend, '{backend}'], ngpu: 4, simulate: true}\n",
+                                  "m.yaml");
+  ASSERT_EQ(s.cases.size(), 1u);
+  EXPECT_TRUE(s.cases[0].simulated);
+  EXPECT_EQ(s.cases[0].devices(true), 1);
+  const Plan p = plan_of(s, "nccl", 1);
+  EXPECT_TRUE(has(p.cases[0].phases[0].argv, "--backend", "nccl"));
+  const auto world = trainer_adapters().find("command")->simulation();
+  ASSERT_TRUE(world.has_value()) << "this meshtest was built from a checkout with sim/";
+  EXPECT_EQ(world->python_path.substr(world->python_path.size() - 11), "/sim/python");
+  EXPECT_NE(std::find(world->env.begin(), world->env.end(), std::make_pair(std::string("MESHTEST_SIM"), std::string("1"))),
+            world->env.end());
 }

@@ -243,6 +243,30 @@ cases:
   EXPECT_EQ(c["reason"], "exit: phase load: rank 1 failed first with exit code 7");
 }
 
+// A PyTorch trainer's simulated world (`simulate: true`, docs/simulation.md): every rank gets
+// MESHTEST_SIM=1 and meshtest_sim's Python folder first on PYTHONPATH, before the case's own
+// entries; the report says the world was simulated.
+TEST_F(Run, ASimulatedPytorchWorldPutsMeshtestSimFirstOnEveryRanksPythonPath) {
+  matrix(R"(suite: s
+cases:
+  - name: sim
+    ngpu: 3
+    simulate: true
+    env: {PYTHONPATH: /case/own}
+    command: [sh, -c, 'echo "$MESHTEST_SIM $PYTHONPATH" > {phase_dir}/env-$RANK.txt']
+)");
+  const Output o = meshtest("--ngpu 3");
+  EXPECT_EQ(o.rc, 0) << o.text;
+  for (int rank = 0; rank < 3; ++rank) {
+    std::ifstream in(dir_ + "/out/s/sim/train/env-" + std::to_string(rank) + ".txt");
+    std::string sim, path;
+    in >> sim >> path;
+    EXPECT_EQ(sim, "1") << "rank " << rank;
+    EXPECT_EQ(path, std::string(MESHTEST_SOURCE_DIR) + "/sim/python:/case/own") << "rank " << rank;
+  }
+  EXPECT_TRUE(case_of(summary(), "s/sim")["simulated"].get<bool>());
+}
+
 // torchtitan's resume (issue 36): both launches share --dump_folder, and its TensorBoard run
 // folder is named by the minute (tb/20261202-1506/), so a resume within the minute writes its
 // event file next to the first launch's. Each phase's metrics are the events written during its
