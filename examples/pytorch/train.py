@@ -1,7 +1,7 @@
 """A small torchtitan-like trainer: the user code that examples/pytorch.yaml runs under meshtest.
 
 Llama-style decoder with torchtitan's module names, byte-level data from trainer/data/corpus.txt,
---parallel none|ddp|fsdp (FSDP2 fully_shard) on gloo/CPU, torchtitan's console line and
+--parallel none|ddp|fsdp (FSDP2 fully_shard) on gloo/CPU (or --device cuda --backend nccl), torchtitan's console line and
 TensorBoard tags, and a torch.distributed.checkpoint (DCP) folder step-<N>/ with torchtitan's flat
 keys. Launched like torchrun: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, ... in the environment.
 Runs on PyTorch 1.13 (none, ddp) and 2.x (all modes); features are detected, never versions.
@@ -56,6 +56,8 @@ except ImportError:
 
 p = argparse.ArgumentParser(prog="train.py", description=__doc__.splitlines()[0])
 p.add_argument("--parallel", choices=["none", "ddp", "fsdp"], default="none")
+p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+p.add_argument("--backend", default="gloo", help="torch.distributed's backend (nccl with --device cuda)")
 p.add_argument("--key-style", choices=["canonical", "parametrize"], default="canonical",
                help="parametrize: SimpleFSDP before torchtitan #1273 (keys <module>.parametrizations.weight.original)")
 p.add_argument("--steps", type=int, default=10)
@@ -118,7 +120,7 @@ class Attention(nn.Module):
         rep = self.n_heads // self.n_kv_heads  # grouped-query attention: share each kv head
         q, k, v = (t.transpose(1, 2) for t in (q, k.repeat_interleave(rep, 2), v.repeat_interleave(rep, 2)))
         att = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_dim)
-        att = att.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf")).softmax(-1)
+        att = att.masked_fill(torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1), float("-inf")).softmax(-1)
         return self.wo((att @ v).transpose(1, 2).reshape(B, T, -1))
 
 
@@ -178,7 +180,7 @@ class Identity(nn.Module):  # a trivial parametrization: only the state-dict key
 # ----------------------------------------------------------------------------- helpers
 def clip_grad_norm(params, max_norm):
     """Global L2 norm before clipping, then clip. Sharded (DTensor) grads: each rank sums its shard."""
-    sq, sharded = torch.zeros((), dtype=torch.float64), False
+    sq, sharded = torch.zeros((), dtype=torch.float64, device=params[0].device), False
     for q in params:
         g = q.grad
         if DTensor is not None and isinstance(g, DTensor):
@@ -251,8 +253,12 @@ def main():
     # A hung rank is stopped by meshtest with SIGTERM: print every thread's stack into the rank log
     # first, so the timeout's `log:` line shows where it waited (docs/triage.md).
     faulthandler.register(signal.SIGTERM, chain=True)
+    device = torch.device("cpu")
+    if args.device == "cuda":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+        device = torch.device("cuda", torch.cuda.current_device())
     if "RANK" in os.environ:
-        dist.init_process_group("gloo")  # CPU everywhere, also on a GPU machine
+        dist.init_process_group(args.backend)
 
     # model: the full model, identical on every rank, before any sharding
     torch.manual_seed(args.seed)
@@ -260,15 +266,16 @@ def main():
     if args.key_style == "parametrize":
         for m in [m for m in model.modules() if isinstance(m, (nn.Linear, nn.Embedding, RMSNorm))]:
             parametrize.register_parametrization(m, "weight", Identity())
+    model.to(device)  # drawn on the CPU from the seed: the same weights on every device
     inner = model  # the module whose state_dict and parameter names we checkpoint
     if args.parallel == "ddp":
-        model = nn.parallel.DistributedDataParallel(model)
+        model = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     elif args.parallel == "fsdp":
         try:
             from torch.distributed.device_mesh import init_device_mesh
         except ImportError:
             from torch.distributed._tensor import init_device_mesh
-        mesh = init_device_mesh("cpu", (world,))  # not the default (the accelerator's) device
+        mesh = init_device_mesh(device.type, (world,))
         for layer in inner.layers:
             fully_shard(layer, mesh=mesh)
         fully_shard(inner, mesh=mesh)
@@ -304,7 +311,7 @@ def main():
         starts = starts[dp_rank * local:(dp_rank + 1) * local]
         x = torch.stack([data[s:s + args.seq_len] for s in starts.tolist()])
         y = torch.stack([data[s + 1:s + args.seq_len + 1] for s in starts.tolist()])
-        return x, y
+        return x.to(device), y.to(device)
 
     n_params = sum(q.numel() for q in inner.parameters())  # global numel, also for DTensors
     flops_per_token = 6 * (n_params - VOCAB * args.dim) + 12 * args.n_layers * args.dim * args.seq_len
