@@ -42,6 +42,13 @@ status=0
 # mostly wait (Slurm's own time limit, the soak's sleeping trainers, a hung rank's timeout). At two
 # at a time, two of them waiting together left both cores idle for most of CTest's first minutes.
 stage ctest ctest --preset cpu -j 3 --output-junit "$PWD/build/cpu/ctest-junit.xml" "$@" || status=1
+# From here on CI waits for the builds and fuzzers behind CTest: back to normal priority. At nice 19
+# beside other work at normal priority (a busy CI host; ci/load-test.sh's two busy processes) they
+# got about 1 % of a core, and the stage waiting for them would have outlasted CI's limit. Root may
+# lower a nice value; elsewhere they keep theirs and only take longer. Each parent is reniced before
+# its children are listed, so a child it starts meanwhile inherits the new value.
+renice_tree() { local child; renice -n 0 -p "$1" >/dev/null 2>&1 || return 0; for child in $(cat /proc/"$1"/task/*/children 2>/dev/null); do renice_tree "$child"; done; }
+renice_tree "$background"
 # The part of the builds CTest did not outlast.
 stage background_builds bash -c 'until [ -f build/background-builds.done ]; do sleep 1; done'
 # The harness and meshtrain under ASan + UBSan: no sanitizer report allowed (ci/sanitize.sh).
