@@ -6,6 +6,7 @@
 #   <prefix>/share/doc/meshtest/               README.md, docs/, copyright, changelog.gz
 #   <prefix>/share/meshtest/trainer/data/      the shipped corpora (the examples' and meshtrain's)
 #   <prefix>/share/meshtest/tests/reference/   the independent reference program the CPU matrix runs
+#   <prefix>/share/meshtest/sim/               meshtest_sim, with the transport's sources it compiles on first use
 #   <prefix>/bin/meshtrain                     (component meshtrain, when built; it reads share/meshtest/trainer/data)
 # share/meshtest mirrors the checkout, so a shipped matrix's {matrix_dir}/.. paths hold installed too.
 include(GNUInstallDirs)
@@ -23,6 +24,13 @@ install(FILES trainer/data/corpus.txt trainer/data/validation.txt
         DESTINATION ${CMAKE_INSTALL_DATADIR}/meshtest/trainer/data COMPONENT meshtest)
 install(FILES tests/reference/llama_reference.py tests/reference/README.md
         DESTINATION ${CMAKE_INSTALL_DATADIR}/meshtest/tests/reference COMPONENT meshtest)
+# meshtest_sim (a PyTorch trainer's simulated world, docs/simulation.md): compiled on first use
+# against the trainer's torch from these sources, which share/meshtest keeps where the checkout does.
+install(DIRECTORY sim/ DESTINATION ${CMAKE_INSTALL_DATADIR}/meshtest/sim COMPONENT meshtest PATTERN __pycache__ EXCLUDE)
+install(FILES trainer/distributed/shm_comm.h trainer/distributed/shm_comm.cpp trainer/distributed/collective.h
+        trainer/distributed/collective.cpp DESTINATION ${CMAKE_INSTALL_DATADIR}/meshtest/trainer/distributed COMPONENT meshtest)
+install(FILES trainer/base/faults.h trainer/base/faults.cpp
+        DESTINATION ${CMAKE_INSTALL_DATADIR}/meshtest/trainer/base COMPONENT meshtest)
 
 # The man page is meshtest's own --help, made by the binary just built; installed gzipped
 # (-n: no name or time stamp inside, so the bytes depend on the text alone), as Debian's are.

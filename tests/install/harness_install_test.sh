@@ -59,6 +59,10 @@ done
 ! grep -q -E "$src/(test_matrix|examples|tests|trainer)/" <<< "$shown" ||
   { echo "$shown"; fail "the installed built-in matrix names the checkout's files ($src)"; }
 [ -f "$prefix/share/meshtest/test_matrix/golden/tiny_1d.loss.txt" ] || fail "the prefix has no golden files"
+# meshtest_sim and the transport sources it compiles on first use, where sim/python/sitecustomize.py looks.
+for f in sim/meshtest_sim.cpp sim/python/sitecustomize.py trainer/distributed/shm_comm.cpp trainer/base/faults.h; do
+  [ -f "$prefix/share/meshtest/$f" ] || fail "the prefix has no share/meshtest/$f (meshtest_sim)"
+done
 # Every relative link of the installed docs leads to an installed file.
 broken=$(python3 - "$prefix/share/doc/meshtest" << 'PY'
 import os, re, sys
