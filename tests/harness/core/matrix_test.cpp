@@ -317,6 +317,15 @@ cases:
   EXPECT_NE(e.find("m.yaml:11:9: check log_contains needs text"), std::string::npos) << e;
 }
 
+// matrix_fuzz found it: std::stod threw out_of_range (an uncaught exception, not an error) on a
+// tolerance beyond a double's range. Both ends are refused with the key and file:line:col.
+TEST(MatrixValidate, ANumberBeyondADoublesRangeIsAnErrorNotACrash) {
+  const std::string e = errors_of("suite: s\ndefaults: {model: tiny}\ncases:\n  - name: a\n  - name: b\n"
+                                  "    checks: [{loss_matches: {baseline: a, rtol: 5.0e-99999}}, {loss_matches: {baseline: a, atol: 1e999}}]\n");
+  EXPECT_NE(e.find("m.yaml:6:49: loss_matches.rtol is out of the range of a double, got '5.0e-99999'"), std::string::npos) << e;
+  EXPECT_NE(e.find("loss_matches.atol is out of the range of a double, got '1e999'"), std::string::npos) << e;
+}
+
 TEST(MatrixValidate, ExpectationsAndPlaceholders) {
   const std::string e = errors_of(R"(suite: s
 defaults: {model: tiny}
