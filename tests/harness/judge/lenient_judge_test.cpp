@@ -190,3 +190,17 @@ TEST_F(Checks, KeysMatchWithoutAPrefixComparesTheOptimizerAndEveryOtherKey) {
   write("a/load/state_dict_keys.json", R"({"format_version":1,"keys":{)" + model + optimizer + "}}");
   EXPECT_TRUE(run(0, "keys_match").passed) << run(0, "keys_match").message;
 }
+
+// Mutant: the hung rank taken as the first rank that was not stopped by the timeout (one that had
+// already exited by itself), so the verdict names a rank that was not hung.
+TEST_F(Checks, ATimedOutPhaseNamesTheFirstRankStillRunningAsTheHungOne) {
+  load("  - name: a\n");
+  PhaseOutcome& p = outcomes_[0].phases[0];
+  p.result.timed_out = true;
+  p.result.stopped_because = "timed out after 60 s";
+  p.result.exits = {{0, 0, 0}, {1, 0, SIGTERM}, {2, 0, SIGKILL}};
+  const CheckResult r = run(0, "exit");
+  EXPECT_FALSE(r.passed);
+  EXPECT_EQ(r.finding.rank, 1) << r.message;
+  EXPECT_NE(r.message.find("(ranks still running: 1,2)"), std::string::npos) << r.message;
+}

@@ -489,6 +489,9 @@ TEST(DcpHandBuilt, Protocol2WithTorch113TensorPropertiesAndStridedBf16Records) {
   ASSERT_EQ(view.entries().size(), 3u);
   EXPECT_EQ(view.find("a")->dtype, "float32");
   EXPECT_EQ(view.find("b")->dtype, "bfloat16");
+  // A key that is not there, sorting between two that are and after all of them: none, never a neighbour.
+  EXPECT_EQ(view.find("aa"), nullptr);
+  EXPECT_EQ(view.find("zz"), nullptr);
   EXPECT_FALSE(view.find("train_state.step")->is_tensor);
   EXPECT_EQ(view.find("train_state.step")->bytes, 10u);
   EXPECT_EQ(view.read_tensor("a"), (std::vector<double>{0, 3, 1, 4, 2, 5}));

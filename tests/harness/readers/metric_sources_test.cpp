@@ -48,6 +48,17 @@ const char* kReferenceLines =
     "[rank0]:[titan] 2025-06-16 22:30:50,322 - root - INFO - step: 200  loss:  6.1384  memory: 49.66GiB(52.28%)  tps: "
     "5,856  tflops: 339.16  mfu: 34.29%\n";
 
+// Mutant: a memory field without its share of the device (`memory: 9.46GiB`, as a CPU run or an
+// older torchtitan prints it) refused, dropping the step's memory figure.
+TEST(TorchtitanLog, AMemoryFieldWithoutItsShareIsRead) {
+  Warnings warnings;
+  MetricSeries s = titan("step:  3  loss:  7.5000  grad_norm:  1.2500  memory:  9.46GiB  tps: 7,282\n", &warnings);
+  ASSERT_EQ(s.count(3), 1u);
+  EXPECT_DOUBLE_EQ(s.at(3).at("loss"), 7.5);
+  EXPECT_DOUBLE_EQ(s.at(3).at("memory_gib"), 9.46);
+  EXPECT_EQ(s.at(3).count("memory_pct"), 0u);
+}
+
 TEST(TorchtitanLog, ReadsTheReferenceLines) {
   Warnings warnings;
   MetricSeries s = titan(kReferenceLines, &warnings);
