@@ -121,7 +121,8 @@ fuzz_one() {
     done
     spent=$((spent + used))
     wait $pid || rc=$?
-    inputs=$(grep -o '^#[0-9]*' "$log" | tail -n 1 | tr -d '#')
+    # (none yet when it stopped while reading its corpus: `|| true`, or errexit would end the target silently)
+    inputs=$(grep -o '^#[0-9]*' "$log" | tail -n 1 | tr -d '#') || true
     # 72 is libFuzzer's exit after our SIGINT; 0 its exit at the wall-time cap.
     if [ $rc -eq 0 ] || { [ $rc -eq 72 ] && [ -n "$stopped" ]; }; then
       echo "fuzz: $target: ${inputs:-0} inputs in $spent CPU-s, no crash$([ $set_aside -eq 0 ] || echo ", $set_aside input(s) set aside for the recheck alone")"
@@ -130,7 +131,7 @@ fuzz_one() {
       return 0
     fi
     # A timeout, out-of-memory or leak may be load's: set the input aside, out of the corpus, and go on.
-    unit=$(grep -o 'Test unit written to .*' "$log" | tail -n 1 | sed 's/^Test unit written to //')
+    unit=$(grep -o 'Test unit written to .*' "$log" | tail -n 1 | sed 's/^Test unit written to //') || true
     kind=$(basename "${unit:-none}") kind=${kind%%-*}
     if [ -f "$unit" ] && [[ $kind =~ ^(timeout|oom|leak)$ ]] && [ $set_aside -lt 3 ]; then
       mkdir -p "$suspects/$target"
