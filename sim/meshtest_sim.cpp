@@ -16,6 +16,7 @@
 
 #include <pybind11/chrono.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
