@@ -6,7 +6,8 @@ MESHTEST_SIM=1. Python imports this file at start-up, before the trainer's own c
 - registers the c10d backend "meshtest_sim" (sim/meshtest_sim.cpp: collectives over meshtrain's
   shared-memory transport, reduced in rank order), built on first use against the torch that runs
   the trainer, into a cache keyed by that torch's version and the sources
-  ($MESHTEST_SIM_CACHE, default ~/.cache/meshtest/sim);
+  ($MESHTEST_SIM_CACHE, default ~/.cache/meshtest/sim), compiled from a copy kept there, so any
+  checkout with the same sources reuses it;
 - maps the trainer's NCCL onto it: `init_process_group("nccl")`, `new_group(backend="nccl")`,
   "cuda:nccl" in a device map, and the default backend of CUDA tensors;
 - puts every rank on the one visible GPU: LOCAL_RANK becomes LOCAL_RANK mod the GPU count, and so
@@ -42,10 +43,19 @@ def _extension():
     tag = digest.hexdigest()[:12]
     cache = pathlib.Path(os.environ.get("MESHTEST_SIM_CACHE") or pathlib.Path.home() / ".cache" / "meshtest" / "sim")
     build = cache / f"torch-{torch.__version__}-{tag}"
-    build.mkdir(parents=True, exist_ok=True)
+    # The sources are compiled from a copy in the cache, not from this checkout: cpp_extension
+    # rebuilds when the source paths change, and every clone (every CI run) has other paths.
+    src = build / "src"
+    for name in SOURCES + HEADERS:
+        copy, text = src / name, (ROOT / name).read_bytes()
+        if not copy.is_file() or copy.read_bytes() != text:
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            partial = copy.with_name(f"{copy.name}.{os.getpid()}")
+            partial.write_bytes(text)
+            partial.replace(copy)  # atomic: ranks copying at once never see half a file
     # Debian's python3-torch keeps its headers in /usr/include, the C++ API's one level down.
-    includes = [str(ROOT / "trainer")] + [p for p in ["/usr/include/torch/csrc/api/include"] if os.path.isdir(p)]
-    return cpp_extension.load(name=f"meshtest_sim_{tag}", sources=[str(ROOT / s) for s in SOURCES],
+    includes = [str(src / "trainer")] + [p for p in ["/usr/include/torch/csrc/api/include"] if os.path.isdir(p)]
+    return cpp_extension.load(name=f"meshtest_sim_{tag}", sources=[str(src / s) for s in SOURCES],
                               extra_include_paths=includes, extra_cflags=["-O2", "-std=c++17"], build_directory=str(build),
                               with_cuda=False, verbose=bool(os.environ.get("MESHTEST_SIM_VERBOSE")))
 
