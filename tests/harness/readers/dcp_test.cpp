@@ -540,6 +540,20 @@ TEST(DcpHandBuilt, RecordOutsideTheFileNamesFileKeyOffsetAndSize) {
                {tmp.path() + "/__0_0.distcp", "key 'w'", "offset 123456", "beyond the end of the file (size " + size + ")"});
 }
 
+// Mutant: the bound as offset + length <= size + offset, so a record that starts inside the file
+// and runs past its end is read. Refused with the file, key, offset and size.
+TEST(DcpHandBuilt, ARecordStartingInsideTheFileAndEndingPastItIsRefused) {
+  TempDir tmp;
+  const std::string record = counting_record({2});
+  TestChunk c{{0}, {2}, record};
+  c.offset_override = 10;
+  c.length_override = static_cast<int64_t>(record.size()) - 5;  // ends 5 bytes past the end
+  write_dcp(tmp.path(), {{"w", true, "float32", {2}, {c}}});
+  expect_error([&] { CheckpointView::open(tmp.path()).read_tensor("w"); },
+               {tmp.path() + "/__0_0.distcp", "key 'w'", "offset 10",
+                "beyond the end of the file (size " + std::to_string(record.size()) + ")"});
+}
+
 TEST(DcpHandBuilt, RecordsThatDisagreeWithTheMetadataAreRefused) {
   TempDir tmp;
   TensorBlob bf16{"BFloat16Storage", std::string(8, '\0'), 4, 0, {4}, {1}};
