@@ -512,6 +512,16 @@ TEST(DcpHandBuilt, ReassemblesA2DMeshOfUnevenChunks) {
   EXPECT_EQ(v, (std::vector<double>{0, 1, 100, 101, 2, 3, 102, 103, 4, 5, 104, 105, 200, 201, 202, 203, 204, 205, 206, 207}));
 }
 
+// Mutant: reading a tensor stops at its first empty chunk (`break` for `continue`), so the chunks
+// listed after it are never read. Uneven shards give ranks empty chunks; a writer may list one first.
+TEST(DcpHandBuilt, AnEmptyChunkListedFirstDoesNotEndTheRead) {
+  TempDir tmp;
+  write_dcp(tmp.path(), {{"w", true, "float32", {4},
+                          {{{4}, {0}, counting_record({0})}, {{0}, {2}, counting_record({2}, 10)},
+                           {{2}, {2}, counting_record({2}, 20)}}}});
+  EXPECT_EQ(CheckpointView::open(tmp.path()).read_tensor("w"), (std::vector<double>{10, 11, 20, 21}));
+}
+
 TEST(DcpHandBuilt, UnknownGlobalIsAWarningNotAnError) {
   TempDir tmp;
   write_dcp(tmp.path(), {{"w", true, "float32", {2}, {{{0}, {2}, counting_record({2})}}}}, MetadataStyle{false, "mylib.sub Weird"});
