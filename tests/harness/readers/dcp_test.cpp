@@ -522,6 +522,20 @@ TEST(DcpHandBuilt, AnEmptyChunkListedFirstDoesNotEndTheRead) {
   EXPECT_EQ(CheckpointView::open(tmp.path()).read_tensor("w"), (std::vector<double>{10, 11, 20, 21}));
 }
 
+// Mutants: the allow-list of globals loosened, so that any name of torch.serialization or of
+// collections (or any module's _get_layout, OrderedDict) passes as known. Each must still be named.
+TEST(DcpHandBuilt, OnlyTheKnownNamesOfAModulePassTheAllowList) {
+  for (const char* global : {"torch.serialization load", "collections Counter", "mylib _get_layout", "mylib OrderedDict"}) {
+    TempDir tmp;
+    write_dcp(tmp.path(), {{"w", true, "float32", {2}, {{{0}, {2}, counting_record({2})}}}}, MetadataStyle{false, global});
+    const CheckpointView view = CheckpointView::open(tmp.path());
+    std::string dotted = global;
+    dotted[dotted.find(' ')] = '.';
+    ASSERT_EQ(view.warnings().size(), 1u) << global;
+    EXPECT_NE(view.warnings()[0].find(dotted), std::string::npos) << view.warnings()[0];
+  }
+}
+
 TEST(DcpHandBuilt, UnknownGlobalIsAWarningNotAnError) {
   TempDir tmp;
   write_dcp(tmp.path(), {{"w", true, "float32", {2}, {{{0}, {2}, counting_record({2})}}}}, MetadataStyle{false, "mylib.sub Weird"});
