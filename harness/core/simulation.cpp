@@ -1,7 +1,5 @@
 // pytorch_simulation() (core/adapters.h): where meshtest_sim's Python side is. The only file of
 // the harness that names the source tree, so that ccache serves every other one to any checkout.
-#include <unistd.h>
-
 #include <cstdlib>
 #include <filesystem>
 #include <system_error>
