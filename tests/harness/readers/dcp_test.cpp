@@ -154,7 +154,7 @@ std::string make_record(const TensorBlob& t, bool zip64 = false) {
 
 std::string floats(const std::vector<float>& values) {
   std::string s(values.size() * 4, '\0');
-  std::memcpy(s.data(), values.data(), s.size());
+  if (!values.empty()) std::memcpy(s.data(), values.data(), s.size());  // an empty vector's data() may be null
   return s;
 }
 
