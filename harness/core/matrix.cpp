@@ -199,9 +199,8 @@ void check_reads_phases(const ReadContext& ctx, const Case& c, const CheckSpec& 
     const Phase* named = nullptr;
     for (const auto& p : c.phases) names.push_back(p.name), named = p.name == phase ? &p : named;
     if (!named) {
-      const std::string hint = did_you_mean(phase, names);
       ctx.diag->error(check.where, "check " + check.kind + ": " + key + " '" + phase + "' is not a phase of " + c.id +
-                                       (hint.empty() ? "" : "; did you mean '" + hint + "'?"));
+                                       did_you_mean(phase, names));
       return;
     }
     if (std::string(key) == "phase") read.front() = named;
@@ -269,11 +268,8 @@ std::optional<Case> build_case(const ReadContext& ctx, const YAML::Node& node, c
                                "whose sim/ folder this meshtest cannot find: set $MESHTEST_SIM_DIR to a checkout's sim/)");
   if (f.model && adapter) {
     const auto known = adapter->models();
-    if (known && std::find(known->begin(), known->end(), *f.model) == known->end()) {
-      const std::string hint = did_you_mean(*f.model, *known);
-      ctx.error(f.model_node, "unknown model '" + *f.model + "'" +
-                                  (hint.empty() ? "" : "; did you mean '" + hint + "'?"));
-    }
+    if (known && std::find(known->begin(), known->end(), *f.model) == known->end())
+      ctx.error(f.model_node, "unknown model '" + *f.model + "'" + did_you_mean(*f.model, *known));
   }
 
   if (m.get("mesh")) check_mesh_fits(ctx, f, *m.get("mesh"));
@@ -408,10 +404,9 @@ Suite load_suite(const YAML::Node& root, const std::string& file) {
       if (!ids.count(target)) {
         std::vector<std::string> names;
         for (const auto& other : suite.cases) names.push_back(other.name);
-        const std::string hint = did_you_mean(check.params["baseline"], names);
         diag.error(check.where, "check " + check.kind + ": unknown baseline '" +
                                     check.params["baseline"].get<std::string>() + "' (no case of that name in suite " +
-                                    suite.name + ")" + (hint.empty() ? "" : "; did you mean '" + hint + "'?"));
+                                    suite.name + ")" + did_you_mean(check.params["baseline"], names));
       }
       check.params["baseline"] = target;
     }

@@ -68,8 +68,7 @@ const TrainerAdapter* adapter_of(const ReadContext& ctx, const Fields& f, const 
   const std::string name = adapter_name(f);
   if (const TrainerAdapter* adapter = registry.find(name)) return adapter;
   if (f.adapter) {
-    const std::string hint = did_you_mean(name, registry.names());
-    ctx.error(f.adapter_node, "unknown adapter '" + name + "'" + (hint.empty() ? "" : "; did you mean '" + hint + "'?"));
+    ctx.error(f.adapter_node, "unknown adapter '" + name + "'" + did_you_mean(name, registry.names()));
   } else {
     ctx.error(where_node, "case names no command and this meshtest has no default trainer adapter; add command:");
   }
@@ -178,8 +177,7 @@ std::optional<Expectation> read_expect(const ReadContext& ctx, const YAML::Node&
   if (kind == "skip") e.kind = Expectation::kSkip, e.reason = *text;
   if (kind == "fail") {
     if (!find_check_kind(*text)) {
-      const std::string hint = did_you_mean(*text, check_kind_names());
-      ctx.error(value, "expect.fail names no check '" + *text + "'" + (hint.empty() ? "" : "; did you mean '" + hint + "'?"));
+      ctx.error(value, "expect.fail names no check '" + *text + "'" + did_you_mean(*text, check_kind_names()));
       return std::nullopt;
     }
     e.kind = Expectation::kFail, e.check = *text;
@@ -202,8 +200,7 @@ std::optional<CheckSpec> read_check(const ReadContext& ctx, const YAML::Node& it
   }
   const CheckSignature* kind = find_check_kind(spec.kind);
   if (!kind) {
-    const std::string hint = did_you_mean(spec.kind, check_kind_names());
-    ctx.error(item, "unknown check '" + spec.kind + "'" + (hint.empty() ? "" : "; did you mean '" + hint + "'?"));
+    ctx.error(item, "unknown check '" + spec.kind + "'" + did_you_mean(spec.kind, check_kind_names()));
     return std::nullopt;
   }
   auto needs = [&]() -> std::optional<CheckSpec> {
@@ -271,9 +268,8 @@ std::optional<MetricsSource> read_metrics_source(const ReadContext& ctx, const Y
   const auto kind = metrics_source_kind(*name);
   if (!kind) {
     const std::vector<std::string> names = metrics_source_names();
-    const std::string hint = did_you_mean(*name, names);
     ctx.error(*from, "outputs.metrics.from '" + *name + "' is not one of torchtitan-log, log-pattern, tensorboard, "
-                     "metrics-jsonl" + (hint.empty() ? "" : "; did you mean '" + hint + "'?"));
+                     "metrics-jsonl" + did_you_mean(*name, names));
     return std::nullopt;
   }
   src.kind = *kind;

@@ -39,8 +39,7 @@ std::string fill_placeholders(const std::string& text, const PlaceholderPlace& p
     if (!place.takes.empty()) message += "; " + place.takes;
     std::vector<std::string> known = place.later;
     for (const auto& [n, value] : place.now) known.push_back(n);
-    if (const std::string hint = did_you_mean(name, known); !hint.empty()) message += "; did you mean {" + hint + "}?";
-    refuse(message);
+    refuse(message + did_you_mean(name, known, "{", "}"));
     return written;
   });
 }

@@ -61,14 +61,15 @@ void Diagnostics::throw_if_any() const {
   if (!errors_.empty()) throw MatrixError(errors_);
 }
 
-std::string did_you_mean(const std::string& word, const std::vector<std::string>& known) {
+std::string did_you_mean(const std::string& word, const std::vector<std::string>& known, const std::string& open,
+                         const std::string& close) {
   std::string best;
   size_t best_distance = std::max<size_t>(2, word.size() / 3) + 1;
   for (const auto& k : known) {
     const size_t d = edit_distance(word, k);
     if (d < best_distance) best = k, best_distance = d;
   }
-  return best;
+  return best.empty() ? "" : "; did you mean " + open + best + close + "?";
 }
 
 Where ReadContext::where(const YAML::Node& node) const {
@@ -101,9 +102,7 @@ MapReader::MapReader(const ReadContext& ctx, const YAML::Node& node, const std::
     }
     seen.emplace(name, ctx.where(key));
     if (!allowed.empty() && std::find(allowed.begin(), allowed.end(), name) == allowed.end()) {
-      const std::string hint = did_you_mean(name, allowed);
-      ctx.error(key, "unknown key '" + name + "' in " + what +
-                         (hint.empty() ? "" : "; did you mean '" + hint + "'?"));
+      ctx.error(key, "unknown key '" + name + "' in " + what + did_you_mean(name, allowed));
       ok_ = false;
       continue;
     }

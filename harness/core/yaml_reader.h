@@ -43,8 +43,11 @@ class Diagnostics {
   std::vector<std::string> errors_;
 };
 
-// The closest of `known` to `word` when it is plausibly a typo, else "".
-std::string did_you_mean(const std::string& word, const std::vector<std::string>& known);
+// "; did you mean 'load'?" when one of `known` is plausibly what the typo `word` meant, else
+// "": the one way a message suggests a name. `open` and `close` spell the name as the message
+// does: quoted by default, {name} for a placeholder, --name for a flag.
+std::string did_you_mean(const std::string& word, const std::vector<std::string>& known, const std::string& open = "'",
+                         const std::string& close = "'");
 
 // What every reader needs: the file name for positions, where errors go, and the
 // values of `${{ matrix.<axis> }}` substituted into every string read.

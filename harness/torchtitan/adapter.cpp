@@ -235,9 +235,8 @@ class TorchtitanAdapter : public TrainerAdapter {
       if (key == "stop_at" || (stop && key == "training.steps")) continue;
       if (known && !known->count(key)) {
         std::vector<std::string> names(known->begin(), known->end());
-        const std::string hint = did_you_mean(key, names);
         throw std::invalid_argument("torchtitan (" + phase.model + ") has no flag --" + o.key +
-                                    (hint.empty() ? "" : "; did you mean --" + hint + "?"));
+                                    did_you_mean(key, names, "--", ""));
       }
       if (!o.flag) {
         args.insert(args.end(), {"--" + o.key, o.value});
