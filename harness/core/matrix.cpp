@@ -32,12 +32,6 @@ std::vector<std::string> run_time_placeholders() {
 
 constexpr double kDefaultTimeoutS = 600;
 
-std::string option_text(const Options& options, const std::string& key) {
-  for (const auto& [k, v] : options)
-    if (k == key) return v.is_flag ? (v.flag ? "true" : "") : v.text;
-  return "";
-}
-
 // Fills the load-time placeholders this phase has, keeps the run-time ones, reports the others.
 std::vector<std::string> fill_command(const ReadContext& ctx, const YAML::Node& where_node,
                                       const std::vector<std::string>& command,
@@ -62,8 +56,11 @@ Phase build_phase(const ReadContext& ctx, const YAML::Node& where_node, const st
   p.env = f.env;
   const TrainerAdapter* adapter = adapter_of(ctx, f, where_node);
   if (!adapter) return p;
+  // The layout, resolved once: the mesh as the adapter takes it, else the adapter's default for
+  // the ranks (none for a trainer without layouts).
   p.mesh = checked_layout(ctx, *adapter, f);
-  const Layout layout = p.mesh ? *p.mesh : adapter->default_layout(f.ngpu.value_or(1)).value_or(Layout{});
+  const std::optional<Layout> resolved = p.mesh ? p.mesh : adapter->default_layout(f.ngpu.value_or(1));
+  const Layout layout = resolved.value_or(Layout{});
   p.outputs = adapter->default_outputs(layout);
   // Where each output setting comes from, for `meshtest show`: the matrix (file:line:col) or the adapter.
   const std::string from_adapter = "adapter " + adapter->name();
@@ -103,7 +100,7 @@ Phase build_phase(const ReadContext& ctx, const YAML::Node& where_node, const st
   std::map<std::string, std::string> values = {{"action", action}, {"nproc", std::to_string(p.nproc)}, {"phase", name},
                                                {"matrix_dir", std::filesystem::absolute(file).parent_path().string()}};
   if (f.model) values["model"] = *f.model;
-  if (const auto layout = p.mesh ? p.mesh : adapter->default_layout(p.nproc)) values["mesh"] = layout->to_compact_string();
+  if (resolved) values["mesh"] = resolved->to_compact_string();
   // env values take the same placeholders as the command: load-time ones now, run-time ones
   // ({case_dir}, {phase_dir}, {backend}, programs) when the phase runs (resolve_argv).
   for (auto& [key, value] : p.env) {
@@ -126,21 +123,6 @@ Phase build_phase(const ReadContext& ctx, const YAML::Node& where_node, const st
     ctx.error(where_node, e.what());
   }
   return p;
-}
-
-// Rejects meshes the model cannot be split along (the adapter knows the rules).
-void check_mesh_fits(const ReadContext& ctx, const Fields& f, const YAML::Node& mesh_node) {
-  if (!f.model || !f.mesh) return;
-  Diagnostics quiet;  // an unknown adapter or axis is reported where the phase is built
-  const ReadContext silent{ctx.file, &quiet, ctx.vars, ctx.run_time_placeholders};
-  const TrainerAdapter* adapter = adapter_of(silent, f, mesh_node);
-  if (!adapter) return;
-  const auto layout = checked_layout(silent, *adapter, f);
-  if (!layout || !quiet.empty()) return;
-  const std::string problem = adapter->layout_problem(
-      *f.model, *layout, [&](const std::string& key) { return option_text(f.options, key); });
-  if (!problem.empty())
-    ctx.error(mesh_node, "mesh " + layout->to_compact_string() + " does not fit the model: " + problem);
 }
 
 // A case's `phases:` list: each phase starts from the case's fields `f`.
@@ -173,7 +155,6 @@ std::vector<Phase> read_phases(const ReadContext& ctx, const YAML::Node& phases,
     if (auto* a = pm.get("action")) {
       if (auto s = read_string(ctx, *a, "action")) action = *s;
     }
-    if (pm.get("mesh")) check_mesh_fits(ctx, pf, *pm.get("mesh"));
     out.push_back(build_phase(ctx, pnode, *phase_name, action, pf, ctx.file));
   }
   return out;
@@ -272,7 +253,6 @@ std::optional<Case> build_case(const ReadContext& ctx, const YAML::Node& node, c
       ctx.error(f.model_node, "unknown model '" + *f.model + "'" + did_you_mean(*f.model, *known));
   }
 
-  if (m.get("mesh")) check_mesh_fits(ctx, f, *m.get("mesh"));
   if (const YAML::Node* phases = m.get("phases")) {
     if (!phases->IsSequence() || phases->size() == 0) {
       ctx.error(*phases, "phases must be a non-empty list");

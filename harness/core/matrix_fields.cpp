@@ -75,26 +75,44 @@ const TrainerAdapter* adapter_of(const ReadContext& ctx, const Fields& f, const 
   return nullptr;
 }
 
+std::string option_text(const Options& options, const std::string& key) {
+  for (const auto& [k, v] : options)
+    if (k == key) return v.is_flag ? (v.flag ? "true" : "") : v.text;
+  return "";
+}
+
 // The layout as the adapter takes it: only its axes, in its order, sizes of 1 left out.
+// Refused where the mesh is written: an axis the adapter does not know, and then a layout the
+// model cannot be split along (the adapter knows the rules).
 std::optional<Layout> checked_layout(const ReadContext& ctx, const TrainerAdapter& adapter, const Fields& f) {
   if (!f.mesh) return std::nullopt;
   const std::vector<std::string> axes = adapter.layout_axes();
-  if (axes.empty()) return f.mesh;
-  if (f.mesh_node.IsMap()) {
-    MapReader(ctx, f.mesh_node, "mesh", axes);  // reports unknown axes where they are written
-  } else {
-    for (const auto& [axis, size] : f.mesh->axes)
-      if (std::find(axes.begin(), axes.end(), axis) == axes.end()) {
-        std::string known;
-        for (const auto& a : axes) known += (known.empty() ? "" : ", ") + a;
-        ctx.error(f.mesh_node, "mesh '" + f.mesh->to_compact_string() + "': unknown dimension '" + axis + "' (known: " +
-                                   known + ")");
-      }
+  Layout layout = *f.mesh;
+  bool axes_known = true;
+  if (!axes.empty()) {
+    if (f.mesh_node.IsMap()) {
+      axes_known = MapReader(ctx, f.mesh_node, "mesh", axes).ok();  // reports unknown axes where they are written
+    } else {
+      for (const auto& [axis, size] : f.mesh->axes)
+        if (std::find(axes.begin(), axes.end(), axis) == axes.end()) {
+          std::string known;
+          for (const auto& a : axes) known += (known.empty() ? "" : ", ") + a;
+          ctx.error(f.mesh_node, "mesh '" + f.mesh->to_compact_string() + "': unknown dimension '" + axis +
+                                     "' (known: " + known + ")");
+          axes_known = false;
+        }
+    }
+    layout.axes.clear();
+    for (const auto& axis : axes)
+      if (const int64_t size = f.mesh->size(axis); size != 1) layout.axes.emplace_back(axis, size);
+    if (layout.axes.empty()) layout = adapter.default_layout(1).value_or(layout);
   }
-  Layout layout;
-  for (const auto& axis : axes)
-    if (const int64_t size = f.mesh->size(axis); size != 1) layout.axes.emplace_back(axis, size);
-  if (layout.axes.empty()) return adapter.default_layout(1).value_or(layout);
+  if (f.model && axes_known) {
+    const std::string problem =
+        adapter.layout_problem(*f.model, layout, [&](const std::string& key) { return option_text(f.options, key); });
+    if (!problem.empty())
+      ctx.error(f.mesh_node, "mesh " + layout.to_compact_string() + " does not fit the model: " + problem);
+  }
   return layout;
 }
 
@@ -497,7 +515,9 @@ void read_common(const ReadContext& ctx, const MapReader& m, Fields& f) {
     if (auto s = read_string(ctx, *n, "model")) f.model = *s, f.model_node = *n;
   }
   if (auto* n = m.get("mesh")) {
-    if (auto mesh = read_mesh(ctx, *n)) f.mesh = *mesh, f.mesh_node = *n;
+    // reset, not =: a YAML::Node's = writes through to every copy of the node, so a phase's mesh
+    // would move its case's (and the defaults') to the phase's place, where checked_layout refuses it.
+    if (auto mesh = read_mesh(ctx, *n)) f.mesh = *mesh, f.mesh_node.reset(*n);
   }
   if (auto* n = m.get("ngpu")) {
     if (auto v = read_int(ctx, *n, "ngpu", 1)) f.ngpu = static_cast<int>(*v), f.ngpu_node = *n;

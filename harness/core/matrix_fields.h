@@ -79,7 +79,11 @@ struct Fields {
 std::string adapter_name(const Fields& f);
 // The case's adapter, or nullptr after reporting why there is none where it was written.
 const TrainerAdapter* adapter_of(const ReadContext& ctx, const Fields& f, const YAML::Node& where_node);
+// An option's value as the command line gets it: "true" or "" for a flag; "" when not set.
+std::string option_text(const Options& options, const std::string& key);
 // The layout as the adapter takes it: only its axes, in its order, sizes of 1 left out.
+// Refused where the mesh is written: an axis the adapter does not know, and then a layout the
+// model cannot be split along.
 std::optional<Layout> checked_layout(const ReadContext& ctx, const TrainerAdapter& adapter, const Fields& f);
 // Flags the adapter's command sets itself may not come again from `options:`.
 void check_reserved_options(const ReadContext& ctx, const TrainerAdapter& adapter, const Options& options);

@@ -292,6 +292,22 @@ TEST(MatrixValidate, MeshThatDoesNotFitTheModel) {
   EXPECT_NE(unknown_dim.find("m.yaml:5:12: unknown key 'ep' in mesh"), std::string::npos) << unknown_dim;
 }
 
+// A mesh is fitted to the model in every phase that runs it, wherever it was written: in
+// `defaults` too, and once where written however many phases inherit it.
+TEST(MatrixValidate, MeshThatDoesNotFitTheModelWhereverItIsWritten) {
+  // b inherits the defaults' mesh; a's own, read first, does not move it to a's place.
+  const std::string from_defaults = errors_of(
+      "suite: s\ndefaults: {model: tiny, mesh: {tp: 8}}\ncases:\n  - name: a\n    mesh: {tp: 2}\n  - name: b\n");
+  EXPECT_EQ(from_defaults, "m.yaml:2:31: mesh tp=8 does not fit the model: tp=8: n_kv_heads 4 of model 'tiny' is not "
+                           "divisible by tp 8");
+  const std::string inherited = errors_of("suite: s\ncases:\n  - name: a\n    model: tiny\n    mesh: {tp: 8}\n"
+                                          "    phases: [{name: save}, {name: load, mesh: {tp: 16}}, {name: gen}]\n");
+  EXPECT_EQ(inherited, "m.yaml:5:11: mesh tp=8 does not fit the model: tp=8: n_kv_heads 4 of model 'tiny' is not "
+                       "divisible by tp 8\n"
+                       "m.yaml:6:47: mesh tp=16 does not fit the model: tp=16: n_heads 8 of model 'tiny' is not "
+                       "divisible by tp 16");
+}
+
 TEST(MatrixValidate, UnknownBaselineCheckAndPhase) {
   const std::string e = errors_of(R"(suite: s
 defaults: {model: tiny}
