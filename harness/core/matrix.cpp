@@ -333,6 +333,64 @@ std::vector<Case> expand_case(const ReadContext& ctx, const YAML::Node& node, co
   return out;
 }
 
+// A baseline as written names a case by its id, or by its bare name in the suite of the case `c`
+// that declares it.
+std::string baseline_id(const Case& c, const std::string& written) {
+  return written.find('/') == std::string::npos ? c.suite + "/" + written : written;
+}
+
+// The baseline a check reads must supply what the check reads, as the case's own phase must.
+void check_baseline_supplies(Diagnostics& diag, const CheckSpec& check, const Case& baseline) {
+  const CheckSignature* kind = find_check_kind(check.kind);
+  if (!kind || baseline.phases.empty()) return;
+  const Phase* read = &baseline.phases.back();
+  const std::string named = check.params.value("baseline_phase", "");
+  for (const auto& p : baseline.phases)
+    if (p.name == named) read = &p;
+  if (const std::string why = input_problem(kind->reads, read->outputs, baseline.adapter); !why.empty())
+    diag.error(check.where, "check " + check.kind + " cannot read its baseline " + baseline.id + ": " + why);
+}
+
+// Which cases a validation sees: one matrix file's, as it is loaded, or every file's of a run.
+enum class Reach { kOneFile, kEveryFile };
+
+// The one validation of case ids and baselines, over the cases of `suites` in their order. A
+// case whose id an earlier one has is refused at its place; a check whose baseline names no
+// case, at the check's. A bare name means a case of the check's own suite, and is told the
+// names there it may have meant. A full id may name a case of another file, so only kEveryFile
+// refuses one, and then asks the case it names to supply what the check reads.
+void validate_ids_and_baselines(Diagnostics& diag, const std::vector<const Suite*>& suites, Reach reach) {
+  std::vector<const Case*> cases;
+  for (const Suite* s : suites)
+    for (const auto& c : s->cases) cases.push_back(&c);
+  std::map<std::string, const Case*> by_id;
+  for (const Case* c : cases)
+    if (auto first = by_id.find(c->id); first != by_id.end())
+      diag.error(c->where, "duplicate case id '" + c->id + "' (first at " + first->second->where.str() + ")");
+    else
+      by_id.emplace(c->id, c);
+  for (const Case* c : cases)
+    for (const auto& check : c->checks) {
+      if (!check.params.contains("baseline")) continue;
+      const std::string written = check.params["baseline"];
+      const bool bare = written.find('/') == std::string::npos;
+      if (!bare && reach == Reach::kOneFile) continue;
+      const auto baseline = by_id.find(baseline_id(*c, written));
+      if (baseline != by_id.end()) {
+        if (reach == Reach::kEveryFile) check_baseline_supplies(diag, check, *baseline->second);
+        continue;
+      }
+      std::string message = "check " + check.kind + ": unknown baseline '" + written + "'";
+      if (bare) {
+        std::vector<std::string> names;
+        for (const Case* other : cases)
+          if (other->suite == c->suite) names.push_back(other->name);
+        message += " (no case of that name in suite " + c->suite + ")" + did_you_mean(written, names);
+      }
+      diag.error(check.where, message);
+    }
+}
+
 Suite load_suite(const YAML::Node& root, const std::string& file) {
   Diagnostics diag;
   const std::vector<std::string> run_time = run_time_placeholders();
@@ -363,34 +421,13 @@ Suite load_suite(const YAML::Node& root, const std::string& file) {
     ctx.error(cases ? *cases : root, "the matrix file needs a list of 'cases'");
     diag.throw_if_any();
   }
-  std::map<std::string, Where> ids;
-  for (const auto& node : *cases) {
-    for (auto& c : expand_case(ctx, node, defaults, suite.name)) {
-      if (auto dup = ids.find(c.id); dup != ids.end()) {
-        diag.error(c.where, "duplicate case id '" + c.id + "' (first at " + dup->second.str() + ")");
-        continue;
-      }
-      ids.emplace(c.id, c.where);
-      suite.cases.push_back(std::move(c));
-    }
-  }
-  // Baselines written as a bare name mean a case of this suite.
-  for (auto& c : suite.cases)
-    for (auto& check : c.checks) {
-      if (!check.params.contains("baseline")) continue;
-      std::string target = check.params["baseline"];
-      if (target.find('/') != std::string::npos) continue;
-      target = suite.name + "/" + target;
-      if (!ids.count(target)) {
-        std::vector<std::string> names;
-        for (const auto& other : suite.cases) names.push_back(other.name);
-        diag.error(check.where, "check " + check.kind + ": unknown baseline '" +
-                                    check.params["baseline"].get<std::string>() + "' (no case of that name in suite " +
-                                    suite.name + ")" + did_you_mean(check.params["baseline"], names));
-      }
-      check.params["baseline"] = target;
-    }
+  for (const auto& node : *cases)
+    for (auto& c : expand_case(ctx, node, defaults, suite.name)) suite.cases.push_back(std::move(c));
+  validate_ids_and_baselines(diag, {&suite}, Reach::kOneFile);
   diag.throw_if_any();
+  for (auto& c : suite.cases)
+    for (auto& check : c.checks)
+      if (check.params.contains("baseline")) check.params["baseline"] = baseline_id(c, check.params["baseline"]);
   return suite;
 }
 
@@ -501,50 +538,15 @@ std::vector<Combination> expand_axes(const std::vector<std::pair<std::string, st
 
 Suite load_suite_file(const std::string& path) { return load_suite(load_yaml_file(path), path); }
 
-namespace {
-
-// The baseline a check reads must supply what the check reads, as the case's own phase must.
-void check_baseline_supplies(Diagnostics& diag, const CheckSpec& check, const Case& baseline) {
-  const CheckSignature* kind = find_check_kind(check.kind);
-  if (!kind || baseline.phases.empty()) return;
-  const Phase* read = &baseline.phases.back();
-  const std::string named = check.params.value("baseline_phase", "");
-  for (const auto& p : baseline.phases)
-    if (p.name == named) read = &p;
-  if (const std::string why = input_problem(kind->reads, read->outputs, baseline.adapter); !why.empty())
-    diag.error(check.where, "check " + check.kind + " cannot read its baseline " + baseline.id + ": " + why);
-}
-
-}  // namespace
-
 Suite load_suite_text(const std::string& yaml, const std::string& file_name) {
   return load_suite(load_yaml_string(yaml, file_name), file_name);
 }
 
 void validate_suites(const std::vector<Suite>& suites) {
+  std::vector<const Suite*> all;
+  for (const auto& s : suites) all.push_back(&s);
   Diagnostics diag;
-  std::map<std::string, Where> ids;
-  for (const auto& s : suites)
-    for (const auto& c : s.cases) {
-      if (auto dup = ids.find(c.id); dup != ids.end())
-        diag.error(c.where, "duplicate case id '" + c.id + "' (first at " + dup->second.str() + ")");
-      else
-        ids.emplace(c.id, c.where);
-    }
-  std::map<std::string, const Case*> by_id;
-  for (const auto& s : suites)
-    for (const auto& c : s.cases) by_id.emplace(c.id, &c);
-  for (const auto& s : suites)
-    for (const auto& c : s.cases)
-      for (const auto& check : c.checks) {
-        if (!check.params.contains("baseline")) continue;
-        const auto baseline = by_id.find(check.params["baseline"]);
-        if (baseline == by_id.end())
-          diag.error(check.where, "check " + check.kind + ": unknown baseline '" +
-                                      check.params["baseline"].get<std::string>() + "'");
-        else
-          check_baseline_supplies(diag, check, *baseline->second);
-      }
+  validate_ids_and_baselines(diag, all, Reach::kEveryFile);
   diag.throw_if_any();
 }
 
