@@ -7,9 +7,17 @@ std::string Expectation::str() const {
     case kPass: return "pass";
     case kXfail: return "xfail: " + reason;
     case kSkip: return "skip: " + reason;
-    case kFail: return "fail: " + check;
+    case kFail: return std::string("fail: ") + check_kind_name(check);
   }
   return "?";
+}
+
+nlohmann::json CheckSpec::to_json() const {
+  nlohmann::json values = nlohmann::json::object();
+  for (const auto& p : check_signature(kind).params)
+    if (const auto value = p.value_in(params))
+      std::visit([&](const auto& v) { values[p.name] = v; }, *value);
+  return {{"kind", check_kind_name(kind)}, {"params", values}, {"where", where.str()}};
 }
 
 namespace {

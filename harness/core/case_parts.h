@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/check_kinds.h"
 #include "core/yaml_reader.h"
 
 namespace meshtest {
@@ -18,14 +19,17 @@ struct Expectation {
   enum Kind { kPass, kXfail, kSkip, kFail };
   Kind kind = kPass;
   std::string reason;  // xfail / skip
-  std::string check;   // fail: the check a canary must trip
+  CheckKind check = CheckKind::kExit;  // fail: the check a canary must trip
   std::string str() const;  // "pass", "xfail: reason", "skip: reason", "fail: loss_matches"
 };
 
+// One check a case declares: its kind and its parameters, defaults filled in (check_kinds.h).
 struct CheckSpec {
-  std::string kind;
-  nlohmann::json params = nlohmann::json::object();
+  CheckKind kind = CheckKind::kExit;
+  CheckParams params;
   Where where;
+  // {"kind": "loss_matches", "params": every parameter that has a value, "where": "m.yaml:5:9"}
+  nlohmann::json to_json() const;
 };
 
 // One thing a case needs from the machine it runs on (`requires:`, docs/matrix.md#requirements).

@@ -6,15 +6,18 @@ namespace {
 // Where to look: `phase` is the phase under test (default: the last one); `against`
 // names another phase of the same case; `baseline` another case (same suite, or a
 // full id), whose phase is `baseline_phase` (default: its last one).
-const CheckParam kPhase{"phase", ParamType::kString};
-const CheckParam kAgainst{"against", ParamType::kString};
-const CheckParam kBaseline{"baseline", ParamType::kString};
-const CheckParam kBaselinePhase{"baseline_phase", ParamType::kString};
-const CheckParam kRtol{"rtol", ParamType::kNumber};
-const CheckParam kAtol{"atol", ParamType::kNumber};
-const CheckParam kExact{"exact", ParamType::kBool};
+const CheckParam kPhase{"phase", &CheckParams::phase};
+const CheckParam kAgainst{"against", &CheckParams::against};
+const CheckParam kBaseline{"baseline", &CheckParams::baseline};
+const CheckParam kBaselinePhase{"baseline_phase", &CheckParams::baseline_phase};
 // A file of reference values from a vouched-for run, relative to the matrix file's folder.
-const CheckParam kGolden{"golden", ParamType::kString};
+const CheckParam kGolden{"golden", &CheckParams::golden};
+constexpr bool kStrictness = true;
+const CheckParam kRtol{"rtol", &CheckParams::rtol, 1e-5, kStrictness};
+const CheckParam kAtol{"atol", &CheckParams::atol, 0.0, kStrictness};
+const CheckParam kExact{"exact", &CheckParams::exact, false, kStrictness};
+const CheckParam kPrefix{"prefix", &CheckParams::prefix, ""};  // every key
+const CheckParam kText{"text", &CheckParams::text};
 
 // What `kind` reads and its parameters, one row each. A switch with no default, built with
 // -Werror=switch: a kind added to MESHTEST_CHECK_KINDS without its row here does not compile.
@@ -26,14 +29,15 @@ CheckSignature signature_of(CheckKind kind) {
     case CheckKind::kLossFinite:
       return {kind, name, CheckInput::kMetrics, {kPhase}, {}};
     case CheckKind::kLossDecreases:
-      return {kind, name, CheckInput::kMetrics, {kPhase, {"factor", ParamType::kNumber}}, {}};
+      return {kind, name, CheckInput::kMetrics, {kPhase, {"factor", &CheckParams::factor, 0.9, kStrictness}}, {}};
     case CheckKind::kLossMatches:
       return {kind, name, CheckInput::kMetrics,
-              {kPhase, kAgainst, kBaseline, kBaselinePhase, kGolden, kRtol, kAtol, kExact, {"metric", ParamType::kString}},
+              {kPhase, kAgainst, kBaseline, kBaselinePhase, kGolden, kRtol, kAtol, kExact,
+               {"metric", &CheckParams::metric, "loss"}},
               {"baseline", "against", "golden"}};
     case CheckKind::kKeysMatch:
       return {kind, name, CheckInput::kCheckpoint,
-              {kPhase, kAgainst, kBaseline, kBaselinePhase, {"shapes", ParamType::kBool}, {"prefix", ParamType::kString}},
+              {kPhase, kAgainst, kBaseline, kBaselinePhase, {"shapes", &CheckParams::shapes, true}, kPrefix},
               {"against", "baseline"}};
     case CheckKind::kTokensMatch:
       return {kind, name, CheckInput::kTokens, {kPhase, kAgainst, kBaseline, kBaselinePhase}, {"against", "baseline"}};
@@ -44,15 +48,17 @@ CheckSignature signature_of(CheckKind kind) {
     case CheckKind::kParamsMatch:
       return {kind, name, CheckInput::kCheckpoint, {kPhase, kAgainst, kBaseline, kBaselinePhase, kGolden, kRtol, kAtol},
               {"against", "baseline", "golden"}};
-    case CheckKind::kTensorsMatch:
-      return {kind, name, CheckInput::kCheckpoint, {kPhase, kAgainst, kBaseline, kBaselinePhase, kRtol, kAtol, {"prefix", ParamType::kString}},
+    case CheckKind::kTensorsMatch:  // torch.allclose's defaults: rtol 1e-5, atol 1e-8
+      return {kind, name, CheckInput::kCheckpoint,
+              {kPhase, kAgainst, kBaseline, kBaselinePhase, kRtol, {"atol", &CheckParams::atol, 1e-8, kStrictness},
+               kPrefix},
               {"against", "baseline"}};
     case CheckKind::kSavedOnce:  // rank<R>.json where the phase left them, else outputs.checkpoint's chunks
       return {kind, name, CheckInput::kCheckpoint, {kPhase}, {}};
     case CheckKind::kLogContains:
-      return {kind, name, CheckInput::kRun, {kPhase, {"text", ParamType::kString}, {"rank", ParamType::kInt}}, {"text"}};
+      return {kind, name, CheckInput::kRun, {kPhase, kText, {"rank", &CheckParams::rank}}, {"text"}};
     case CheckKind::kErrorMatches:
-      return {kind, name, CheckInput::kRun, {kPhase, {"text", ParamType::kString}}, {"text"}};
+      return {kind, name, CheckInput::kRun, {kPhase, kText}, {"text"}};
   }
   return {kind, name, CheckInput::kRun, {}, {}};  // not reached: every kind has a case above
 }
@@ -91,22 +97,38 @@ std::vector<std::string> check_kind_names() {
 
 bool is_message_check(CheckKind kind) { return kind == CheckKind::kLogContains || kind == CheckKind::kErrorMatches; }
 
-bool is_message_check(const std::string& name) {
-  const auto kind = check_kind_named(name);
-  return kind && is_message_check(*kind);
+std::optional<ParamValue> CheckParam::value_in(const CheckParams& params) const {
+  return std::visit(
+      [&](auto member) -> std::optional<ParamValue> {
+        const auto& value = params.*member;
+        if (!value) return std::nullopt;
+        return ParamValue(*value);
+      },
+      field);
 }
 
-bool CheckSignature::takes_baseline() const {
+void CheckParam::set(CheckParams& params, const ParamValue& value) const {
+  std::visit(
+      [&](auto member) {
+        using T = typename std::decay_t<decltype(params.*member)>::value_type;
+        params.*member = std::get<T>(value);
+      },
+      field);
+}
+
+const CheckParam* CheckSignature::param(const std::string& wanted) const {
   for (const auto& p : params)
-    if (p.name == "baseline") return true;
-  return false;
+    if (p.name == wanted) return &p;
+  return nullptr;
+}
+
+CheckParams CheckSignature::defaults() const {
+  CheckParams out;
+  for (const auto& p : params)
+    if (p.by_default) p.set(out, *p.by_default);
+  return out;
 }
 
 const CheckSignature& check_signature(CheckKind kind) { return signatures()[static_cast<size_t>(kind)]; }
-
-const CheckSignature* find_check_kind(const std::string& name) {
-  const auto kind = check_kind_named(name);
-  return kind ? &check_signature(*kind) : nullptr;
-}
 
 }  // namespace meshtest

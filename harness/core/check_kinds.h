@@ -1,5 +1,7 @@
-// The checks a matrix may declare: one list of kinds, and the parameters each takes.
-// The matrix loader validates declarations against it before anything runs.
+// The checks a matrix may declare: one list of kinds, and the parameters each takes, typed
+// and with their defaults. The matrix loader validates declarations against it before
+// anything runs and fills in the defaults, so `meshtest show` prints what a check will use
+// and the judge repeats no default.
 //
 // A kind is added in one place, MESHTEST_CHECK_KINDS below, and the compiler then asks
 // for the rest: check_kinds.cpp (its parameters) and judge/checks.cpp (its function)
@@ -10,6 +12,8 @@
 
 #include <optional>
 #include <string>
+#include <utility>
+#include <variant>
 #include <vector>
 
 namespace meshtest {
@@ -45,13 +49,13 @@ inline constexpr CheckKind kAllCheckKinds[] = {
 };
 
 const char* check_kind_name(CheckKind kind);                         // "loss_matches"
+// The loader's one look-up by name; after load a check holds its CheckKind.
 std::optional<CheckKind> check_kind_named(const std::string& name);  // none for an unknown name
 std::vector<std::string> check_kind_names();                         // for did-you-mean
 
 // Message checks say *why* a run failed (log_contains, error_matches); judge() reads them
 // apart from the number checks, `exit` included.
 bool is_message_check(CheckKind kind);
-bool is_message_check(const std::string& name);  // false for an unknown name
 
 // What a check reads of a finished phase. The loader refuses a check whose phase cannot
 // supply it (input_problem, core/outputs.h), at the check's file:line:col.
@@ -63,11 +67,50 @@ enum class CheckInput {
   kContractFiles,  // meshtest's contract files themselves: rank<R>.json, param_digest.json
 };
 
-enum class ParamType { kString, kNumber, kBool, kInt };
+// A declared check's parameters, typed. After load, each parameter in its kind's row holds
+// the value the matrix declared, else the row's default; one whose row gives no default (a
+// phase, a reference, a rank) stays empty unless declared. The judge reads them as they are.
+struct CheckParams {
+  std::optional<std::string> phase;           // the phase under test; none: the case's last
+  std::optional<std::string> against;         // another phase of the same case
+  std::optional<std::string> baseline;        // another case's id (the loader resolves a bare name)
+  std::optional<std::string> baseline_phase;  // none: the baseline's last phase
+  std::optional<std::string> golden;          // a reference file, relative to the matrix file's folder
+  std::optional<double> rtol, atol;
+  std::optional<bool> exact;
+  std::optional<double> factor;   // loss_decreases
+  std::optional<std::string> metric;
+  std::optional<bool> shapes;     // keys_match
+  std::optional<std::string> prefix;
+  std::optional<std::string> text;
+  std::optional<long long> rank;  // log_contains; none: any rank
+};
 
+// The types a parameter may have; ParamValue and ParamField list them in this order.
+enum class ParamType { kString, kNumber, kBool, kInt };
+using ParamValue = std::variant<std::string, double, bool, long long>;
+using ParamField = std::variant<std::optional<std::string> CheckParams::*, std::optional<double> CheckParams::*,
+                                std::optional<bool> CheckParams::*, std::optional<long long> CheckParams::*>;
+
+// One parameter of a kind's row: its name in the matrix, where it lives in CheckParams (which
+// gives its type), and its default. A `strictness` parameter says how strict a check is, not
+// what it judges: a case's check that differs from an inherited one only in these replaces it.
 struct CheckParam {
+  template <class T>
+  CheckParam(std::string name, std::optional<T> CheckParams::*field,
+             typename std::optional<T>::value_type by_default, bool strictness = false)
+      : name(std::move(name)), field(field), by_default(ParamValue(by_default)), strictness(strictness) {}
+  template <class T>
+  CheckParam(std::string name, std::optional<T> CheckParams::*field) : name(std::move(name)), field(field) {}
+
   std::string name;
-  ParamType type;
+  ParamField field;
+  std::optional<ParamValue> by_default;  // none: empty unless declared
+  bool strictness = false;
+
+  ParamType type() const { return static_cast<ParamType>(field.index()); }
+  std::optional<ParamValue> value_in(const CheckParams& params) const;
+  void set(CheckParams& params, const ParamValue& value) const;  // `value` of this parameter's type
 };
 
 // What a declaration of one kind may say: its parameters, and those of which it needs one.
@@ -77,11 +120,11 @@ struct CheckSignature {
   CheckInput reads;
   std::vector<CheckParam> params;
   std::vector<std::string> needs_one_of;  // e.g. a reference: baseline, against or golden
-  // Parameters naming another case: validated against the loaded cases.
-  bool takes_baseline() const;
+
+  const CheckParam* param(const std::string& name) const;  // nullptr when the kind has none of that name
+  CheckParams defaults() const;  // every parameter at its default
 };
 
 const CheckSignature& check_signature(CheckKind kind);
-const CheckSignature* find_check_kind(const std::string& name);  // nullptr for an unknown name
 
 }  // namespace meshtest

@@ -172,26 +172,25 @@ std::string combination_label(const Combination& combo) {
 // is refused here, not failed (or passed) after the run.
 void check_reads_phases(const ReadContext& ctx, const Case& c, const CheckSpec& check) {
   if (c.phases.empty()) return;  // its phases were refused already (matrix_fuzz found this)
+  const std::string kind = check_kind_name(check.kind);
   std::vector<const Phase*> read = {&c.phases.back()};
-  for (const char* key : {"phase", "against"}) {
-    if (!check.params.contains(key)) continue;
-    const std::string phase = check.params[key];
+  for (const auto& [key, phase] :
+       {std::pair{"phase", check.params.phase}, std::pair{"against", check.params.against}}) {
+    if (!phase) continue;
     std::vector<std::string> names;
     const Phase* named = nullptr;
-    for (const auto& p : c.phases) names.push_back(p.name), named = p.name == phase ? &p : named;
+    for (const auto& p : c.phases) names.push_back(p.name), named = p.name == *phase ? &p : named;
     if (!named) {
-      ctx.diag->error(check.where, "check " + check.kind + ": " + key + " '" + phase + "' is not a phase of " + c.id +
-                                       did_you_mean(phase, names));
+      ctx.diag->error(check.where, "check " + kind + ": " + key + " '" + *phase + "' is not a phase of " + c.id +
+                                       did_you_mean(*phase, names));
       return;
     }
     if (std::string(key) == "phase") read.front() = named;
     else read.push_back(named);
   }
-  const CheckSignature* kind = find_check_kind(check.kind);
-  if (!kind) return;
   for (const Phase* p : read)
-    if (const std::string why = input_problem(kind->reads, p->outputs, c.adapter); !why.empty()) {
-      ctx.diag->error(check.where, "check " + check.kind + " cannot judge " + c.id + (c.phases.size() > 1 ? " phase " + p->name : "") +
+    if (const std::string why = input_problem(check_signature(check.kind).reads, p->outputs, c.adapter); !why.empty()) {
+      ctx.diag->error(check.where, "check " + kind + " cannot judge " + c.id + (c.phases.size() > 1 ? " phase " + p->name : "") +
                                        ": " + why);
       return;
     }
@@ -266,12 +265,13 @@ std::optional<Case> build_case(const ReadContext& ctx, const YAML::Node& node, c
   for (const auto& p : c.phases) c.ngpu = std::max(c.ngpu, p.nproc);
 
   for (const auto& check : c.checks) check_reads_phases(ctx, c, check);
-  if (c.expect.kind == Expectation::kFail && c.expect.check != "exit") {
+  if (c.expect.kind == Expectation::kFail && c.expect.check != CheckKind::kExit) {
     bool declared = false;
     for (const auto& check : c.checks) declared |= check.kind == c.expect.check;
     if (!declared)
-      ctx.error(m.get("expect") ? *m.get("expect") : node,
-                "canary expects check '" + c.expect.check + "' to fail, but the case does not declare it");
+      ctx.error(m.get("expect") ? *m.get("expect") : node, std::string("canary expects check '") +
+                                                               check_kind_name(c.expect.check) +
+                                                               "' to fail, but the case does not declare it");
   }
   if (ctx.diag->size() != errors_before) return std::nullopt;
   return c;
@@ -341,14 +341,14 @@ std::string baseline_id(const Case& c, const std::string& written) {
 
 // The baseline a check reads must supply what the check reads, as the case's own phase must.
 void check_baseline_supplies(Diagnostics& diag, const CheckSpec& check, const Case& baseline) {
-  const CheckSignature* kind = find_check_kind(check.kind);
-  if (!kind || baseline.phases.empty()) return;
+  if (baseline.phases.empty()) return;
   const Phase* read = &baseline.phases.back();
-  const std::string named = check.params.value("baseline_phase", "");
   for (const auto& p : baseline.phases)
-    if (p.name == named) read = &p;
-  if (const std::string why = input_problem(kind->reads, read->outputs, baseline.adapter); !why.empty())
-    diag.error(check.where, "check " + check.kind + " cannot read its baseline " + baseline.id + ": " + why);
+    if (p.name == check.params.baseline_phase) read = &p;
+  const CheckInput reads = check_signature(check.kind).reads;
+  if (const std::string why = input_problem(reads, read->outputs, baseline.adapter); !why.empty())
+    diag.error(check.where, std::string("check ") + check_kind_name(check.kind) + " cannot read its baseline " +
+                                baseline.id + ": " + why);
 }
 
 // Which cases a validation sees: one matrix file's, as it is loaded, or every file's of a run.
@@ -371,8 +371,8 @@ void validate_ids_and_baselines(Diagnostics& diag, const std::vector<const Suite
       by_id.emplace(c->id, c);
   for (const Case* c : cases)
     for (const auto& check : c->checks) {
-      if (!check.params.contains("baseline")) continue;
-      const std::string written = check.params["baseline"];
+      if (!check.params.baseline) continue;
+      const std::string& written = *check.params.baseline;
       const bool bare = written.find('/') == std::string::npos;
       if (!bare && reach == Reach::kOneFile) continue;
       const auto baseline = by_id.find(baseline_id(*c, written));
@@ -380,7 +380,8 @@ void validate_ids_and_baselines(Diagnostics& diag, const std::vector<const Suite
         if (reach == Reach::kEveryFile) check_baseline_supplies(diag, check, *baseline->second);
         continue;
       }
-      std::string message = "check " + check.kind + ": unknown baseline '" + written + "'";
+      std::string message =
+          std::string("check ") + check_kind_name(check.kind) + ": unknown baseline '" + written + "'";
       if (bare) {
         std::vector<std::string> names;
         for (const Case* other : cases)
@@ -427,7 +428,7 @@ Suite load_suite(const YAML::Node& root, const std::string& file) {
   diag.throw_if_any();
   for (auto& c : suite.cases)
     for (auto& check : c.checks)
-      if (check.params.contains("baseline")) check.params["baseline"] = baseline_id(c, check.params["baseline"]);
+      if (auto& baseline = check.params.baseline) *baseline = baseline_id(c, *baseline);
   return suite;
 }
 
@@ -437,10 +438,8 @@ Suite load_suite(const YAML::Node& root, const std::string& file) {
 std::vector<std::string> Case::baselines() const {
   std::vector<std::string> out;
   for (const auto& check : checks)
-    if (check.params.contains("baseline")) {
-      const std::string id = check.params["baseline"];
-      if (std::find(out.begin(), out.end(), id) == out.end()) out.push_back(id);
-    }
+    if (const auto& id = check.params.baseline; id && std::find(out.begin(), out.end(), *id) == out.end())
+      out.push_back(*id);
   return out;
 }
 
@@ -469,7 +468,7 @@ nlohmann::json Case::to_json() const {
     j["phases"].push_back(jp);
   }
   j["checks"] = nlohmann::json::array();
-  for (const auto& c : checks) j["checks"].push_back({{"kind", c.kind}, {"params", c.params}, {"where", c.where.str()}});
+  for (const auto& c : checks) j["checks"].push_back(c.to_json());
   j["requires"] = nlohmann::json::array();
   for (const auto& r : requirements) j["requires"].push_back(r.to_json());
   return j;

@@ -194,64 +194,68 @@ std::optional<Expectation> read_expect(const ReadContext& ctx, const YAML::Node&
   if (kind == "xfail") e.kind = Expectation::kXfail, e.reason = *text;
   if (kind == "skip") e.kind = Expectation::kSkip, e.reason = *text;
   if (kind == "fail") {
-    if (!find_check_kind(*text)) {
+    const std::optional<CheckKind> check = check_kind_named(*text);
+    if (!check) {
       ctx.error(value, "expect.fail names no check '" + *text + "'" + did_you_mean(*text, check_kind_names()));
       return std::nullopt;
     }
-    e.kind = Expectation::kFail, e.check = *text;
+    e.kind = Expectation::kFail, e.check = *check;
   }
   return e;
 }
 
+// A check as declared: its kind looked up by name (the only time), each parameter read as its
+// row's type, and the rest at their defaults.
 std::optional<CheckSpec> read_check(const ReadContext& ctx, const YAML::Node& item) {
-  CheckSpec spec;
-  spec.where = ctx.where(item);
+  std::string name;
   YAML::Node params_node;
   if (item.IsScalar()) {
-    spec.kind = item.Scalar();
+    name = item.Scalar();
   } else if (item.IsMap() && item.size() == 1) {
-    spec.kind = item.begin()->first.Scalar();
+    name = item.begin()->first.Scalar();
     params_node = item.begin()->second;
   } else {
     ctx.error(item, "a check is a name or {name: {parameters}}");
     return std::nullopt;
   }
-  const CheckSignature* kind = find_check_kind(spec.kind);
+  const std::optional<CheckKind> kind = check_kind_named(name);
   if (!kind) {
-    ctx.error(item, "unknown check '" + spec.kind + "'" + did_you_mean(spec.kind, check_kind_names()));
+    ctx.error(item, "unknown check '" + name + "'" + did_you_mean(name, check_kind_names()));
     return std::nullopt;
   }
+  const CheckSignature& sig = check_signature(*kind);
+  CheckSpec spec{*kind, sig.defaults(), ctx.where(item)};
   auto needs = [&]() -> std::optional<CheckSpec> {
-    if (kind->needs_one_of.empty()) return spec;
-    for (const auto& k : kind->needs_one_of)
-      if (spec.params.contains(k)) return spec;
+    if (sig.needs_one_of.empty()) return spec;
+    for (const auto& k : sig.needs_one_of)
+      if (sig.param(k)->value_in(spec.params)) return spec;
     std::string names;
-    for (const auto& k : kind->needs_one_of) names += (names.empty() ? "" : ", ") + k;
-    ctx.error(item, "check " + spec.kind + " needs " + (kind->needs_one_of.size() > 1 ? "one of " : "") + names);
+    for (const auto& k : sig.needs_one_of) names += (names.empty() ? "" : ", ") + k;
+    ctx.error(item, "check " + name + " needs " + (sig.needs_one_of.size() > 1 ? "one of " : "") + names);
     return std::nullopt;
   };
   if (!params_node || params_node.IsNull()) return needs();
   std::vector<std::string> allowed;
-  for (const auto& p : kind->params) allowed.push_back(p.name);
-  MapReader m(ctx, params_node, "check " + spec.kind, allowed);
+  for (const auto& p : sig.params) allowed.push_back(p.name);
+  MapReader m(ctx, params_node, "check " + name, allowed);
   if (!m.ok()) return std::nullopt;
   bool ok = true;
-  for (const auto& p : kind->params) {
+  for (const auto& p : sig.params) {
     const YAML::Node* v = m.get(p.name);
     if (!v) continue;
-    const std::string what = spec.kind + "." + p.name;
-    switch (p.type) {
+    const std::string what = name + "." + p.name;
+    switch (p.type()) {
       case ParamType::kString:
-        if (auto s = read_string(ctx, *v, what)) spec.params[p.name] = *s; else ok = false;
+        if (auto s = read_string(ctx, *v, what)) p.set(spec.params, *s); else ok = false;
         break;
       case ParamType::kNumber:
-        if (auto d = read_number(ctx, *v, what)) spec.params[p.name] = *d; else ok = false;
+        if (auto d = read_number(ctx, *v, what)) p.set(spec.params, *d); else ok = false;
         break;
       case ParamType::kBool:
-        if (auto b = read_bool(ctx, *v, what)) spec.params[p.name] = *b; else ok = false;
+        if (auto b = read_bool(ctx, *v, what)) p.set(spec.params, *b); else ok = false;
         break;
       case ParamType::kInt:
-        if (auto i = read_int(ctx, *v, what, 0)) spec.params[p.name] = *i; else ok = false;
+        if (auto i = read_int(ctx, *v, what, 0)) p.set(spec.params, *i); else ok = false;
         break;
     }
   }
@@ -474,14 +478,10 @@ void read_requirements(const ReadContext& ctx, const YAML::Node& node, Fields& f
 
 // Two checks judge the same thing when they differ at most in how strict they are.
 bool same_judgement(const CheckSpec& a, const CheckSpec& b) {
-  // Compared as JSON values, not as text: a parameter may hold bytes that are not UTF-8.
-  auto what = [](const CheckSpec& c) {
-    nlohmann::json p = c.params;
-    for (const char* strictness : {"rtol", "atol", "exact", "factor"}) p.erase(strictness);
-    if (!p.contains("metric")) p["metric"] = "loss";
-    return p;
-  };
-  return a.kind == b.kind && what(a) == what(b);
+  if (a.kind != b.kind) return false;
+  for (const auto& p : check_signature(a.kind).params)
+    if (!p.strictness && p.value_in(a.params) != p.value_in(b.params)) return false;
+  return true;
 }
 
 // A case's checks join the ones it inherits, so a case cannot silently lose a default

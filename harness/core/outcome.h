@@ -78,7 +78,7 @@ struct Series {
 };
 
 struct CheckResult {
-  std::string kind;
+  std::string kind;  // the check's name, as summary.json and the reports write it
   bool passed = false;
   std::string message;  // one line: what, where, expected vs got, tolerance
   std::string details;  // more lines for the report body
@@ -90,6 +90,9 @@ struct CheckResult {
   // Number checks: the largest |diff| / tolerance compared (below 1 passes): a pass's headroom,
   // a failure's margin. Absent for checks with no tolerance (keys, hashes, tokens, messages).
   std::optional<double> margin;
+  // The kind that judged, for judge() to weigh it by: none for a result no kind made (the run
+  // history's drift, history/record.cpp).
+  std::optional<CheckKind> made_by;
 };
 
 struct CaseOutcome {

@@ -26,9 +26,9 @@ const PhaseOutcome& phase_named(const CaseOutcome& o, const std::string& name) {
   throw Failure{o.spec->id + " has no phase '" + name + "'", ""};
 }
 
-const PhaseOutcome& phase_of(const CaseOutcome& o, const json& params, const char* key) {
-  if (params.contains(key)) return phase_named(o, params[key].get<std::string>());
-  return o.phases.back();
+// The phase `name` names, else the case's last.
+const PhaseOutcome& phase_or_last(const CaseOutcome& o, const std::optional<std::string>& name) {
+  return name ? phase_named(o, *name) : o.phases.back();
 }
 
 }  // namespace
@@ -39,25 +39,25 @@ Target target_of(const CaseOutcome& o, const PhaseOutcome& p, std::string label)
 }
 
 Target subject(const CaseOutcome& o, const CheckSpec& spec) {
-  const PhaseOutcome& p = phase_of(o, spec.params, "phase");
+  const PhaseOutcome& p = phase_or_last(o, spec.params.phase);
   if (!p.ran) throw Failure{"phase " + p.name + " did not run (an earlier phase failed)", ""};
   return target_of(o, p, "phase " + p.name);
 }
 
 std::optional<Target> reference(const CaseOutcome& o, const CheckSpec& spec, const FindCase& find) {
-  if (spec.params.contains("against")) {
-    const PhaseOutcome& p = phase_named(o, spec.params["against"].get<std::string>());
+  if (spec.params.against) {
+    const PhaseOutcome& p = phase_named(o, *spec.params.against);
     if (!p.ran) throw Failure{"phase " + p.name + " (the reference) did not run", ""};
     return target_of(o, p, "phase " + p.name);
   }
-  if (spec.params.contains("baseline")) {
-    const std::string id = spec.params["baseline"];
+  if (spec.params.baseline) {
+    const std::string& id = *spec.params.baseline;
     const CaseOutcome* base = find(id);
     if (!base) throw Failure{"baseline " + id + " was not part of this run", ""};
     if (!base->finished) throw Failure{"baseline " + id + " did not run", ""};
     if (base->status() == Status::kSkipped || base->status() == Status::kCancelled)
       throw Failure{"baseline " + id + " did not run (" + status_name(base->status()) + ": " + base->reason() + ")", ""};
-    const PhaseOutcome& p = phase_of(*base, spec.params, "baseline_phase");
+    const PhaseOutcome& p = phase_or_last(*base, spec.params.baseline_phase);
     if (!p.ran) throw Failure{"baseline " + id + " did not reach phase " + p.name, ""};
     return target_of(*base, p, "baseline " + id + " (phase " + p.name + ")");
   }
@@ -65,13 +65,9 @@ std::optional<Target> reference(const CaseOutcome& o, const CheckSpec& spec, con
 }
 
 std::string golden_path(const CaseOutcome& o, const CheckSpec& spec) {
-  fs::path golden = spec.params["golden"].get<std::string>();
+  fs::path golden = spec.params.golden.value();
   if (golden.is_relative()) golden = fs::path(o.spec->file).parent_path() / golden;
   return golden.string();
-}
-
-double param_or(const CheckSpec& spec, const char* key, double fallback) {
-  return spec.params.contains(key) ? spec.params[key].get<double>() : fallback;
 }
 
 json read_json(const std::string& path) {

@@ -52,7 +52,6 @@ std::optional<Target> reference(const CaseOutcome& o, const CheckSpec& spec, con
 // `golden`, relative to the matrix file's folder.
 std::string golden_path(const CaseOutcome& o, const CheckSpec& spec);
 
-double param_or(const CheckSpec& spec, const char* key, double fallback);
 nlohmann::json read_json(const std::string& path);  // a Failure when missing or not JSON
 
 std::string num(double v);  // 7 significant digits

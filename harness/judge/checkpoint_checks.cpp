@@ -201,7 +201,7 @@ void check_keys_match(const CaseOutcome& o, const CheckSpec& spec, const FindCas
   if (!ref) throw Failure{"keys_match needs against or baseline", ""};
   KeyShapes got = read_keys(t), want = read_keys(*ref);
   // `prefix`: only the keys both trainers save (e.g. model.* when one keeps AdamW's step per tensor).
-  const std::string prefix = spec.params.value("prefix", std::string());
+  const std::string prefix = spec.params.prefix.value();
   for (KeyShapes* keys : {&got, &want})
     for (auto it = keys->begin(); it != keys->end();) it = it->first.rfind(prefix, 0) == 0 ? std::next(it) : keys->erase(it);
   std::vector<std::string> missing, unexpected, reshaped;
@@ -209,7 +209,7 @@ void check_keys_match(const CaseOutcome& o, const CheckSpec& spec, const FindCas
     if (!got.count(k)) missing.push_back(k);
   for (const auto& [k, shape] : got) {
     if (!want.count(k)) unexpected.push_back(k);
-    else if (spec.params.value("shapes", true) && want.at(k) != shape)
+    else if (spec.params.shapes.value() && want.at(k) != shape)
       reshaped.push_back(k + " " + shape + " vs " + want.at(k));
   }
   if (missing.empty() && unexpected.empty() && reshaped.empty()) return;
@@ -239,8 +239,8 @@ void check_tensors_match(const CaseOutcome& o, const CheckSpec& spec, const Find
   const auto ref = reference(o, spec, find);
   if (!ref) throw Failure{"tensors_match needs against or baseline", ""};
   const MappedCheckpoint got = open_checkpoint(t, "tensors_match"), want = open_checkpoint(*ref, "tensors_match");
-  const double rtol = param_or(spec, "rtol", 1e-5), atol = param_or(spec, "atol", 1e-8);
-  const std::string prefix = spec.params.value("prefix", std::string());
+  const double rtol = spec.params.rtol.value(), atol = spec.params.atol.value();
+  const std::string prefix = spec.params.prefix.value();
   WorstElement worst;
   size_t tensors = 0, tensors_differing = 0, elements_differing = 0;
   std::string table;

@@ -271,7 +271,7 @@ void check_loss_finite(const CaseOutcome& o, const CheckSpec& spec, const FindCa
 void check_loss_decreases(const CaseOutcome& o, const CheckSpec& spec, const FindCase&, CheckResult& result) {
   const Target t = subject(o, spec);
   const Curve c = read_metrics(t);
-  const double factor = param_or(spec, "factor", 0.9);
+  const double factor = spec.params.factor.value();
   const double first = c.begin()->second.loss, last = c.rbegin()->second.loss;
   // The margin here: the drop required over the drop seen.
   const double required = (1 - factor) * std::fabs(first), seen = first - last;
@@ -289,11 +289,11 @@ void check_loss_decreases(const CaseOutcome& o, const CheckSpec& spec, const Fin
 void check_loss_matches(const CaseOutcome& o, const CheckSpec& spec, const FindCase& find, CheckResult& result) {
   const Target t = subject(o, spec);
   const Curve got = read_metrics(t);
-  const std::string metric = spec.params.value("metric", std::string("loss"));
+  const std::string metric = spec.params.metric.value();
   check_metric_name(metric);
   Curve want;
   std::string want_label;
-  if (spec.params.contains("golden")) {
+  if (spec.params.golden) {
     const std::string golden = golden_path(o, spec);
     want = read_golden(golden);
     want_label = "golden " + golden;
@@ -303,8 +303,8 @@ void check_loss_matches(const CaseOutcome& o, const CheckSpec& spec, const FindC
     want = read_metrics(*ref);
     want_label = ref->label;
   }
-  compare_curves(got, want, metric, t.label, want_label, param_or(spec, "rtol", 1e-5),
-                 param_or(spec, "atol", 0), spec.params.value("exact", false), report_hint(o, metric), result);
+  compare_curves(got, want, metric, t.label, want_label, spec.params.rtol.value(), spec.params.atol.value(),
+                 spec.params.exact.value(), report_hint(o, metric), result);
 }
 
 void check_resume_matches(const CaseOutcome& o, const CheckSpec& spec, const FindCase& find, CheckResult& result) {
@@ -317,8 +317,8 @@ void check_resume_matches(const CaseOutcome& o, const CheckSpec& spec, const Fin
                       ": it did not resume from a checkpoint",
                   ""};
   compare_curves(got, read_metrics(*ref), "loss", t.label + " (resumed)", ref->label + " (uninterrupted)",
-                 param_or(spec, "rtol", 1e-5), param_or(spec, "atol", 0), spec.params.value("exact", false),
-                 report_hint(o, "loss"), result);
+                 spec.params.rtol.value(), spec.params.atol.value(), spec.params.exact.value(), report_hint(o, "loss"),
+                 result);
 }
 
 // ---- what `meshtest diff`, `golden export` and the reports read ------------------

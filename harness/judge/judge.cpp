@@ -12,6 +12,9 @@ namespace {
 // Orders the results of one kind: a judged failure, then any failure, then a pass.
 int verdict_rank(const CheckResult& c) { return c.passed ? 0 : c.judged ? 2 : 1; }
 
+// A message check's result says why a run failed; every other result is weighed as a number.
+bool is_message_result(const CheckResult& c) { return c.made_by && is_message_check(*c.made_by); }
+
 // " (margin 34x)": how far past its tolerance a canary's check went.
 std::string margin_text(const std::optional<double>& margin) {
   if (!margin) return "";
@@ -33,15 +36,15 @@ void judge(CaseOutcome& o) {
   const CheckResult* expected = nullptr;
   for (const auto& c : o.checks) {
     if (!c.passed && !first_failed) first_failed = &c;
-    if (!c.passed && is_message_check(c.kind) && !failed_message_check) failed_message_check = &c;
+    if (!c.passed && is_message_result(c) && !failed_message_check) failed_message_check = &c;
     // The most telling failure: a disagreeing check says more than "exit code 1".
-    if (!c.passed && !is_message_check(c.kind) && c.judged &&
-        (!first_failed_other || first_failed_other->kind == "exit"))
+    if (!c.passed && !is_message_result(c) && c.judged &&
+        (!first_failed_other || first_failed_other->made_by == CheckKind::kExit))
       first_failed_other = &c;
     if (!c.passed && !c.judged && !unjudged) unjudged = &c;
     // A canary is caught when a check of the named kind judged and failed.
     // Of several checks of that kind, the clearest catch counts.
-    if (e.kind == Expectation::kFail && c.kind == e.check &&
+    if (e.kind == Expectation::kFail && c.made_by == e.check &&
         (!expected || verdict_rank(c) > verdict_rank(*expected) ||
          (verdict_rank(c) == verdict_rank(*expected) && c.margin.value_or(0) > expected->margin.value_or(0))))
       expected = &c;
@@ -83,18 +86,20 @@ void judge(CaseOutcome& o) {
       return;
     case Expectation::kFail: {
       const CheckResult& exit = o.checks.front();
+      const std::string check = check_kind_name(e.check);
       // A canary for a number check must run to the end; one for a message check must fail.
-      if (e.check != "exit" && !is_message_check(e.check) && !exit.passed) {
-        o.verdict = decided_by(exit, VerdictKind::kCanaryCrashed, "canary for " + e.check + " crashed instead: " + exit.message);
+      if (e.check != CheckKind::kExit && !is_message_check(e.check) && !exit.passed) {
+        o.verdict =
+            decided_by(exit, VerdictKind::kCanaryCrashed, "canary for " + check + " crashed instead: " + exit.message);
       } else if (expected && !expected->passed && !expected->judged) {
         o.verdict = decided_by(*expected, VerdictKind::kCanaryCrashed,
-                               "canary for " + e.check + " could not be judged: " + expected->message);
+                               "canary for " + check + " could not be judged: " + expected->message);
       } else if (expected && !expected->passed) {
         o.verdict = decided_by(*expected, VerdictKind::kCanaryCaught,
-                               "canary caught by " + e.check + margin_text(expected->margin) + ": " + expected->message);
+                               "canary caught by " + check + margin_text(expected->margin) + ": " + expected->message);
       } else {
-        o.verdict = {VerdictKind::kCanaryNotCaught, "canary not caught: check " + e.check + " passed on a known-bad run"};
-        o.verdict.check = e.check;
+        o.verdict = {VerdictKind::kCanaryNotCaught, "canary not caught: check " + check + " passed on a known-bad run"};
+        o.verdict.check = check;
       }
       return;
     }

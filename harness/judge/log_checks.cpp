@@ -28,18 +28,18 @@ int hung_rank(const LaunchResult& res) {
 
 void check_log_contains(const CaseOutcome& o, const CheckSpec& spec, const FindCase&, CheckResult&) {
   const Target t = subject(o, spec);
-  const std::string text = spec.params.value("text", std::string());
+  const std::string text = spec.params.text.value();
   if (text.empty()) throw Failure{"log_contains needs text", ""};
-  const int only = spec.params.contains("rank") ? spec.params["rank"].get<int>() : -1;
+  const std::optional<long long> only = spec.params.rank;  // none: any rank
   for (int r = 0; r < t.phase->nproc; ++r)
-    if ((only < 0 || only == r) && read_file(t.phase->log_path(r)).find(text) != std::string::npos) return;
-  throw Finding{"no log of " + t.label + (only >= 0 ? " rank " + std::to_string(only) : "") + " contains '" + text + "'",
+    if ((!only || *only == r) && read_file(t.phase->log_path(r)).find(text) != std::string::npos) return;
+  throw Finding{"no log of " + t.label + (only ? " rank " + std::to_string(*only) : "") + " contains '" + text + "'",
                 ""};
 }
 
 void check_error_matches(const CaseOutcome& o, const CheckSpec& spec, const FindCase&, CheckResult&) {
   const Target t = subject(o, spec);
-  const std::string text = spec.params.value("text", std::string());
+  const std::string text = spec.params.text.value();
   if (text.empty()) throw Failure{"error_matches needs text", ""};
   const auto& r = t.phase->result;
   if (t.phase->ok()) throw Finding{t.label + " exited 0 on every rank; expected it to fail with '" + text + "'", ""};
@@ -55,6 +55,7 @@ void check_error_matches(const CaseOutcome& o, const CheckSpec& spec, const Find
 
 CheckResult check_exit(const CaseOutcome& o) {
   CheckResult r{"exit", true, "", "", true};
+  r.made_by = CheckKind::kExit;
   for (const auto& p : o.phases) {
     if (!p.ran || p.ok()) continue;
     r.passed = false;

@@ -130,7 +130,7 @@ void check_params_match(const CaseOutcome& o, const CheckSpec& spec, const FindC
   const Target t = subject(o, spec);
   std::optional<Target> ref;
   std::string golden, want_label;
-  if (spec.params.contains("golden")) {
+  if (spec.params.golden) {
     golden = golden_path(o, spec);
     want_label = "golden " + golden;
   } else {
@@ -141,7 +141,7 @@ void check_params_match(const CaseOutcome& o, const CheckSpec& spec, const FindC
   namespace digest = files::param_digest;
   const json a = param_digest_of(t).at(digest::kParams);
   const json b = (ref ? param_digest_of(*ref) : read_json(golden)).at(digest::kParams);
-  const double rtol = param_or(spec, "rtol", 1e-5), atol = param_or(spec, "atol", 0);
+  const double rtol = spec.params.rtol.value(), atol = spec.params.atol.value();
   for (const auto& [key, want] : b.items()) {
     if (!a.contains(key)) {
       result.margin.reset();  // a missing key is no matter of tolerance

@@ -264,7 +264,7 @@ size_t skip_cases(std::vector<Suite>& suites, const std::map<std::string, std::s
     for (auto& c : suite.cases) {
       auto it = reasons.find(c.id);
       if (it == reasons.end() || c.expect.kind == Expectation::kSkip) continue;
-      c.expect = {Expectation::kSkip, it->second, ""};
+      c.expect = {Expectation::kSkip, it->second};
       skipped[c.id] = it->second;
     }
   // Nothing could judge a case against a baseline that does not run.
@@ -276,7 +276,7 @@ size_t skip_cases(std::vector<Suite>& suites, const std::map<std::string, std::s
         for (const auto& b : c.baselines()) {
           auto it = skipped.find(b);
           if (it == skipped.end()) continue;
-          c.expect = {Expectation::kSkip, "baseline " + b + " skipped (" + it->second + ")", ""};
+          c.expect = {Expectation::kSkip, "baseline " + b + " skipped (" + it->second + ")"};
           skipped[c.id] = c.expect.reason;
           grew = true;
           break;

@@ -18,20 +18,42 @@ TEST(CheckKinds, EveryKindHasOneNameAndItsParameters) {
     EXPECT_EQ(sig.kind, kind) << name;
     EXPECT_EQ(sig.name, name);
     EXPECT_EQ(check_kind_named(name), kind) << name;
-    EXPECT_EQ(find_check_kind(name), &sig) << name;
     std::set<std::string> params;
-    for (const auto& p : sig.params) EXPECT_TRUE(params.insert(p.name).second) << name << "." << p.name << " twice";
+    for (const auto& p : sig.params) {
+      EXPECT_TRUE(params.insert(p.name).second) << name << "." << p.name << " twice";
+      // A default has its parameter's type, and is what a check declared without it holds.
+      if (p.by_default) EXPECT_EQ(static_cast<size_t>(p.type()), p.by_default->index()) << name << "." << p.name;
+      EXPECT_EQ(p.value_in(sig.defaults()), p.by_default) << name << "." << p.name;
+    }
     // Every check but `exit` looks at one phase, which the matrix may name.
     EXPECT_EQ(params.count("phase"), kind == CheckKind::kExit ? 0u : 1u) << name;
     for (const auto& one : sig.needs_one_of) EXPECT_TRUE(params.count(one)) << name << " needs " << one << ", not a parameter";
   }
   EXPECT_EQ(check_kind_names().size(), std::size(kAllCheckKinds));
   EXPECT_EQ(check_kind_named("loss_match"), std::nullopt);
-  EXPECT_EQ(find_check_kind("loss_match"), nullptr);
-  EXPECT_TRUE(is_message_check("log_contains"));
-  EXPECT_TRUE(is_message_check("error_matches"));
-  EXPECT_FALSE(is_message_check("exit"));
-  EXPECT_FALSE(is_message_check("no_such_check"));
+  EXPECT_TRUE(is_message_check(CheckKind::kLogContains));
+  EXPECT_TRUE(is_message_check(CheckKind::kErrorMatches));
+  EXPECT_FALSE(is_message_check(CheckKind::kExit));
+}
+
+// The tolerances' defaults, as docs/checks.md lists them: the judge reads these, and repeats none.
+TEST(CheckKinds, TheTolerancesDefaults) {
+  auto defaults = [](CheckKind kind) { return check_signature(kind).defaults(); };
+  for (CheckKind kind : {CheckKind::kLossMatches, CheckKind::kResumeMatches, CheckKind::kParamsMatch}) {
+    EXPECT_EQ(defaults(kind).rtol, 1e-5) << check_kind_name(kind);
+    EXPECT_EQ(defaults(kind).atol, 0.0) << check_kind_name(kind);
+  }
+  EXPECT_EQ(defaults(CheckKind::kTensorsMatch).rtol, 1e-5);
+  EXPECT_EQ(defaults(CheckKind::kTensorsMatch).atol, 1e-8);
+  EXPECT_EQ(defaults(CheckKind::kLossMatches).exact, false);
+  EXPECT_EQ(defaults(CheckKind::kResumeMatches).exact, false);
+  EXPECT_EQ(defaults(CheckKind::kLossMatches).metric, "loss");
+  EXPECT_EQ(defaults(CheckKind::kLossDecreases).factor, 0.9);
+  EXPECT_EQ(defaults(CheckKind::kKeysMatch).shapes, true);
+  EXPECT_EQ(defaults(CheckKind::kKeysMatch).prefix, "");
+  EXPECT_EQ(defaults(CheckKind::kTensorsMatch).prefix, "");
+  EXPECT_EQ(defaults(CheckKind::kLogContains).rank, std::nullopt);  // any rank
+  EXPECT_EQ(defaults(CheckKind::kLossMatches).phase, std::nullopt);  // the case's last phase
 }
 
 // Every kind declared on one case over a phase that left nothing: each runs its own function
@@ -57,15 +79,4 @@ TEST_F(Checks, EveryKindRunsItsOwnFunction) {
     EXPECT_EQ(results[i].message.rfind("malformed output", 0), std::string::npos)
         << results[i].kind << ": " << results[i].message;
   }
-}
-
-TEST_F(Checks, AKindTheTableLacksIsMalformedNotACrash) {
-  load("  - name: a\n");
-  CheckSpec unknown;
-  unknown.kind = "loss_match";
-  suite_.cases[0].checks.push_back(unknown);
-  const CheckResult r = run(0, "loss_match");
-  EXPECT_FALSE(r.judged);
-  EXPECT_EQ(r.message, "malformed output: no check kind 'loss_match'");
-  EXPECT_EQ(r.finding.kind, VerdictKind::kNotJudged);
 }

@@ -108,7 +108,7 @@ cases:
   EXPECT_NE(std::find(load_argv.begin(), load_argv.end(), "--checkpoint.enable"), load_argv.end());
   EXPECT_EQ(load_argv[std::find(load_argv.begin(), load_argv.end(), "--steps") - load_argv.begin() + 1], "20");
   ASSERT_EQ(b.checks.size(), 2u);
-  EXPECT_EQ(b.checks[1].params["baseline"], "simplefsdp/1d");  // resolved to an id
+  EXPECT_EQ(b.checks[1].params.baseline, "simplefsdp/1d");  // resolved to an id
   EXPECT_EQ(b.baselines(), std::vector<std::string>{"simplefsdp/1d"});
 }
 
@@ -160,15 +160,16 @@ cases:
 )");
   auto kinds = [](const Case& c) {
     std::string out;
-    for (const auto& k : c.checks) out += k.kind + (k.params.contains("metric") ? "/" + k.params["metric"].get<std::string>() : "") + " ";
+    for (const auto& k : c.checks)
+      out += check_kind_name(k.kind) + (k.params.metric ? "/" + *k.params.metric : "") + " ";
     return out;
   };
   EXPECT_EQ(kinds(s.cases[0]), "loss_finite ");
-  EXPECT_EQ(kinds(s.cases[1]), "loss_finite loss_matches loss_matches/grad_norm replicas_equal ");
-  EXPECT_EQ(s.cases[1].checks[1].params["rtol"], 1.0e-6);  // the case's loss comparison replaced the default's
-  EXPECT_EQ(kinds(s.cases[2]), "loss_finite loss_matches loss_matches/grad_norm ");
+  EXPECT_EQ(kinds(s.cases[1]), "loss_finite loss_matches/loss loss_matches/grad_norm replicas_equal ");
+  EXPECT_EQ(s.cases[1].checks[1].params.rtol, 1.0e-6);  // the case's loss comparison replaced the default's
+  EXPECT_EQ(kinds(s.cases[2]), "loss_finite loss_matches/loss loss_matches/grad_norm ");
   // Another reference is another judgement: it adds.
-  EXPECT_EQ(kinds(s.cases[3]), "loss_finite loss_matches loss_matches/grad_norm loss_matches ");
+  EXPECT_EQ(kinds(s.cases[3]), "loss_finite loss_matches/loss loss_matches/grad_norm loss_matches/loss ");
   // A parameter holding bytes that are not UTF-8 reaches validation instead of crashing the
   // merge, which once serialized it (matrix_fuzz found it).
   EXPECT_NE(errors_of("suite: s\ndefaults: {model: tiny, checks: [{loss_matches: {baseline: a}}]}\n"
@@ -180,6 +181,28 @@ cases:
 }
 
 // {matrix_dir}: a script kept beside the matrix, wherever meshtest runs from.
+// `meshtest show` prints Case::to_json(): every check with the parameters it will be judged
+// by, the defaults of its kind's row included.
+TEST(MatrixLoad, ShowPrintsEveryChecksDefaults) {
+  const Suite s = load(R"(
+suite: s
+defaults: {model: tiny}
+cases:
+  - name: a
+  - name: b
+    checks: [{loss_matches: {baseline: a}}, {tensors_match: {baseline: a, rtol: 1.0e-4}}, {log_contains: {text: x}}]
+)");
+  const nlohmann::json checks = s.cases[1].to_json()["checks"];
+  ASSERT_EQ(checks.size(), 3u);
+  EXPECT_EQ(checks[0]["kind"], "loss_matches");
+  EXPECT_EQ(checks[0]["params"].dump(), R"({"atol":0.0,"baseline":"s/a","exact":false,"metric":"loss","rtol":1e-05})");
+  EXPECT_EQ(checks[0]["where"], "m.yaml:7:14");
+  // tensors_match's atol default is torch.allclose's; a declared rtol replaces the default.
+  EXPECT_EQ(checks[1]["params"].dump(), R"({"atol":1e-08,"baseline":"s/a","prefix":"","rtol":0.0001})");
+  // A parameter with no default (log_contains' rank: any rank) is shown only when declared.
+  EXPECT_EQ(checks[2]["params"].dump(), R"({"text":"x"})");
+}
+
 TEST(MatrixLoad, MatrixDirIsTheMatrixFilesAbsoluteFolder) {
   const Suite s = load_suite_text("suite: s\ncases:\n  - name: a\n    command: [\"{matrix_dir}/run.sh\", \"{phase_dir}\"]\n",
                                   "/opt/ci/matrices/m.yaml");
@@ -468,7 +491,7 @@ TEST(ShippedMatrices, LoadAndListEveryReferenceFlavor) {
   // The one-GPU matrix: every case fits one GPU, and each canary names the check it must fail.
   for (const auto& c : suites[5].cases) {
     EXPECT_EQ(c.ngpu, 1) << c.id;
-    if (c.name.rfind("canary/", 0) == 0) EXPECT_FALSE(c.expect.check.empty()) << c.id;
+    if (c.name.rfind("canary/", 0) == 0) EXPECT_EQ(c.expect.kind, Expectation::kFail) << c.id;
   }
 }
 

@@ -10,6 +10,7 @@ namespace {
 CheckResult passed(const std::string& kind) {
   CheckResult r;
   r.kind = kind;
+  r.made_by = check_kind_named(kind);
   r.passed = true;
   return r;
 }
@@ -18,6 +19,7 @@ CheckResult passed(const std::string& kind) {
 CheckResult failed(const std::string& kind, const std::string& message, bool judged = true) {
   CheckResult r;
   r.kind = kind;
+  r.made_by = check_kind_named(kind);
   r.judged = judged;
   r.message = message;
   r.details = "details of " + kind + "\n";
@@ -36,7 +38,8 @@ CheckResult crashed() {
 Expectation expect(Expectation::Kind kind, const std::string& what = "") {
   Expectation e;
   e.kind = kind;
-  (kind == Expectation::kFail ? e.check : e.reason) = what;
+  if (kind == Expectation::kFail) e.check = check_kind_named(what).value();
+  else e.reason = what;
   return e;
 }
 

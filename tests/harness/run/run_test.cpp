@@ -395,6 +395,7 @@ cases:
   const Output show = sh(kMeshtest + " show s/tp " + dir_ + "/m.yaml");
   ASSERT_EQ(show.rc, 0) << show.text;
   EXPECT_NE(show.text.find("\"baseline\": \"s/fsdp\""), std::string::npos) << show.text;
+  EXPECT_NE(show.text.find("\"rtol\": 1e-05"), std::string::npos) << show.text;  // a default, not declared
   EXPECT_NE(show.text.find("--mesh tp=2"), std::string::npos) << show.text;
 }
 
