@@ -68,7 +68,7 @@ int run_logged(const std::vector<std::string>& argv, const std::string& cwd, con
   spec.grace_s = 10;
   RankGroup child(spec);
   while (!child.poll()) {
-    if (g_stop_signal != 0) child.stop("meshtest received signal " + std::to_string(g_stop_signal));
+    if (g_stop_signal != 0) child.stop(stop_reason(g_stop_signal));
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   if (g_stop_signal != 0) throw Interrupted{g_stop_signal};

@@ -1,60 +1,29 @@
-// meshtest: runs a YAML matrix of distributed-training cases and judges them.
+// meshtest: runs a YAML matrix of distributed-training cases and judges them. This file only
+// wires: each subcommand's options, and the function of a lower floor that does its work.
 #include <CLI/CLI.hpp>
 
-#include <unistd.h>
-
-#include <algorithm>
-#include <chrono>
 #include <cstdio>
-#include <filesystem>
-#include <iostream>
-#include <set>
-#include <thread>
-#include <cmath>
-#include <fstream>
 #include <functional>
-#include <map>
+#include <iostream>
 #include <memory>
-#include <optional>
 
-#include "meshtrain/adapter.h"
-#include "torchtitan/adapter.h"
-#include "version.h"
-#include "history/history.h"
-#include "history/queries.h"
-#include "history/record.h"
 #include "bisect.h"
-#include "judge/checks.h"
 #include "ckpt_cli.h"
-#include "core/default_matrix.h"
-#include "report/html_report.h"
+#include "core/selection.h"
+#include "history/queries.h"
+#include "meshtrain/adapter.h"
+#include "report/finished_run.h"
 #include "run/launch.h"
-#include "report/markdown_report.h"
-#include "core/matrix.h"
-#include "core/git.h"
-#include "core/plan.h"
-#include "report/report.h"
 #include "run/requirements.h"
 #include "run/runner.h"
 #include "run/slurm.h"
-#include "core/schedule.h"
-#include "report/finished_run.h"
-#include "report/summary.h"
+#include "run_matrix.h"
+#include "torchtitan/adapter.h"
+#include "version.h"
 
-namespace fs = std::filesystem;
 using namespace meshtest;
-using nlohmann::json;
 
 namespace {
-
-struct Selection {
-  std::vector<std::string> matrices;
-  std::vector<std::string> ids;       // exact
-  std::vector<std::string> keywords;  // -k: substring of the id
-  std::vector<std::string> tags;
-  std::vector<std::string> excludes;  // substring of the id
-  std::string shard;                  // "I/N", 1-based
-};
 
 void add_selection_options(CLI::App& cmd, Selection& s) {
   cmd.add_option("-k", s.keywords, "Only cases whose id contains this text (repeatable: any)");
@@ -64,310 +33,10 @@ void add_selection_options(CLI::App& cmd, Selection& s) {
   cmd.add_option("--shard", s.shard, "I/N: run the I-th of N parts, balanced by expected duration (1-based)");
 }
 
-// No matrix named: the CPU matrix built into the binary (test_matrix/cpu.yaml).
-std::vector<Suite> load_all(const std::vector<std::string>& files) {
-  std::vector<Suite> suites;
-  std::vector<std::string> errors;
-  if (files.empty()) {
-    suites.push_back(load_suite_text(kDefaultMatrixYaml, default_matrix_name()));
-    return suites;
-  }
-  for (const auto& f : files) {
-    try {
-      suites.push_back(load_suite_file(f));
-    } catch (const MatrixError& e) {
-      errors.insert(errors.end(), e.errors().begin(), e.errors().end());
-    }
-  }
-  if (!errors.empty()) throw MatrixError(errors);
-  validate_suites(suites);
-  return suites;
-}
-
-bool contains(const std::string& hay, const std::string& needle) { return hay.find(needle) != std::string::npos; }
-
-// Filters, then adds back the baselines the chosen cases compare against.
-std::vector<const Case*> select(const std::vector<Suite>& suites, const Selection& s) {
-  std::map<std::string, const Case*> by_id;
-  std::vector<const Case*> all;
-  for (const auto& suite : suites)
-    for (const auto& c : suite.cases) all.push_back(&c), by_id[c.id] = &c;
-  std::set<std::string> chosen;
-  for (const Case* c : all) {
-    bool keep = true;
-    if (!s.ids.empty()) keep &= std::find(s.ids.begin(), s.ids.end(), c->id) != s.ids.end();
-    if (!s.keywords.empty())
-      keep &= std::any_of(s.keywords.begin(), s.keywords.end(), [&](const auto& k) { return contains(c->id, k); });
-    if (!s.tags.empty())
-      keep &= std::any_of(s.tags.begin(), s.tags.end(),
-                          [&](const auto& t) { return std::find(c->tags.begin(), c->tags.end(), t) != c->tags.end(); });
-    keep &= std::none_of(s.excludes.begin(), s.excludes.end(), [&](const auto& x) { return contains(c->id, x); });
-    if (keep) chosen.insert(c->id);
-  }
-  for (const auto& id : s.ids)
-    if (!by_id.count(id)) throw std::invalid_argument("--id '" + id + "' names no case (meshtest list shows them)");
-  // Baselines, transitively.
-  for (bool grew = true; grew;) {
-    grew = false;
-    for (const auto& id : std::vector<std::string>(chosen.begin(), chosen.end()))
-      for (const auto& b : by_id[id]->baselines())
-        if (chosen.insert(b).second) grew = true;
-  }
-  std::vector<const Case*> out;
-  for (const Case* c : all)
-    if (chosen.count(c->id)) out.push_back(c);
-  return out;
-}
-
-// The selection, then the shard's part of it when --shard says so: planned first, so
-// the shards balance the durations a run would expect.
-std::vector<const Case*> select_shard(const std::vector<Suite>& suites, const Selection& s, const RunOptions& opt,
-                                      const std::map<std::string, double>& history) {
-  const std::vector<const Case*> selected = select(suites, s);
-  if (s.shard.empty()) return selected;
-  int index = 0, count = 0;
-  char slash = 0;
-  std::istringstream in(s.shard);
-  if (!(in >> index >> slash >> count) || slash != '/' || count < 1 || index < 1 || index > count || !in.eof())
-    throw std::invalid_argument("--shard '" + s.shard + "' must be I/N with 1 <= I <= N");
-  return shard_cases(plan_run(selected, opt, history), index, count);
-}
-
-std::string shell_quote(const std::string& s) {
-  if (!s.empty() && s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./=:,+") ==
-                        std::string::npos)
-    return s;
-  std::string out = "'";
-  for (char ch : s) out += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
-  return out + "'";
-}
-
-std::string join_argv(const std::vector<std::string>& argv) {
-  std::string out;
-  for (const auto& a : argv) out += (out.empty() ? "" : " ") + shell_quote(a);
-  return out;
-}
-
-int default_devices(const std::string& backend) {
-  if (backend == "nccl") {
-    if (const char* cvd = std::getenv("CUDA_VISIBLE_DEVICES"); cvd && *cvd)
-      return static_cast<int>(std::count(cvd, cvd + std::strlen(cvd), ',')) + 1;
-    int n = 0;
-    for (int i = 0; fs::exists("/dev/nvidia" + std::to_string(i)); ++i) ++n;
-    return n;
-  }
-  // CPU slots: ranks mostly wait on each other, so a small machine still takes an 8-rank case.
-  return std::max(8, static_cast<int>(std::thread::hardware_concurrency()));
-}
-
-int run_launch(int nproc, const std::string& log_dir, double timeout_s, double grace_s,
-               const std::vector<std::string>& command) {
-  LaunchSpec spec;
-  spec.argv = command;
-  spec.nproc = nproc;
-  spec.log_dir = log_dir;
-  spec.timeout_s = timeout_s;
-  spec.grace_s = grace_s;
-  become_subreaper();
-  install_stop_handlers();
-  RankGroup group(spec);
-  while (!group.poll()) {
-    if (g_stop_signal != 0) group.stop("meshtest received signal " + std::to_string(g_stop_signal));
-    ::usleep(2000);
-  }
-  sweep_orphans({});
-  const auto& r = group.result();
-  if (r.ok()) return 0;
-  std::fprintf(stderr, "meshtest launch: %s\n", r.stopped_because.c_str());
-  for (const auto& e : r.exits) std::fprintf(stderr, "  rank %d: %s\n", e.rank, e.describe().c_str());
-  if (g_stop_signal != 0) return 128 + g_stop_signal;
-  if (r.timed_out) return 124;
-  if (r.first_failure.signal != 0) return 128 + r.first_failure.signal;
-  return r.first_failure.exit_code != 0 ? r.first_failure.exit_code : 1;
-}
-
-
-// --dry-run: each case's planned start, devices and exact commands, then the makespan.
-void print_plan(const Plan& plan, const RunOptions& opt) {
-  const auto sim = simulate(plan.tasks, opt.devices, opt.jobs);
-  for (size_t i = 0; i < plan.cases.size(); ++i) {
-    const CaseOutcome& o = plan.cases[i];
-    std::printf("%s  (%d %s%s, expected %.1f s, %s)\n", o.spec->id.c_str(), o.spec->devices(on_gpus(opt)),
-                plan.unit.c_str(), o.spec->simulated ? (", " + std::to_string(o.spec->ngpu) + " ranks simulated").c_str() : "",
-                plan.tasks[i].expected_s, o.spec->expect.str().c_str());
-    if (!plan.runs(i)) {
-      std::printf("  skipped: %s\n", plan.skip[i].c_str());
-      continue;
-    }
-    std::printf("  planned start %.1f s on devices", sim.start[i]);
-    for (int d : sim.devices[i]) std::printf(" %d", d);
-    std::printf("\n");
-    for (const auto& p : o.phases) std::printf("  [%s] %s\n", p.name.c_str(), join_argv(p.argv).c_str());
-  }
-  std::printf("\n%zu cases; planned makespan %.1f s; lower bound %.1f s\n", plan.cases.size(), sim.makespan,
-              makespan_lower_bound(plan.tasks, opt.devices));
-}
-
-// `path` made absolute against the working directory, `.` and `..` folded, symlinks kept.
-std::string absolute_path(const std::string& path) { return fs::absolute(path).lexically_normal().string(); }
-
-// ---- run history (docs/history.md) ----------------------------------------------------
-
-std::string history_from_environment() {
-  const char* env = std::getenv("MESHTEST_HISTORY");
-  return env ? env : "";
-}
-
 // --history and --commit (run, merge, rerun-failed).
 void add_history_options(CLI::App& cmd, std::string& history, std::string& commit) {
   cmd.add_option("--history", history, "SQLite run history to append this run to (default: $MESHTEST_HISTORY; docs/history.md)");
   cmd.add_option("--commit", commit, "The commit recorded with the run (default: git rev-parse HEAD in the matrix's folder)");
-}
-
-// `meshtest run`: select, plan, launch, check, report.
-int run_matrix(Selection sel, RunOptions opt, bool dry_run, int ngpu, const char* argv0,
-               const std::vector<std::string>& skip_tags = {}) {
-  // Every path a case is given or records is absolute: a trainer runs in another working
-  // directory than meshtest's (Slurm's --chdir, a command's own cd), and checks read the
-  // files back from wherever meshtest was started. A bare program name is looked up in PATH.
-  opt.out_dir = absolute_path(opt.out_dir);
-  if (!opt.durations.empty()) opt.durations = absolute_path(opt.durations);
-  if (opt.history.empty()) opt.history = history_from_environment();
-  if (!opt.history.empty()) opt.history = absolute_path(opt.history);
-  auto suites = load_all(sel.matrices);
-  apply_skip_tags(suites, skip_tags);
-  // On a cluster the pool is what meshtest keeps in flight; Slurm packs it (and --max-pending bounds the queue).
-  if (ngpu < 0) ngpu = opt.launcher == "slurm" ? 1024 : default_devices(opt.backend);
-  opt.devices = ngpu;
-  opt.slurm.gpus = opt.backend == "nccl";
-  if (on_gpus(opt)) opt.gpu_memory_bytes = smallest_gpu_memory_bytes();
-  // Every shard of a sharded run must split alike: from --durations only as given (not this
-  // machine's last summary.json) and the history's runs of other commits (not the runs its
-  // sibling shards are recording now).
-  // Without --shard nothing is split, and the history is read once.
-  const std::string given_durations = opt.durations;
-  if (opt.durations.empty()) opt.durations = (fs::path(opt.out_dir) / "summary.json").string();
-  const auto history = expected_durations(opt, opt.durations);
-  const auto shard_durations =
-      sel.shard.empty() ? history : expected_durations(opt, given_durations, commit_of_run(opt, sel.matrices));
-  std::string files;
-  for (const auto& m : sel.matrices) files += " " + shell_quote(m);
-  for (const auto& m : sel.matrices) opt.matrices.push_back(absolute_path(m));
-  opt.repro_prefix = shell_quote(argv0) + " run" + files + " --backend " + opt.backend + " --ngpu " +
-                     std::to_string(opt.devices);
-  if (opt.launcher == "slurm") {
-    opt.repro_prefix += " --launcher slurm --gpus-per-node " + std::to_string(opt.slurm.gpus_per_node);
-    if (!opt.slurm.partition.empty()) opt.repro_prefix += " --partition " + shell_quote(opt.slurm.partition);
-    if (!opt.slurm.account.empty()) opt.repro_prefix += " --account " + shell_quote(opt.slurm.account);
-    if (opt.slurm.time_limit_min > 0) opt.repro_prefix += " --time-limit " + std::to_string(opt.slurm.time_limit_min);
-    for (const auto& a : opt.slurm.srun_args) opt.repro_prefix += " --srun-arg=" + shell_quote(a);
-  }
-  opt.progress = ::isatty(2) && !std::getenv("CI");
-  // The shard is chosen before probing, so every machine of a sharded run splits the same way.
-  const std::vector<const Case*> selected = select_shard(suites, sel, opt, shard_durations);
-  apply_program_problems(suites, selected);
-  apply_requirements(suites, selected, {opt.backend, opt.devices});
-  const Plan plan = plan_run(selected, opt, history);
-
-  if (dry_run) {
-    print_plan(plan, opt);
-    return 0;
-  }
-
-  become_subreaper();
-  install_stop_handlers();
-  fs::create_directories(opt.out_dir);
-  std::fprintf(stderr, "meshtest: %zu cases on %d %s (%s), output in %s\n", plan.cases.size(), opt.devices,
-               opt.backend == "nccl" ? "GPUs" : "CPU slots", opt.backend.c_str(), opt.out_dir.c_str());
-  RunResult result = run_cases(plan, opt);
-  // Drift is judged before the summary, so a `drift: fail` case's failed check is in the one
-  // summary the reports show and the history records.
-  const auto drift = drift_before_recording(opt.history, result.cases, commit_of_run(opt, opt.matrices));
-  fail_drifted_cases(result.cases, drift);
-  json summary = summary_json(result, opt);
-  record_in_history(summary, opt.history, opt.commit, opt.matrices, meshtest_version());
-  add_history_notes(summary, drift, opt.history);
-  write_summary(summary, (fs::path(opt.out_dir) / "summary.json").string());
-  const int reports = render_reports(opt.out_dir, false);
-  if (reports != 0) return reports;
-  if (result.interrupted_by != 0) return 128 + result.interrupted_by;
-  return result.all_met() ? 0 : 1;
-}
-
-// Shards of one matrix (or any runs) into one report (merged_summary); 1 when a case missed.
-int merge_runs(const std::string& out, const std::vector<std::string>& inputs, const std::string& history,
-               const std::string& commit) {
-  json merged = merged_summary(inputs);
-  merged["run_id"] = new_run_id(merged.value("hostname", ""));
-  // The shards recorded their runs already (through $MESHTEST_HISTORY, say): the merged run is
-  // recorded only when --history asks for it, or it would count twice.
-  const std::string db = history.empty() ? "" : absolute_path(history);
-  const auto drift = record_in_history(merged, db, commit, merged["matrices"].get<std::vector<std::string>>(), meshtest_version());
-  say_drift(drift);
-  add_history_notes(merged, drift, db);
-  write_summary(merged, (fs::path(out) / "summary.json").string());
-  return render_reports(out, true);
-}
-
-// `meshtest list`: one line per selected case.
-int list_cases(const Selection& sel) {
-  const auto suites = load_all(sel.matrices);
-  RunOptions opt;
-  opt.devices = default_devices(opt.backend);
-  for (const Case* c : select_shard(suites, sel, opt, {})) {
-    std::string tags, needs;
-    for (const auto& x : c->tags) tags += (tags.empty() ? "  tags=" : ",") + x;
-    for (const auto& r : c->requirements) needs += (needs.empty() ? "  requires: " : "; ") + r.describe();
-    std::printf("%-50s ngpu=%d%s phases=%zu expect=%s%s%s\n", c->id.c_str(), c->ngpu, c->simulated ? " simulated" : "",
-                c->phases.size(),
-                c->expect.str().c_str(), tags.c_str(), needs.c_str());
-  }
-  return 0;
-}
-
-// `meshtest show ID`: the case as loaded, with each phase's command as it would run.
-int show_case(const std::vector<std::string>& files, const std::string& id) {
-  for (const auto& s : load_all(files))
-    for (const auto& c : s.cases) {
-      if (c.id != id) continue;
-      auto j = c.to_json();
-      const std::string case_dir = case_folder("meshtest-out", c);
-      for (size_t i = 0; i < c.phases.size(); ++i)
-        j["phases"][i]["command"] = join_argv(resolve_argv(
-            c.phases[i].argv, {backend_of(c, "gloo"), case_dir, case_dir + "/" + c.phases[i].name, trainer_adapters().placeholders()}));
-      std::cout << j.dump(2) << "\n";
-      return 0;
-    }
-  std::fprintf(stderr, "meshtest show: no case '%s' (meshtest list shows the ids)\n", id.c_str());
-  return 2;
-}
-
-// `meshtest rerun-failed`: the cases of an earlier run that missed their expectation, with its
-// backend, launcher and Slurm options.
-int rerun_failed(const std::string& from, const std::string& out, RunOptions o, const char* argv0) {
-  const json prior = read_summary(from);
-  Selection again;
-  for (const auto& m : prior.at("matrices")) again.matrices.push_back(m.get<std::string>());
-  for (const auto& c : prior.at("cases"))
-    if (!c.value("met_expectation", false)) again.ids.push_back(c.at("id").get<std::string>());
-  if (again.ids.empty()) {
-    std::printf("meshtest: every case in %s met its expectation; nothing to rerun\n", from.c_str());
-    return 0;
-  }
-  o.backend = prior.value("backend", "gloo");
-  o.launcher = prior.value("launcher", "local");
-  if (const auto sl = prior.value("slurm", json::object()); !sl.empty()) {
-    const SlurmOptions defaults;
-    o.slurm.partition = sl.value("partition", "");
-    o.slurm.account = sl.value("account", "");
-    o.slurm.gpus_per_node = sl.value("gpus_per_node", defaults.gpus_per_node);
-    o.slurm.time_limit_min = sl.value("time_limit_min", defaults.time_limit_min);
-    o.slurm.max_pending = sl.value("max_pending", defaults.max_pending);
-    o.slurm.srun_args = sl.value("srun_args", std::vector<std::string>{});
-  }
-  o.out_dir = out.empty() ? (fs::path(from) / "rerun").string() : out;
-  o.durations = (fs::path(from) / "summary.json").string();
-  return run_matrix(again, o, false, prior.value("devices", -1), argv0);
 }
 
 // ---- the subcommands: each adds its options and says what it does when given ----------
@@ -379,9 +48,9 @@ struct Subcommand {
 };
 
 // `--meshtrain PATH` (run, rerun-failed): the binary the meshtrain adapter uses.
-void add_meshtrain_option(CLI::App& cmd, std::shared_ptr<std::string> path) {
-  cmd.add_option("--meshtrain", *path, "The meshtrain binary (default: next to meshtest)");
-  cmd.callback([path] { use_meshtrain_binary(*path); });
+void add_meshtrain_option(CLI::App& cmd, std::string& path) {
+  cmd.add_option("--meshtrain", path, "The meshtrain binary (default: next to meshtest)");
+  cmd.callback([&path] { use_meshtrain_binary(path); });
 }
 
 void add_slurm_options(CLI::App& run, SlurmOptions& slurm) {
@@ -400,29 +69,22 @@ void add_slurm_options(CLI::App& run, SlurmOptions& slurm) {
 }
 
 Subcommand add_run(CLI::App& app, const char* argv0) {
-  struct Args {
-    Selection sel;
-    RunOptions opt;
-    bool dry_run = false;
-    int ngpu = -1;
-    std::vector<std::string> skip_tags;
-  };
-  auto a = std::make_shared<Args>();
+  auto r = std::make_shared<RunRequest>();
   auto* cmd = app.add_subcommand("run", "Run the selected cases and write <out>/summary.json");
-  cmd->add_option("MATRIX", a->sel.matrices, "Matrix YAML files (default: the built-in test_matrix/cpu.yaml)")
+  cmd->add_option("MATRIX", r->selection.matrices, "Matrix YAML files (default: the built-in test_matrix/cpu.yaml)")
       ->check(CLI::ExistingFile);
-  add_selection_options(*cmd, a->sel);
-  RunOptions& opt = a->opt;
+  add_selection_options(*cmd, r->selection);
+  RunOptions& opt = r->options;
   cmd->add_option("--out", opt.out_dir, "Output folder")->capture_default_str();
-  cmd->add_option("--ngpu", a->ngpu, "Devices in the pool: GPUs (nccl) or CPU rank slots (gloo; default max(8, cores))");
+  cmd->add_option("--ngpu", r->ngpu, "Devices in the pool: GPUs (nccl) or CPU rank slots (gloo; default max(8, cores))");
   cmd->add_option("--backend", opt.backend, "gloo (CPU) | nccl (GPU)")->check(CLI::IsMember({"gloo", "nccl"}))->capture_default_str();
   cmd->add_option("--jobs", opt.jobs, "Cases at once (0: as many as the pool fits)")->capture_default_str();
   cmd->add_option("--grace", opt.grace_s, "Seconds between SIGTERM and SIGKILL when a case is stopped")->capture_default_str();
-  add_meshtrain_option(*cmd, std::make_shared<std::string>());
+  add_meshtrain_option(*cmd, r->meshtrain);
   cmd->add_option("--durations", opt.durations, "summary.json whose durations order the cases (default: <out>/summary.json)");
   add_history_options(*cmd, opt.history, opt.commit);
-  cmd->add_flag("--dry-run", a->dry_run, "Print the plan and the commands; run nothing");
-  cmd->add_option("--skip-tag", a->skip_tags,
+  cmd->add_flag("--dry-run", r->dry_run, "Print the plan and the commands; run nothing");
+  cmd->add_option("--skip-tag", r->skip_tags,
                   "TAG[=REASON]: report cases with this tag as skipped (repeatable), e.g. on a machine without "
                   "what they need");
   cmd->add_option("--retries", opt.retries, "Reruns of a case that misses its expectation (reported as flaky)")
@@ -431,7 +93,7 @@ Subcommand add_run(CLI::App& app, const char* argv0) {
       ->check(CLI::IsMember({"local", "slurm"}))
       ->capture_default_str();
   add_slurm_options(*cmd, opt.slurm);
-  return {cmd, [a, argv0] { return run_matrix(a->sel, a->opt, a->dry_run, a->ngpu, argv0, a->skip_tags); }};
+  return {cmd, [r, argv0] { return run_matrix(*r, argv0); }};
 }
 
 Subcommand add_list(CLI::App& app) {
@@ -439,7 +101,13 @@ Subcommand add_list(CLI::App& app) {
   auto* cmd = app.add_subcommand("list", "List the cases a selection expands to");
   cmd->add_option("MATRIX", sel->matrices, "Matrix YAML files (default: the built-in cpu.yaml)")->check(CLI::ExistingFile);
   add_selection_options(*cmd, *sel);
-  return {cmd, [sel] { return list_cases(*sel); }};
+  return {cmd, [sel] {
+            RunOptions opt;
+            opt.devices = default_devices(opt.backend);
+            const auto suites = load_matrices(sel->matrices);  // the cases the selection points into
+            for (const Case* c : select_shard(suites, *sel, opt, {})) std::printf("%s\n", listing_line(*c).c_str());
+            return 0;
+          }};
 }
 
 Subcommand add_show(CLI::App& app) {
@@ -448,24 +116,27 @@ Subcommand add_show(CLI::App& app) {
   auto* cmd = app.add_subcommand("show", "A case fully resolved, with the exact commands of its phases");
   cmd->add_option("ID", *id, "Case id, e.g. resharding/save[dp_shard=4]-load[tp=4]")->required();
   cmd->add_option("MATRIX", *files, "Matrix YAML files (default: the built-in cpu.yaml)")->check(CLI::ExistingFile);
-  return {cmd, [id, files] { return show_case(*files, *id); }};
+  return {cmd, [id, files] {
+            for (const auto& suite : load_matrices(*files))
+              for (const auto& c : suite.cases)
+                if (c.id == *id) {
+                  std::cout << shown_case(c).dump(2) << "\n";
+                  return 0;
+                }
+            std::fprintf(stderr, "meshtest show: no case '%s' (meshtest list shows the ids)\n", id->c_str());
+            return 2;
+          }};
 }
 
 Subcommand add_launch(CLI::App& app) {
-  struct Args {
-    int nproc = 1;
-    std::string log_dir;
-    double timeout_s = 0, grace_s = 30;
-    std::vector<std::string> command;
-  };
-  auto a = std::make_shared<Args>();
+  auto spec = std::make_shared<LaunchSpec>();
   auto* cmd = app.add_subcommand("launch", "Run one command on N ranks with torchrun's environment and teardown");
-  cmd->add_option("--nproc", a->nproc, "Ranks")->required()->check(CLI::PositiveNumber);
-  cmd->add_option("--log-dir", a->log_dir, "rank<R>.log per rank here (default: ranks share this terminal)");
-  cmd->add_option("--timeout", a->timeout_s, "Stop all ranks after this many seconds (0: never)");
-  cmd->add_option("--grace", a->grace_s, "Seconds between SIGTERM and SIGKILL")->capture_default_str();
-  cmd->add_option("COMMAND", a->command, "Program and arguments (after --)")->required();
-  return {cmd, [a] { return run_launch(a->nproc, a->log_dir, a->timeout_s, a->grace_s, a->command); }};
+  cmd->add_option("--nproc", spec->nproc, "Ranks")->required()->check(CLI::PositiveNumber);
+  cmd->add_option("--log-dir", spec->log_dir, "rank<R>.log per rank here (default: ranks share this terminal)");
+  cmd->add_option("--timeout", spec->timeout_s, "Stop all ranks after this many seconds (0: never)");
+  cmd->add_option("--grace", spec->grace_s, "Seconds between SIGTERM and SIGKILL")->capture_default_str();
+  cmd->add_option("COMMAND", spec->argv, "Program and arguments (after --)")->required();
+  return {cmd, [spec] { return launch_command(*spec); }};
 }
 
 Subcommand add_slurm_task(CLI::App& app) {
@@ -501,32 +172,26 @@ Subcommand add_report(CLI::App& app) {
   cmd->add_option("--html", a->html, "Only write the HTML report, to FILE");
   cmd->add_flag("--markdown", a->markdown, "Only print a Markdown summary (for $GITHUB_STEP_SUMMARY); exit 0 once printed");
   return {cmd, [a] {
-            if (a->markdown) {
-              std::fputs(markdown_summary(summary_view(read_summary(a->dir))).c_str(), stdout);
-              return 0;
-            }
-            if (a->html.empty()) return render_reports(a->dir, true);
-            const RunView run = summary_view(read_summary(a->dir));
-            write_html_report(run, a->html);
-            std::printf("report: %s\n", a->html.c_str());
-            return run.all_met ? 0 : 1;
+            if (a->markdown) return print_markdown_summary(a->dir);
+            return a->html.empty() ? render_reports(a->dir, true) : write_html_only(a->dir, a->html);
           }};
 }
 
 Subcommand add_rerun_failed(CLI::App& app, const char* argv0) {
   struct Args {
     std::string from, out;
-    RunOptions opt;
+    RunRequest request;
   };
   auto a = std::make_shared<Args>();
+  RunOptions& opt = a->request.options;
   auto* cmd = app.add_subcommand("rerun-failed", "Run again the cases of an earlier run that missed their expectation");
   cmd->add_option("--from", a->from, "The earlier run's --out folder")->required();
   cmd->add_option("--out", a->out, "Output folder (default: <from>/rerun)");
-  cmd->add_option("--grace", a->opt.grace_s, "Seconds between SIGTERM and SIGKILL")->capture_default_str();
-  cmd->add_option("--retries", a->opt.retries, "Reruns of a case that misses its expectation")->capture_default_str();
-  add_meshtrain_option(*cmd, std::make_shared<std::string>());
-  add_history_options(*cmd, a->opt.history, a->opt.commit);
-  return {cmd, [a, argv0] { return rerun_failed(a->from, a->out, a->opt, argv0); }};
+  cmd->add_option("--grace", opt.grace_s, "Seconds between SIGTERM and SIGKILL")->capture_default_str();
+  cmd->add_option("--retries", opt.retries, "Reruns of a case that misses its expectation")->capture_default_str();
+  add_meshtrain_option(*cmd, a->request.meshtrain);
+  add_history_options(*cmd, opt.history, opt.commit);
+  return {cmd, [a, argv0] { return rerun_failed(a->from, a->out, a->request, argv0); }};
 }
 
 Subcommand add_history(CLI::App& app) {
@@ -626,8 +291,8 @@ Subcommand add_bisect(CLI::App& app) {
   cmd->add_option("--meshtrain", o->meshtrain, "The meshtrain binary (default: next to meshtest)");
   cmd->add_option("--retries", o->retries, "Reruns of a failing case; one that then passes is flaky and its commit skipped")
       ->capture_default_str();
-cmd->add_flag("--drift", o->drift, "Bad means the loss curve moved from GOOD's (the history's drift band), though it passes");
-    cmd->add_flag("--json", o->json, "The result as one JSON document");
+  cmd->add_flag("--drift", o->drift, "Bad means the loss curve moved from GOOD's (the history's drift band), though it passes");
+  cmd->add_flag("--json", o->json, "The result as one JSON document");
   return {cmd, [o] { return bisect(*o); }};
 }
 

@@ -8,6 +8,9 @@
 #include <fstream>
 #include <functional>
 #include <set>
+#include <sstream>
+
+#include "core/shell_words.h"
 
 namespace fs = std::filesystem;
 
@@ -162,6 +165,31 @@ std::vector<std::string> pool_skips(const std::vector<const Case*>& cases, int d
     }
   }
   return reason;
+}
+
+std::string plan_text(const Plan& plan, const RunOptions& opt) {
+  const auto sim = simulate(plan.tasks, opt.devices, opt.jobs);
+  std::string out;
+  char line[1024];
+  for (size_t i = 0; i < plan.cases.size(); ++i) {
+    const CaseOutcome& o = plan.cases[i];
+    const std::string simulated = o.spec->simulated ? ", " + std::to_string(o.spec->ngpu) + " ranks simulated" : "";
+    std::snprintf(line, sizeof line, "%s  (%d %s%s, expected %.1f s, %s)\n", o.spec->id.c_str(), o.spec->devices(on_gpus(opt)),
+                  plan.unit.c_str(), simulated.c_str(), plan.tasks[i].expected_s, o.spec->expect.str().c_str());
+    out += line;
+    if (!plan.runs(i)) {
+      out += "  skipped: " + plan.skip[i] + "\n";
+      continue;
+    }
+    std::snprintf(line, sizeof line, "  planned start %.1f s on devices", sim.start[i]);
+    out += line;
+    for (int d : sim.devices[i]) out += " " + std::to_string(d);
+    out += "\n";
+    for (const auto& p : o.phases) out += "  [" + p.name + "] " + join_argv(p.argv) + "\n";
+  }
+  std::snprintf(line, sizeof line, "\n%zu cases; planned makespan %.1f s; lower bound %.1f s\n", plan.cases.size(),
+                sim.makespan, makespan_lower_bound(plan.tasks, opt.devices));
+  return out + line;
 }
 
 }  // namespace meshtest

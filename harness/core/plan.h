@@ -45,6 +45,10 @@ double estimate_seconds(const Case& c);
 // <out>/<suite>/<case name, characters unusual in paths replaced by _>
 std::string case_folder(const std::string& out_dir, const Case& c);
 
+// `--dry-run`: each case's planned start, devices and exact commands, then the planned
+// makespan against its lower bound.
+std::string plan_text(const Plan& plan, const RunOptions& options);
+
 // Why each case cannot run on a pool of `devices` ("" when it can): wider than the pool
 // (torchtitan's rule), or judged against a baseline that is, since a missing baseline
 // cannot say whether the case is right.

@@ -2,6 +2,8 @@
 // in core/ because the plan, the run loop, the launchers and the reports all speak them.
 #pragma once
 
+#include <nlohmann/json.hpp>
+
 #include <string>
 #include <vector>
 
@@ -18,6 +20,12 @@ struct SlurmOptions {
   int max_pending = 16;                // allocations waiting in the queue at once
   std::vector<std::string> srun_args;  // passed to every srun as they are
   bool gpus = false;                   // request GPUs (the nccl backend)
+
+  // The options as `meshtest run` spells them (--partition ... --srun-arg=...), for a repro line.
+  std::vector<std::string> to_args() const;
+  // summary.json's "slurm", and back (`rerun-failed`; a missing key keeps its default).
+  nlohmann::json to_json() const;
+  static SlurmOptions from_json(const nlohmann::json& j);
 };
 
 struct RunOptions {

@@ -92,6 +92,7 @@ class History {
   // so only earlier commits give every shard the same durations, hence the same split.
   std::map<std::string, double> median_durations(int window, const std::string& except_commit = "") const;
   int run_count() const;
+  const std::string& path() const { return path_; }
 
   static constexpr int kSchemaVersion = 1;
 

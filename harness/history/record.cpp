@@ -14,7 +14,6 @@
 
 #include "core/git.h"
 #include "core/matrix.h"
-#include "core/plan.h"
 #include "judge/judge.h"
 
 namespace meshtest {
@@ -47,25 +46,19 @@ RunIdentity run_identity(const nlohmann::json& summary, const std::string& commi
   return id;
 }
 
-std::map<std::string, DriftFinding> record_run(const std::string& path, const nlohmann::json& summary,
-                                               const RunIdentity& id, std::FILE* log) {
+std::map<std::string, DriftFinding> recorded_drift(const History& history, const nlohmann::json& summary,
+                                                   const std::string& run_id) {
   std::map<std::string, DriftFinding> drift;
-  try {
-    History history(path);
-    history.record(summary, id);
-    const DriftRule rule;
-    for (const auto& c : summary.value("cases", nlohmann::json::array())) {
-      if (!c.is_object() || c.value("status", "") != "passed" || !c.contains("id")) continue;
-      const auto runs = history.case_runs(c["id"].get<std::string>(), rule.window + 8, true);
-      for (size_t i = 0; i < runs.size(); ++i)
-        if (runs[i].run_id == id.run_id) {
-          if (auto f = find_drift(runs[i], std::vector<CaseRun>(runs.begin() + static_cast<long>(i) + 1, runs.end()), rule))
-            drift[c["id"].get<std::string>()] = *f;
-          break;
-        }
-    }
-  } catch (const std::exception& e) {
-    warn_history_unusable(log, path, "run not recorded in the history", e);
+  const DriftRule rule;
+  for (const auto& c : summary.value("cases", nlohmann::json::array())) {
+    if (!c.is_object() || c.value("status", "") != "passed" || !c.contains("id")) continue;
+    const auto runs = history.case_runs(c["id"].get<std::string>(), rule.window + 8, true);
+    for (size_t i = 0; i < runs.size(); ++i)
+      if (runs[i].run_id == run_id) {
+        if (auto f = find_drift(runs[i], std::vector<CaseRun>(runs.begin() + static_cast<long>(i) + 1, runs.end()), rule))
+          drift[c["id"].get<std::string>()] = *f;
+        break;
+      }
   }
   return drift;
 }
@@ -82,10 +75,9 @@ void add_drift_notes(nlohmann::json& summary, const std::map<std::string, DriftF
   }
 }
 
-void add_history_strips(nlohmann::json& summary, const std::string& path, int runs, std::FILE* log) {
+void add_history_strips(nlohmann::json& summary, const History& history, int runs, std::FILE* log) {
   if (!summary.contains("cases") || !summary["cases"].is_array()) return;
   try {
-    const History history(path);
     std::string from, to;
     double from_time = 0, to_time = 0;
     for (auto& c : summary["cases"]) {
@@ -102,7 +94,7 @@ void add_history_strips(nlohmann::json& summary, const std::string& path, int ru
     }
     if (!from.empty()) summary["history"] = {{"from_commit", from}, {"to_commit", to}};
   } catch (const std::exception& e) {
-    warn_history_unusable(log, path, "no history strips", e);
+    warn_history_unusable(log, history.path(), "no history strips", e);
   }
 }
 
@@ -140,95 +132,6 @@ std::string new_run_id(const std::string& host) {
   char id[64];
   std::snprintf(id, sizeof id, "%s-%08zx", stamp, mix & 0xffffffffu);
   return id;
-}
-
-// The commit a run is recorded at: --commit, else the matrices' checkout's HEAD, else
-// "unknown" (as history/record.cpp's run_identity records it).
-std::string commit_of_run(const RunOptions& opt, const std::vector<std::string>& matrices) {
-  if (!opt.commit.empty()) return opt.commit;
-  const std::string repo =
-      matrices.empty() ? std::filesystem::current_path().string() : std::filesystem::absolute(matrices.front()).parent_path().string();
-  const std::string head = git_line(repo, {"rev-parse", "HEAD"});
-  return head.empty() ? "unknown" : head;
-}
-
-// Expected seconds per case: `durations_file`'s, then the history's medians. `except_commit`
-// leaves out the history's runs at that commit (for --shard, see median_durations).
-std::map<std::string, double> expected_durations(const RunOptions& opt, const std::string& durations_file,
-                                                 const std::string& except_commit) {
-  auto durations = load_durations(durations_file);
-  if (opt.history.empty() || !std::filesystem::exists(opt.history)) return durations;
-  try {
-    for (const auto& [id, seconds] : History(opt.history).median_durations(5, except_commit)) durations[id] = seconds;
-  } catch (const HistoryError& e) {
-    warn_history_unusable(stderr, opt.history, "durations not read from the history", e);
-  }
-  return durations;
-}
-
-namespace {
-
-// What the history will hold of a case of this run (its status and loss curves, at `commit`, now).
-CaseRun case_run_of(const CaseOutcome& o, const std::string& commit) {
-  CaseRun run;
-  run.commit = commit;
-  run.time = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-  run.status = status_name(o.status());
-  run.met = o.met_expectation();
-  for (const auto& p : o.phases) {
-    Curve loss;
-    for (const auto& point : p.curve)
-      if (std::isfinite(point.loss)) loss.emplace_back(point.step, point.loss);
-    if (!loss.empty()) run.curves[p.name + "/loss"] = std::move(loss);
-  }
-  return run;
-}
-
-}  // namespace
-
-void say_drift(const std::map<std::string, DriftFinding>& drift) {
-  for (const auto& [id, finding] : drift)
-    std::fprintf(stderr, "meshtest: drift: %s passed but left the band of its recent green runs: %s\n", id.c_str(),
-                 finding.describe().c_str());
-}
-
-std::map<std::string, DriftFinding> drift_before_recording(const std::string& path, const std::vector<CaseOutcome>& cases,
-                                                           const std::string& commit, std::FILE* log) {
-  std::map<std::string, DriftFinding> drift;
-  if (path.empty() || !std::filesystem::exists(path)) return drift;
-  try {
-    const History history(path);
-    const DriftRule rule;
-    for (const auto& o : cases) {
-      if (!o.spec || o.status() != Status::kPassed) continue;
-      const auto earlier = history.case_runs(o.spec->id, rule.window + 8, true);  // newest first
-      if (auto f = find_drift(case_run_of(o, commit), earlier, rule)) drift[o.spec->id] = *f;
-    }
-  } catch (const std::exception& e) {
-    warn_history_unusable(log, path, "drift not judged against the history", e);
-  }
-  say_drift(drift);
-  return drift;
-}
-
-// Appends the run to the history (when there is one) and returns the cases that drifted.
-std::map<std::string, DriftFinding> record_in_history(nlohmann::json& summary, const std::string& history, const std::string& commit,
-                                                      const std::vector<std::string>& matrices, const std::string& version) {
-  if (!summary.contains("run_id")) summary["run_id"] = new_run_id(summary.value("hostname", ""));
-  if (history.empty()) return {};
-  const std::string repo = matrices.empty() ? std::filesystem::current_path().string() : std::filesystem::path(matrices.front()).parent_path().string();
-  const RunIdentity id = run_identity(summary, commit, repo, version);
-  if (id.commit == "unknown")
-    std::fprintf(stderr, "meshtest: warning: recording this run at commit 'unknown': %s is not in a git checkout, so "
-                         "drift and flaky-since cannot place it among other runs; pass --commit SHA\n", repo.c_str());
-  return record_run(history, summary, id);
-}
-
-// The drift notes and each case's strip of recent runs, for the reports.
-void add_history_notes(nlohmann::json& summary, const std::map<std::string, DriftFinding>& drift, const std::string& history) {
-  if (history.empty()) return;
-  add_drift_notes(summary, drift);
-  add_history_strips(summary, history);
 }
 
 }  // namespace meshtest

@@ -13,6 +13,7 @@
 #include "core/outputs.h"
 #include "judge/checks.h"
 #include "report/html_report.h"
+#include "report/markdown_report.h"
 #include "report/report.h"
 #include "report/summary.h"
 #include "report/summary_view.h"
@@ -74,6 +75,18 @@ int render_reports(const std::string& dir, bool exit_by_expectations) {
   std::fflush(stdout);
   if (!exit_by_expectations) return 0;
   return run.all_met ? 0 : 1;
+}
+
+int write_html_only(const std::string& dir, const std::string& html) {
+  const RunView run = summary_view(read_summary(dir));
+  write_html_report(run, html);
+  std::printf("report: %s\n", html.c_str());
+  return run.all_met ? 0 : 1;
+}
+
+int print_markdown_summary(const std::string& dir) {
+  std::fputs(markdown_summary(summary_view(read_summary(dir))).c_str(), stdout);
+  return 0;
 }
 
 namespace {

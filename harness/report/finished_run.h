@@ -21,6 +21,13 @@ nlohmann::json merged_summary(const std::vector<std::string>& dirs);
 // DIR/summary.json. Returns 1 when asked to exit by expectations and a case missed its own.
 int render_reports(const std::string& dir, bool exit_by_expectations);
 
+// `meshtest report DIR --html FILE`: only the HTML report, to FILE; 1 when a case missed its
+// expectation.
+int write_html_only(const std::string& dir, const std::string& html);
+// `meshtest report DIR --markdown`: only the Markdown summary, on stdout (for
+// $GITHUB_STEP_SUMMARY); 0 once printed.
+int print_markdown_summary(const std::string& dir);
+
 // `meshtest diff`: the loss curves of cases A and B side by side, then the state-dict keys one
 // has and the other lacks; 1 when they differ.
 int diff_cases(const std::string& dir, const std::string& a, const std::string& b);

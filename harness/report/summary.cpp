@@ -136,10 +136,7 @@ nlohmann::json summary_json(const RunResult& run, const RunOptions& opt) {
   j["backend"] = opt.backend;
   j["devices"] = opt.devices;
   j["launcher"] = opt.launcher;
-  if (opt.launcher == "slurm")
-    j["slurm"] = {{"partition", opt.slurm.partition},     {"account", opt.slurm.account},
-                  {"gpus_per_node", opt.slurm.gpus_per_node}, {"time_limit_min", opt.slurm.time_limit_min},
-                  {"max_pending", opt.slurm.max_pending},     {"srun_args", opt.slurm.srun_args}};
+  if (opt.launcher == "slurm") j["slurm"] = opt.slurm.to_json();
   j["wall_s"] = run.wall_s;
   j["interrupted_by_signal"] = run.interrupted_by;
   j["all_met"] = run.all_met();

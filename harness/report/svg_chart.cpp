@@ -16,7 +16,7 @@ namespace {
 
 using Point = StepValue;  // value nullopt: not a finite number (a gap in the line)
 
-struct Series {
+struct ChartSeries {
   std::string role;   // data-series: "subject", "reference", "phase-0", ...
   std::string css;    // colour class
   std::string label;  // raw text, escaped when drawn
@@ -25,7 +25,7 @@ struct Series {
 
 struct Chart {
   std::string title;  // raw text
-  std::vector<Series> series;
+  std::vector<ChartSeries> series;
   std::optional<std::pair<double, double>> band;  // (rtol, atol) around the "reference" series
   std::optional<long long> marker_step;           // the first step outside the band
 };
@@ -108,7 +108,7 @@ std::string path_d(const std::vector<Point>& points, const Scale& sc) {
 }
 
 // The region within tolerance of the reference: upper edge forward, lower edge back.
-std::string band_path(const Series& reference, const std::pair<double, double>& band, const Scale& sc) {
+std::string band_path(const ChartSeries& reference, const std::pair<double, double>& band, const Scale& sc) {
   std::vector<std::string> upper, lower;
   for (const auto& p : reference.points) {
     if (!p.value) continue;

@@ -274,6 +274,8 @@ bool lost_port_race(const RankGroup& group) {
 }
 
 
+std::string stop_reason(int signal) { return "meshtest received signal " + std::to_string(signal); }
+
 double wall_clock_s() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }

@@ -112,6 +112,10 @@ std::optional<std::string> past_timeout(double timeout_s, double elapsed_s, Laun
 // The wall clock in seconds since the epoch, as LaunchResult's started_at and ended_at hold it.
 double wall_clock_s();
 
+// Why meshtest stopped a phase when it received `signal` (SIGINT, SIGTERM): every launcher
+// stops with this reason, and the run loop knows a cancelled case by it.
+std::string stop_reason(int signal);
+
 // Makes meshtest the reaper of orphaned descendants (a rank's child whose parent
 // died is re-parented to meshtest instead of init), so sweep_orphans can kill them.
 void become_subreaper();

@@ -363,4 +363,15 @@ double smallest_gpu_memory_bytes() {
   return smallest;
 }
 
+int default_devices(const std::string& backend) {
+  if (backend == "nccl") {
+    if (const char* visible = std::getenv("CUDA_VISIBLE_DEVICES"); visible && *visible)
+      return static_cast<int>(std::count(visible, visible + std::strlen(visible), ',')) + 1;
+    int n = 0;
+    for (int i = 0; std::filesystem::exists("/dev/nvidia" + std::to_string(i)); ++i) ++n;
+    return n;
+  }
+  return std::max(8, static_cast<int>(std::thread::hardware_concurrency()));
+}
+
 }  // namespace meshtest

@@ -71,4 +71,9 @@ size_t apply_program_problems(std::vector<Suite>& suites, const std::vector<cons
 // when neither can tell (then nothing is refused for memory).
 double smallest_gpu_memory_bytes();
 
+// The pool `run` packs cases onto when --ngpu is not given: for nccl, the GPUs meshtest may
+// use (CUDA_VISIBLE_DEVICES, else /dev/nvidia<N>); for gloo, max(8, cores) CPU rank slots,
+// since ranks mostly wait on each other and a small machine still takes an 8-rank case.
+int default_devices(const std::string& backend);
+
 }  // namespace meshtest

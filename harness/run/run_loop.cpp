@@ -53,8 +53,6 @@ std::vector<std::string> physical_gpus(const std::vector<int>& slots) {
   return out;
 }
 
-std::string signal_text(int signal) { return "meshtest received signal " + std::to_string(signal); }
-
 }  // namespace
 
 const char* case_state_name(CaseState s) {
@@ -103,10 +101,10 @@ void RunLoop::stop(int signal) {
   for (size_t i = 0; i < outcomes_.size(); ++i) {
     switch (states_[i]) {
       case CaseState::kPending:
-        finalize(i, Verdict::cancelled("not run: " + signal_text(signal)));
+        finalize(i, Verdict::cancelled("not run: " + stop_reason(signal)));
         break;
       case CaseState::kRunning:
-        in_flight_.at(i).process->stop(signal_text(signal));  // judged once its ranks are reaped
+        in_flight_.at(i).process->stop(stop_reason(signal));  // judged once its ranks are reaped
         break;
       case CaseState::kAwaiting:
         cancel_unjudged(i);
@@ -210,7 +208,7 @@ void RunLoop::judge_case(size_t i) {
   if (stopped_by_ != 0) {
     // Failed because meshtest stopped it: the case did not get to show what it does.
     for (const auto& p : o.phases)
-      if (o.status() == Status::kFailed && p.ran && p.result.stopped_because.rfind(signal_text(stopped_by_), 0) == 0)
+      if (o.status() == Status::kFailed && p.ran && p.result.stopped_because == stop_reason(stopped_by_))
         o.verdict = Verdict::cancelled(p.result.stopped_because);
   }
   const bool ran = !o.phases.empty() && o.phases.front().ran;
@@ -227,7 +225,7 @@ void RunLoop::cancel_unjudged(size_t i) {
   o.checks = run_checks(o, [this](const std::string& id) { return find(id); });
   judge(o);
   record_curves(o);
-  finalize(i, Verdict::cancelled("not judged: its baseline did not run before " + signal_text(stopped_by_)));
+  finalize(i, Verdict::cancelled("not judged: its baseline did not run before " + stop_reason(stopped_by_)));
 }
 
 void RunLoop::retry(size_t i) {

@@ -68,4 +68,23 @@ RunResult run_cases(const Plan& plan, const RunOptions& opt) {
   return std::move(loop).result(now_s());
 }
 
+int launch_command(const LaunchSpec& spec) {
+  become_subreaper();
+  install_stop_handlers();
+  RankGroup group(spec);
+  while (!group.poll()) {
+    if (g_stop_signal != 0) group.stop(stop_reason(g_stop_signal));
+    ::usleep(2000);
+  }
+  sweep_orphans({});
+  const auto& r = group.result();
+  if (r.ok()) return 0;
+  std::fprintf(stderr, "meshtest launch: %s\n", r.stopped_because.c_str());
+  for (const auto& e : r.exits) std::fprintf(stderr, "  rank %d: %s\n", e.rank, e.describe().c_str());
+  if (g_stop_signal != 0) return 128 + g_stop_signal;
+  if (r.timed_out) return 124;
+  if (r.first_failure.signal != 0) return 128 + r.first_failure.signal;
+  return r.first_failure.exit_code != 0 ? r.first_failure.exit_code : 1;
+}
+
 }  // namespace meshtest

@@ -20,4 +20,11 @@ void install_stop_handlers();
 struct Plan;
 RunResult run_cases(const Plan& plan, const RunOptions& options);
 
+struct LaunchSpec;
+// `meshtest launch`: runs one command on its ranks in the foreground, stopping them on SIGINT
+// or SIGTERM. Returns 0 when every rank succeeded, else what torchrun would exit with: 128 +
+// the signal that stopped meshtest or killed the first rank, 124 on the timeout, or the first
+// failing rank's code; each rank's exit is said on stderr.
+int launch_command(const LaunchSpec& spec);
+
 }  // namespace meshtest

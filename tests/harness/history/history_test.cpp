@@ -16,6 +16,7 @@
 #include "history/drift.h"
 #include "history/history.h"
 #include "history/record.h"
+#include "history/run_history.h"
 #include "core/matrix.h"
 #include "judge/judge.h"
 
@@ -140,9 +141,14 @@ TEST_F(HistoryTest, DriftNamesTheFirstCommitWhoseLossesLeftTheBandOfGreenRuns) {
 }
 
 TEST_F(HistoryTest, RecordingAPassingRunThatDriftedReturnsTheFindingForItsCase) {
-  for (int i = 0; i < 5; ++i) record_run(db_, summary({"s/a"}), at("r" + std::to_string(i), "c" + std::to_string(i), i));
-  EXPECT_TRUE(record_run(db_, summary({"s/a"}), at("same", "c9", 9)).empty());
-  const auto drift = record_run(db_, summary({"s/a"}, 1.001), at("moved", "c10", 10));
+  History h(db_);
+  auto record_run = [&](const json& s, const RunIdentity& id) {
+    h.record(s, id);
+    return recorded_drift(h, s, id.run_id);
+  };
+  for (int i = 0; i < 5; ++i) record_run(summary({"s/a"}), at("r" + std::to_string(i), "c" + std::to_string(i), i));
+  EXPECT_TRUE(record_run(summary({"s/a"}), at("same", "c9", 9)).empty());
+  const auto drift = record_run(summary({"s/a"}, 1.001), at("moved", "c10", 10));
   ASSERT_EQ(drift.count("s/a"), 1u);
   json s = summary({"s/a"});
   add_drift_notes(s, drift);
@@ -156,7 +162,10 @@ TEST_F(HistoryTest, ADamagedDatabaseIsAWarningAndTheRunGoesOn) {
   char* text = nullptr;
   size_t size = 0;
   std::FILE* log = ::open_memstream(&text, &size);
-  const auto drift = record_run(db_, summary({"s/a"}), at("r", "c", 1), log);
+  RunHistory history(db_, "c", log);
+  json s = summary({"s/a"});
+  history.record(s, dir_.string(), "test");
+  const auto drift = history.drift_of_recorded(s);
   std::fclose(log);
   EXPECT_TRUE(drift.empty());
   EXPECT_NE(std::string(text).find("meshtest: warning: run not recorded in the history: history " + db_), std::string::npos)
@@ -216,7 +225,7 @@ TEST_F(HistoryTest, MedianDurationsAreWhatTheSchedulerPacksBy) {
 // (docs/history.md: drift is a verdict about the history, not fed back into it); a case that
 // failed another check as well is recorded failed.
 TEST_F(HistoryTest, DriftIsJudgedBeforeRecordingSoTheHistoryHoldsTheVerdictTheReportShows) {
-  for (int i = 0; i < 5; ++i) record_run(db_, summary({"s/a"}), at("r" + std::to_string(i), "c" + std::to_string(i), i));
+  for (int i = 0; i < 5; ++i) History(db_).record(summary({"s/a"}), at("r" + std::to_string(i), "c" + std::to_string(i), i));
   const Suite suite = load_suite_text("suite: s\ncases:\n  - {name: a, command: [t], drift: fail}\n", "m.yaml");
   std::vector<CaseOutcome> cases(1);
   cases[0].spec = &suite.cases[0];
@@ -226,7 +235,7 @@ TEST_F(HistoryTest, DriftIsJudgedBeforeRecordingSoTheHistoryHoldsTheVerdictTheRe
   for (int step = 1; step <= 5; ++step) cases[0].phases[0].curve.push_back({step, (7.0 - step) * 1.001, 1.0});
   judge(cases[0]);
   ASSERT_EQ(cases[0].status(), Status::kPassed);
-  const auto drift = drift_before_recording(db_, cases, "c10");
+  const auto drift = RunHistory(db_, "c10").drift(cases);
   ASSERT_EQ(drift.count("s/a"), 1u);
   EXPECT_EQ(drift.at("s/a").curve, "train/loss");
   EXPECT_EQ(History(db_).run_count(), 5);  // read, not recorded
@@ -243,9 +252,9 @@ TEST_F(HistoryTest, DriftIsJudgedBeforeRecordingSoTheHistoryHoldsTheVerdictTheRe
   EXPECT_TRUE(History(db_).case_runs("s/a", 1)[0].met);
   EXPECT_EQ(History(db_).case_runs("s/b", 1)[0].status, "failed");
   // With no history, or one that cannot be read, nothing drifts and the run goes on.
-  EXPECT_TRUE(drift_before_recording("", cases, "c10").empty());
+  EXPECT_TRUE(RunHistory("", "c10").drift(cases).empty());
   std::ofstream((dir_ / "bad.db").string()) << std::string(5000, 'x');
-  EXPECT_TRUE(drift_before_recording((dir_ / "bad.db").string(), cases, "c10", nullptr).empty());
+  EXPECT_TRUE(RunHistory((dir_ / "bad.db").string(), "c10", nullptr).drift(cases).empty());
 }
 
 // `drift: fail` (docs/history.md): a case that passed its checks but drifted fails, by a `drift`
