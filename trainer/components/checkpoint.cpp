@@ -1,5 +1,6 @@
 #include "components/checkpoint.h"
 
+#include "base/dtype.h"
 #include "base/faults.h"
 #include "base/options.h"
 
@@ -22,7 +23,6 @@
 #include "contract/model_names.h"
 #include "components/outputs.h"
 #include "contract/placement.h"
-#include "distributed/parallelize.h"
 
 namespace meshtrain {
 using namespace contract;  // the mesh, placement and hash names meshtrain shares with meshtest

@@ -2,6 +2,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "base/dtype.h"
 #include "base/options.h"
 #include "distributed/parallelize.h"
 
@@ -26,12 +27,6 @@ ActivationCheckpoint parse_ac(const std::string& s) {
   if (s == "full") return ActivationCheckpoint::kFull;
   if (s == "selective") return ActivationCheckpoint::kSelective;
   throw std::invalid_argument("unknown --ac '" + s + "' (known: none, full, selective)");
-}
-
-torch::ScalarType parse_dtype(const std::string& s) {
-  if (s == "float32") return torch::kFloat32;
-  if (s == "bfloat16") return torch::kBFloat16;
-  throw std::invalid_argument("unknown dtype '" + s + "' (known: float32, bfloat16)");
 }
 
 void add_options(CLI::App& cmd, ParallelConfig& c) {

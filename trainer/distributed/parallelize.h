@@ -60,7 +60,6 @@ void add_options(CLI::App& cmd, ParallelConfig& config);
 ReshardAfterForward parse_reshard(const std::string& s);
 ActivationCheckpoint parse_ac(const std::string& s);
 Bucketing parse_bucketing(const std::string& s);
-torch::ScalarType parse_dtype(const std::string& s);
 
 // SimpleFSDP's mode rule, with torchtitan's dp_shard_cp (= dp_shard x cp) as the shard
 // degree: dp_replicate and dp_shard_cp both > 1 -> hybrid_shard; only dp_replicate ->
