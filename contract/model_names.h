@@ -28,6 +28,8 @@ inline constexpr char kWq[] = "wq", kWk[] = "wk", kWv[] = "wv", kWo[] = "wo";
 inline constexpr char kW1[] = "w1", kW2[] = "w2", kW3[] = "w3";
 // A MoE's parts: the router, the routed experts (one [E, out, in] weight per w) and the shared ones.
 inline constexpr char kRouter[] = "router", kExperts[] = "experts", kSharedExperts[] = "shared_experts";
+// A MoE's routing bias: a buffer that is model state (checkpointed with the weights), never trained.
+inline constexpr char kExpertBias[] = "expert_bias";
 // LibTorch's name for a module's parameter.
 inline constexpr char kWeight[] = "weight";
 

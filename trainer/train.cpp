@@ -19,6 +19,7 @@
 #include "components/outputs.h"
 #include "components/profile.h"
 #include "components/validation.h"
+#include "contract/model_names.h"
 #include "distributed/comm.h"
 #include "distributed/parallelize.h"
 #include "distributed/pipeline.h"
@@ -120,7 +121,8 @@ std::unique_ptr<ParallelModel> build_model(const TrainConfig& cfg, const RunPlan
   init_weights(full_model, cfg.training.seed);
   for (const auto& item : full_model->named_parameters()) shapes.params.emplace_back(item.key(), item.value().sizes().vec());
   for (const auto& item : full_model->named_buffers())
-    if (item.key().find(".expert_bias") != std::string::npos) shapes.buffers.emplace_back(item.key(), item.value().sizes().vec());
+    if (contract::model_names::goes_through(item.key(), contract::model_names::kExpertBias))
+      shapes.buffers.emplace_back(item.key(), item.value().sizes().vec());
   if (plan.pipeline.stages) {
     const auto& st = *plan.pipeline.stages;
     full_model->keep_only(st.layers_held(), /*embedding=*/st.rank == 0, /*head=*/st.rank == st.pp - 1);

@@ -13,19 +13,6 @@
 
 namespace meshtrain {
 
-namespace state_keys {
-std::string model(const std::string& fqn) { return "model." + fqn; }
-std::string optimizer(const std::string& fqn, const std::string& moment) {
-  return "optimizer.state." + fqn + "." + moment;
-}
-std::string dataloader(int64_t dp_rank) { return "dataloader.dp_rank_" + std::to_string(dp_rank); }
-std::vector<std::string> objects(int64_t dp_degree) {
-  std::vector<std::string> out{kLrScheduler, kTrainState};
-  for (int64_t r = 0; r < dp_degree; ++r) out.push_back(dataloader(r));
-  return out;
-}
-}  // namespace state_keys
-
 namespace {
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {

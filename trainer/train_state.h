@@ -1,5 +1,5 @@
 // What a run saves, resumes and starts from (docs/checkpoint.md). Promises:
-//  - the trainer spells state-dict keys in one place: state_keys below ("model.<fqn>",
+//  - the state-dict keys are the contract's (contract/state_keys.h: "model.<fqn>",
 //    "optimizer.state.<fqn>.exp_avg", "lr_scheduler", "train_state", "dataloader.dp_rank_<i>");
 //    the checkpoint room only styles them (--checkpoint.key-style);
 //  - state_dict_keys.json lists exactly the keys a save of this run writes, whatever the
@@ -18,21 +18,13 @@
 #include "components/data.h"
 #include "model/flavors.h"
 #include "components/optim.h"
+#include "contract/state_keys.h"
 
 namespace meshtrain {
 
 class ParallelModel;
 
-namespace state_keys {
-std::string model(const std::string& fqn);                           // "model.<fqn>"
-std::string optimizer(const std::string& fqn, const std::string& moment);  // moment: "exp_avg" | "exp_avg_sq"
-std::string dataloader(int64_t dp_rank);                             // "dataloader.dp_rank_<i>"
-inline const std::string kLrScheduler = "lr_scheduler";
-inline const std::string kTrainState = "train_state";
-inline const std::vector<std::string> kMoments = {"exp_avg", "exp_avg_sq"};
-// The non-tensor entries of a full save, in state_dict_keys.json's order.
-std::vector<std::string> objects(int64_t dp_degree);
-}  // namespace state_keys
+namespace state_keys = contract::state_keys;  // the keys a save writes (contract/state_keys.h)
 
 // The whole model's names and global shapes, whatever this rank's pipeline stage holds.
 struct ModelShapes {

@@ -9,6 +9,7 @@
 
 #include "components/checkpoint.h"
 #include "contract/checkpoint_format.h"
+#include "contract/state_keys.h"
 #include "model/flavors.h"
 #include "components/hf_checkpoint.h"
 
@@ -67,8 +68,9 @@ void ckpt_consolidate(const std::string& step_dir, const std::string& out_path, 
     const ModelArgs a = model_flavor(hf_model);
     torch::ScalarType dtype = torch::kFloat32;
     for (const auto& t : tensors) {
-      if (t.key.rfind("model.", 0) != 0) continue;
-      const std::string fqn = t.key.substr(6);
+      const auto model_fqn = contract::state_keys::model_fqn(t.key);
+      if (!model_fqn) continue;
+      const std::string& fqn = *model_fqn;
       auto w = stored(t);
       dtype = w.scalar_type();
       if (hf::is_rope_rotated(fqn)) w = hf::to_half_split_rope(w, a.head_dim());

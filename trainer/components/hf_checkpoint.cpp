@@ -12,6 +12,7 @@
 
 #include "contract/checkpoint_format.h"
 #include "contract/model_names.h"
+#include "contract/state_keys.h"
 #include "base/faults.h"
 
 namespace meshtrain::hf {
@@ -218,7 +219,7 @@ int64_t load(const std::string& path, const ModelArgs& args, const std::vector<C
   };
   torch::NoGradGuard no_grad;
   for (const auto& t : tensors) {
-    const std::string fqn = t.key.substr(t.key.rfind("model.", 0) == 0 ? 6 : 0);
+    const std::string fqn = contract::state_keys::model_fqn(t.key).value_or(t.key);
     const std::string name = name_of(fqn);
     SafetensorsFile& file = file_for(name);
     const json& h = file.header();

@@ -34,10 +34,6 @@ std::string to_string(DataParallelMode mode) {
 
 namespace {
 
-bool ends_with(const std::string& s, const std::string& tail) {
-  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-}
-
 bool is_routed_expert(const std::string& fqn) { return goes_through(fqn, path({kMoe, kExperts})); }
 
 // torchtitan's Llama TP plan, written once. In each region of a block (Megatron's column- then
@@ -348,7 +344,7 @@ std::vector<ParamLayout> param_layouts(Transformer& model, const MeshGroups& gro
 std::vector<ParamLayout> buffer_layouts(Transformer& model) {
   std::vector<ParamLayout> layouts;
   for (const auto& item : model->named_buffers()) {
-    if (!ends_with(item.key(), ".expert_bias")) continue;
+    if (!goes_through(item.key(), kExpertBias)) continue;
     ParamLayout l;
     l.name = item.key();
     l.global_shape = item.value().sizes().vec();

@@ -218,7 +218,7 @@ MoEImpl::MoEImpl(const ModelArgs& a) : top_k(a.moe_top_k) {
   router = register_module(kRouter, Linear(a.dim, a.moe_experts));
   experts = register_module(kExperts, GroupedExperts(a.moe_experts, a.dim, a.moe_hidden_dim));
   shared_experts = register_module(kSharedExperts, FeedForward(a.dim, a.moe_hidden_dim * a.moe_shared_experts));
-  expert_bias = register_buffer("expert_bias", torch::zeros({a.moe_experts}));
+  expert_bias = register_buffer(kExpertBias, torch::zeros({a.moe_experts}));
   tokens_per_expert = register_buffer("tokens_per_expert", torch::zeros({a.moe_experts}));
 }
 
