@@ -52,4 +52,8 @@ inline bool goes_through(std::string_view fqn, std::string_view modules) {
   return haystack.find("." + std::string(modules) + ".") != std::string::npos;
 }
 
+// Whether `fqn` is a weight of a MoE's routed experts ("layers.1.moe.experts.w1"): expert
+// parallel splits them over ep, and tensor parallel on their own dimension.
+inline bool is_routed_expert(std::string_view fqn) { return goes_through(fqn, path({kMoe, kExperts})); }
+
 }  // namespace contract::model_names

@@ -21,6 +21,8 @@
 #include "components/validation.h"
 #include "contract/model_names.h"
 #include "distributed/comm.h"
+#include "distributed/digests.h"
+#include "distributed/grad_norm.h"
 #include "distributed/parallelize.h"
 #include "distributed/pipeline.h"
 #include "model/float8.h"
@@ -94,8 +96,8 @@ RunPlan plan_run(const TrainConfig& cfg, const LaunchEnv& env) {
   if (cfg.profiling.step >= 0 && !tracing_available())
     throw std::invalid_argument("--profile-step needs the CUDA build (Kineto)");
   const MeshShape shape = plan.shape = parse_mesh(parallel.mesh, env.world_size);
-  validate_tp(plan.args, shape, parallel.sequence_parallel, t.seq_len);
-  validate_ep(plan.args, shape, parallel.ep);
+  validate_tp(plan.args, shape, parallel.tp.sequence_parallel, t.seq_len);
+  validate_ep(plan.args, shape, parallel.ep.degree);
   const int64_t dp_degree = shape.dp();
   plan.global_batch = t.global_batch_size > 0 ? t.global_batch_size : t.local_batch_size * dp_degree;
   if (plan.global_batch % (t.local_batch_size * dp_degree) != 0)
@@ -103,9 +105,9 @@ RunPlan plan_run(const TrainConfig& cfg, const LaunchEnv& env) {
                                 " is not a multiple of local batch x dp degree " +
                                 std::to_string(t.local_batch_size * dp_degree));
   plan.accum_steps = plan.global_batch / (t.local_batch_size * dp_degree);
-  const int64_t activation_tokens = t.seq_len / shape.cp / (parallel.sequence_parallel ? shape.tp : 1);
+  const int64_t activation_tokens = t.seq_len / shape.cp / (parallel.tp.sequence_parallel ? shape.tp : 1);
   plan.pipeline = pp::plan_pipeline(cfg.pipeline, plan.args.n_layers, shape, env.rank, t.local_batch_size,
-                                    activation_tokens, parallel.param_dtype);
+                                    activation_tokens, parallel.dp.param_dtype);
   if (cfg.float8.mode == float8::Mode::kScaledMm && !computes_on_cuda(cfg.job.backend))
     throw std::invalid_argument("--float8 scaled_mm needs the CUDA build and a GPU (--backend nccl or shm); --float8 "
                                 "emulate runs on CPU");
@@ -152,7 +154,7 @@ int run_generate(const TrainConfig& cfg, const RunPlan& plan, const TrainState& 
                  ParallelModel& pm, bool is_logger) {
   const CheckpointConfig& c = state.config();
   const GenerateConfig& asked = *cfg.generate;
-  check_can_generate(start.resume_step || !c.initial_load_path.empty(), c.folder, cfg.parallel.sequence_parallel,
+  check_can_generate(start.resume_step || !c.initial_load_path.empty(), c.folder, cfg.parallel.tp.sequence_parallel,
                      plan.pipeline.stages.has_value());
   const Generation g = generate(pm.model, pm.groups.device, asked.prompt, asked.max_new_tokens);
   if (is_logger) {
@@ -209,7 +211,7 @@ RankReport rank_report(const LaunchEnv& env, ParallelModel& pm, const AdamW& opt
 // wants every core this host's ranks can share.
 int cpu_threads(const TrainConfig& cfg, const LaunchEnv& env) {
   if (cfg.job.threads > 0) return cfg.job.threads;
-  if (!cfg.parallel.cpu_offload) return 1;
+  if (!cfg.parallel.dp.cpu_offload) return 1;
   return std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / env.local_world_size);
 }
 
@@ -219,7 +221,7 @@ MeshGroups start_job(const TrainConfig& cfg, const LaunchEnv& env, const RunPlan
   torch::set_num_threads(cpu_threads(cfg, env));
   if (cfg.job.deterministic) compat::use_deterministic_algorithms();
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(cfg.job.timeout_s * 1000));
-  return join_mesh(env, plan.shape, cfg.job.backend, timeout, cfg.parallel.ep);
+  return join_mesh(env, plan.shape, cfg.job.backend, timeout, cfg.parallel.ep.degree);
 }
 
 std::unique_ptr<AdamW> make_optimizer(ParallelModel& pm, double lr) {

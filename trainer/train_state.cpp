@@ -9,7 +9,7 @@
 #include "base/faults.h"
 #include "components/hf_checkpoint.h"
 #include "components/outputs.h"
-#include "distributed/parallelize.h"
+#include "distributed/parallel_model.h"
 
 namespace meshtrain {
 

@@ -43,8 +43,8 @@ std::vector<RankResult> run_fsdp2(ReshardAfterForward reshard, ActivationCheckpo
         Transformer model(model_flavor("tiny"));
         init_weights(model, 7);
         ParallelConfig config;
-        config.reshard_after_forward = reshard;
-        config.ac = ac;
+        config.dp.reshard_after_forward = reshard;
+        config.ac.mode = ac;
         auto pm = parallelize(model, g, config, /*seq_len=*/8);
         RankResult& out = results[r];
         for (int64_t id : pm->model->layer_ids()) {

@@ -5,7 +5,7 @@
 #include <torch/torch.h>
 
 #include "components/data.h"
-#include "distributed/parallelize.h"
+#include "distributed/parallel_model.h"
 
 namespace meshtrain {
 

@@ -77,7 +77,7 @@ class AdamW {
 // Warmup: lr * s / (warmup + 1). Decay: linear from lr to lr * min_ratio at `total`.
 double lr_at(int64_t step, int64_t total, int64_t warmup, double lr, double min_ratio = 0.0);
 
-// Scales gradients whose global norm is `norm` (parallelize.h: global_grad_norm) so it
+// Scales gradients whose global norm is `norm` (grad_norm.h: global_grad_norm) so it
 // is at most max_norm (the PyTorch rule: coefficient max_norm / (norm + 1e-6), clamped to 1);
 // max_norm <= 0 clips nothing.
 void clip_grads(const std::vector<torch::Tensor>& params, double norm, double max_norm);

@@ -34,7 +34,7 @@ namespace meshtrain {
 using namespace contract;  // the mesh, placement and hash names meshtrain shares with meshtest
 
 // How a bucket's pieces talk: the groups they are gathered and reduced over and the dtypes
-// they travel in. Every weight of a bucket shares them (parallelize.cpp gives expert-parallel
+// they travel in. Every weight of a bucket shares them (data_parallel.cpp gives expert-parallel
 // experts buckets of their own).
 struct DataParallelWiring {
   Comm* shard_group = nullptr;      // all-gathers the pieces, reduce-scatters the gradients

@@ -1,5 +1,6 @@
 #include "distributed/context_parallel.h"
 
+#include "base/options.h"
 #include "distributed/mappings.h"
 #include "contract/placement.h"
 
@@ -12,6 +13,12 @@ Rotate parse_rotate(const std::string& s) {
   if (s == "allgather") return Rotate::kAllGather;
   if (s == "alltoall") return Rotate::kAllToAll;
   throw std::invalid_argument("unknown --cp-rotate '" + s + "' (known: allgather, alltoall)");
+}
+
+void add_options(CLI::App& cmd, ContextParallelConfig& c) {
+  add_parsed_option(cmd, "--cp-rotate", c.rotate, parse_rotate, "allgather",
+                    "CP: how attention reaches other ranks' keys and values: allgather (all at once) | alltoall "
+                    "(passed around the ring, one neighbour exchange per step)");
 }
 
 torch::Tensor positions(int64_t seq_len, int64_t n, int64_t i, torch::Device device) {
@@ -100,6 +107,14 @@ torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const to
     for (size_t s = 0; s < outs.size(); ++s) out = out + torch::exp(lses[s] - lse).unsqueeze(-1) * outs[s];
   }
   return out.transpose(1, 2).to(q.scalar_type());  // [B, T/n, H, Dh]
+}
+
+void apply_cp(Transformer& model, Comm& cp_group, Rotate rotate) {
+  for (int64_t id : model->layer_ids())
+    model->block(id)->attention->core = [&cp_group, rotate](const torch::Tensor& q, const torch::Tensor& k,
+                                                      const torch::Tensor& v) {
+      return cp::attention(q, k, v, cp_group, rotate);
+    };
 }
 
 }  // namespace meshtrain::cp

@@ -1,7 +1,7 @@
 // Context parallelism (torchtitan's cp): each sequence is split over the cp ranks, with
 // the load balancing causal attention needs, and attention still sees the whole sequence.
-// Weights are untouched (FSDP shards them over dp_shard x cp, parallelize.cpp); only
-// tokens, positions and the attention core change.
+// Weights are untouched (FSDP shards them over dp_shard x cp, data_parallel.h); only
+// tokens, positions and the attention core change (apply_cp).
 #pragma once
 
 #include <torch/torch.h>
@@ -10,6 +10,11 @@
 #include <string>
 
 #include "distributed/comm.h"
+#include "model/model.h"
+
+namespace CLI {
+class App;
+}
 
 namespace meshtrain::cp {
 
@@ -18,6 +23,12 @@ namespace meshtrain::cp {
 // step (torchtitan's cp_alltoall, "rotate" method alltoall).
 enum class Rotate { kAllGather, kAllToAll };
 Rotate parse_rotate(const std::string& s);  // "allgather" | "alltoall"
+
+// --cp-rotate.
+struct ContextParallelConfig {
+  Rotate rotate = Rotate::kAllGather;
+};
+void add_options(CLI::App& cmd, ContextParallelConfig& config);
 
 // The sequence [0, seq_len) cut into 2n equal chunks; rank i of n holds chunks i and
 // 2n-1-i, so that under a causal mask every rank has the same amount of attention work.
@@ -33,5 +44,9 @@ torch::Tensor shard_sequence(const torch::Tensor& x, int64_t n, int64_t i);
 // of positions(T, n, rank) -> [B, T/n, H, Dh]. Softmax in float32.
 torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, Comm& cp,
                         Rotate rotate);
+
+// Every block's attention core of `model` becomes attention() over `cp`: the one change
+// context parallelism makes to the model.
+void apply_cp(Transformer& model, Comm& cp, Rotate rotate);
 
 }  // namespace meshtrain::cp

@@ -2,7 +2,7 @@
 
 #include "base/faults.h"
 #include "base/options.h"
-#include "distributed/parallelize.h"
+#include "distributed/parallel_model.h"
 
 #include <map>
 #include <numeric>

@@ -18,7 +18,7 @@ namespace CLI {
 class App;
 }
 namespace meshtrain {
-class ParallelModel;  // parallelize.h: the stages run a parallelized model
+class ParallelModel;  // parallel_model.h: the stages run a parallelized model
 }
 
 namespace meshtrain::pp {

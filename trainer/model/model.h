@@ -40,17 +40,20 @@ torch::Tensor inverse_permutation(const torch::Tensor& order);
 
 // ---- modules: they own parameters under torchtitan's names
 
+// What a hook or a parametrization does to a tensor (an empty one: nothing).
+using Transform = std::function<torch::Tensor(const torch::Tensor&)>;
+
 // What a parallel style (torchtitan's ColwiseParallel, RowwiseParallel, SequenceParallel,
 // PrepareModuleInput) attaches to a module: transforms of its input and of its output.
 // Identity unless set; the module calls them and knows nothing else about them.
 struct ModuleHooks {
-  std::function<torch::Tensor(const torch::Tensor&)> input;
-  std::function<torch::Tensor(const torch::Tensor&)> output;
+  Transform input;
+  Transform output;
   torch::Tensor in(const torch::Tensor& x) const { return input ? input(x) : x; }
   torch::Tensor out(const torch::Tensor& y) const { return output ? output(y) : y; }
 };
 
-// A module a parallel style may attach hooks to (found by name: parallelize.cpp's plans).
+// A module a parallel style may attach hooks to (found by name: tensor_parallel.cpp, data_parallel.cpp).
 struct HookedModule : torch::nn::Module {
   ModuleHooks hooks;
 };
@@ -61,7 +64,7 @@ struct HookedModule : torch::nn::Module {
 // to the tensor the forward computes with (under FSDP, the all-gathered weight).
 struct WeightModule : HookedModule {
   torch::Tensor weight;
-  std::function<torch::Tensor(const torch::Tensor&)> parametrization;
+  Transform parametrization;
   torch::Tensor compute_weight() const { return parametrization ? parametrization(weight) : weight; }
 };
 
