@@ -11,7 +11,7 @@
 #include <cmath>
 #include <tuple>
 
-#include "run_meshtrain.h"
+#include "trainer/run_meshtrain.h"
 #include "test_paths.h"
 
 using namespace meshtrain_test;

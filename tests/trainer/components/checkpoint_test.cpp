@@ -9,7 +9,7 @@
 #include <cstring>
 #include <set>
 
-#include "run_meshtrain.h"
+#include "trainer/run_meshtrain.h"
 
 using namespace meshtrain_test;
 

@@ -8,7 +8,7 @@
 #include <thread>
 
 #include "distributed/comm.h"
-#include "gloo_ranks.h"
+#include "trainer/gloo_ranks.h"
 
 using namespace meshtrain;
 using meshtrain_test::run_ranks;

@@ -8,7 +8,7 @@
 #include <csignal>
 #include <cmath>
 
-#include "run_meshtrain.h"
+#include "trainer/run_meshtrain.h"
 
 using namespace meshtrain_test;
 

@@ -6,7 +6,7 @@
 #include <thread>
 
 #include "distributed/comm.h"
-#include "gloo_ranks.h"
+#include "trainer/gloo_ranks.h"
 #include "base/compat.h"
 #include "distributed/mappings.h"
 #include "contract/placement.h"
