@@ -120,6 +120,12 @@ std::vector<std::string> AdapterRegistry::names() const {
   return out;
 }
 
+std::vector<const TrainerAdapter*> AdapterRegistry::all() const {
+  std::vector<const TrainerAdapter*> out;
+  for (const auto& a : adapters_) out.push_back(a.get());
+  return out;
+}
+
 std::vector<std::pair<std::string, std::string>> AdapterRegistry::placeholders() const {
   std::vector<std::pair<std::string, std::string>> out;
   for (const auto& a : adapters_)

@@ -120,6 +120,7 @@ class AdapterRegistry {
   const TrainerAdapter* find(const std::string& name) const;  // nullptr when unknown
   const std::string& default_name() const { return default_; }
   std::vector<std::string> names() const;
+  std::vector<const TrainerAdapter*> all() const;  // in the order added
   // Every adapter's placeholders, for resolving any case's argv.
   std::vector<std::pair<std::string, std::string>> placeholders() const;
 

@@ -240,7 +240,8 @@ std::optional<Case> build_case(const ReadContext& ctx, const YAML::Node& node, c
   c.duration_hint_s = f.duration.value_or(0);
   c.drift_fails = f.drift_fails.value_or(false);
   c.adapter = adapter_name(f);
-  const TrainerAdapter* adapter = trainer_adapters().find(c.adapter);
+  c.trainer_adapter = trainer_adapters().find(c.adapter);
+  const TrainerAdapter* adapter = c.trainer_adapter;
   c.simulated = f.simulate.value_or(false);
   if (c.simulated && adapter && !adapter->simulation())
     ctx.error(f.simulate_node, "adapter '" + c.adapter + "' cannot simulate a world (simulate: true needs a trainer "

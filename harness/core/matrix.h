@@ -37,7 +37,9 @@ struct Case {
   std::string name;
   std::string file;
   Where where;
-  std::string adapter;  // the trainer adapter that reads this case (core/adapters.h)
+  std::string adapter;  // the trainer adapter that reads this case (core/adapters.h), by name
+  // That adapter, resolved once at load (nullptr only for a Case built by hand).
+  const TrainerAdapter* trainer_adapter = nullptr;
   std::string model;    // the adapter's model name, "" when it needs none
   std::string seed;   // options.seed as written, for reports
   int ngpu = 1;       // ranks of the widest phase: the GPUs (or CPU slots) it holds, unless simulated

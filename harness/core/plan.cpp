@@ -46,7 +46,7 @@ CaseOutcome prepared(const Case& c, const RunOptions& opt, double expected_s, co
 // Why a simulated world cannot run on this run's GPUs ("" when it can, or nobody can tell):
 // all of its ranks share one GPU, so their memory must fit that one.
 std::string simulated_memory_problem(const Case& c, const RunOptions& opt) {
-  const TrainerAdapter* adapter = trainer_adapters().find(c.adapter);
+  const TrainerAdapter* adapter = c.trainer_adapter;
   if (!c.simulated || !on_gpus(opt) || opt.gpu_memory_bytes <= 0 || !adapter) return "";
   for (const auto& p : c.phases) {
     const auto need = adapter->simulated_world_bytes(c.model, p.nproc);
@@ -65,7 +65,7 @@ std::string simulated_memory_problem(const Case& c, const RunOptions& opt) {
 }  // namespace
 
 std::string backend_of(const Case& c, const std::string& run_backend) {
-  const TrainerAdapter* adapter = trainer_adapters().find(c.adapter);
+  const TrainerAdapter* adapter = c.trainer_adapter;
   const auto simulation = c.simulated && adapter ? adapter->simulation() : std::nullopt;
   return simulation && !simulation->backend.empty() ? simulation->backend : run_backend;
 }
@@ -136,7 +136,7 @@ double estimate_seconds(const Case& c) {
   if (c.duration_hint_s > 0) return c.duration_hint_s;
   double total = 0;
   for (const auto& p : c.phases) {
-    const TrainerAdapter* adapter = trainer_adapters().find(c.adapter);
+    const TrainerAdapter* adapter = c.trainer_adapter;
     const double steps = (adapter ? adapter->steps(p.argv) : std::nullopt).value_or(10);
     total += 2.0 + 0.05 * steps * p.nproc;  // start-up, then steps slow down with ranks on shared cores
   }

@@ -167,7 +167,7 @@ Curve read_metrics(const Target& t) {
 // How the case's trainer is asked to report `metric`, for the message that says it reported none:
 // " (meshtrain: --validation.freq)", or "" when its adapter cannot tell.
 std::string report_hint(const CaseOutcome& o, const std::string& metric) {
-  const TrainerAdapter* adapter = o.spec ? trainer_adapters().find(o.spec->adapter) : nullptr;
+  const TrainerAdapter* adapter = o.spec ? o.spec->trainer_adapter : nullptr;
   const std::string how = adapter ? adapter->how_to_report(metric) : "";
   return how.empty() ? "" : " (" + adapter->name() + ": " + how + ")";
 }

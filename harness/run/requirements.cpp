@@ -320,8 +320,7 @@ ProbeReport apply_requirements(std::vector<Suite>& suites, const std::vector<con
 
 size_t apply_program_problems(std::vector<Suite>& suites, const std::vector<const Case*>& selected, std::FILE* log) {
   std::vector<std::pair<std::string, std::string>> problems;  // "{placeholder}" -> why its program cannot run
-  for (const auto& name : trainer_adapters().names()) {
-    const TrainerAdapter* adapter = trainer_adapters().find(name);
+  for (const TrainerAdapter* adapter : trainer_adapters().all()) {
     const std::string problem = adapter->program_problem();
     if (problem.empty()) continue;
     for (const auto& [placeholder, value] : adapter->placeholders()) problems.emplace_back("{" + placeholder + "}", problem);

@@ -27,7 +27,7 @@ std::string iso_now() {
 // A simulated world's additions to its ranks' environment (the adapter's SimulatedWorld): its
 // variables, and its Python folder first on PYTHONPATH, before the case's own or meshtest's.
 void add_simulation_env(const Case& c, std::vector<std::pair<std::string, std::string>>& env) {
-  const TrainerAdapter* adapter = trainer_adapters().find(c.adapter);
+  const TrainerAdapter* adapter = c.trainer_adapter;
   const auto simulation = adapter ? adapter->simulation() : std::nullopt;
   if (!simulation) return;
   for (const auto& kv : simulation->env) env.push_back(kv);
