@@ -1,6 +1,6 @@
 // The fault catalogue (docs/reliability.md): what a CI runner really meets, each run
 // end to end through `meshtest run` with real processes. Disk full and an unwritable
-// checkpoint folder are meshtrain's (tests/trainer/checkpoint_test.cpp).
+// checkpoint folder are meshtrain's (tests/trainer/components/checkpoint_test.cpp).
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
