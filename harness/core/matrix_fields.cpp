@@ -166,7 +166,7 @@ void read_env(const ReadContext& ctx, const YAML::Node& node, std::vector<std::p
   MapReader m(ctx, node, "env", {});
   for (const auto& [key, value] : m.entries()) {
     auto text = read_string(ctx, value, "env " + key);
-    if (text) set_env(into, key, *text), nodes[key] = value;
+    if (text) set_env(into, key, *text), nodes[key].reset(value);
   }
 }
 
@@ -331,9 +331,9 @@ std::optional<MetricsSource> read_metrics_source(const ReadContext& ctx, const Y
 void read_checkpoint_source(const ReadContext& ctx, const YAML::Node& node, CheckpointOverride& into) {
   MapReader m(ctx, node, "outputs.checkpoint", {"path", "step", "model_prefix", "rename"});
   if (!m.ok()) return;
-  into.node = node;
+  into.node.reset(node);
   for (const char* key : {"path", "step", "model_prefix", "rename"})
-    if (auto* n = m.get(key)) into.nodes[key] = *n;
+    if (auto* n = m.get(key)) into.nodes[key].reset(*n);
   if (auto* n = m.get("path"))
     if (auto p = read_output_path(ctx, *n, "outputs.checkpoint.path")) into.path = *p;
   if (auto* n = m.get("step"))
@@ -359,9 +359,9 @@ void read_outputs(const ReadContext& ctx, const YAML::Node& node, Fields& f) {
   MapReader m(ctx, node, "outputs", {"metrics", "checkpoint", "tokens"});
   if (!m.ok()) return;
   if (auto* n = m.get("tokens"))
-    if (auto t = read_output_path(ctx, *n, "outputs.tokens")) f.tokens = *t, f.tokens_node = *n;
+    if (auto t = read_output_path(ctx, *n, "outputs.tokens")) f.tokens = *t, f.tokens_node.reset(*n);
   if (auto* n = m.get("metrics"))
-    if (auto src = read_metrics_source(ctx, *n)) f.metrics = *src, f.metrics_node = *n;
+    if (auto src = read_metrics_source(ctx, *n)) f.metrics = *src, f.metrics_node.reset(*n);
   if (auto* n = m.get("checkpoint")) read_checkpoint_source(ctx, *n, f.checkpoint);
 }
 
@@ -503,24 +503,22 @@ std::vector<CheckSpec> with_inherited_checks(std::vector<CheckSpec> inherited, c
 // Reads the keys a case and `defaults` share into `f`, on top of what it holds.
 void read_common(const ReadContext& ctx, const MapReader& m, Fields& f) {
   if (auto* n = m.get("adapter")) {
-    if (auto s = read_string(ctx, *n, "adapter")) f.adapter = *s, f.adapter_node = *n;
+    if (auto s = read_string(ctx, *n, "adapter")) f.adapter = *s, f.adapter_node.reset(*n);
   }
   if (auto* n = m.get("command")) {
     if (auto argv = read_string_list(ctx, *n, "command")) {
       if (argv->empty()) ctx.error(*n, "command must not be empty");
-      f.command = *argv, f.command_node = *n;
+      f.command = *argv, f.command_node.reset(*n);
     }
   }
   if (auto* n = m.get("model")) {
-    if (auto s = read_string(ctx, *n, "model")) f.model = *s, f.model_node = *n;
+    if (auto s = read_string(ctx, *n, "model")) f.model = *s, f.model_node.reset(*n);
   }
   if (auto* n = m.get("mesh")) {
-    // reset, not =: a YAML::Node's = writes through to every copy of the node, so a phase's mesh
-    // would move its case's (and the defaults') to the phase's place, where checked_layout refuses it.
     if (auto mesh = read_mesh(ctx, *n)) f.mesh = *mesh, f.mesh_node.reset(*n);
   }
   if (auto* n = m.get("ngpu")) {
-    if (auto v = read_int(ctx, *n, "ngpu", 1)) f.ngpu = static_cast<int>(*v), f.ngpu_node = *n;
+    if (auto v = read_int(ctx, *n, "ngpu", 1)) f.ngpu = static_cast<int>(*v), f.ngpu_node.reset(*n);
   }
   if (auto* n = m.get("options")) read_options(ctx, *n, f.options);
   if (auto* n = m.get("tags")) {
@@ -555,7 +553,7 @@ void read_common(const ReadContext& ctx, const MapReader& m, Fields& f) {
     if (!n->IsScalar() || (n->Scalar() != "true" && n->Scalar() != "false"))
       ctx.error(*n, "simulate must be true (every rank of the case on one device, docs/simulation.md) or false");
     else
-      f.simulate = n->Scalar() == "true", f.simulate_node = *n;
+      f.simulate = n->Scalar() == "true", f.simulate_node.reset(*n);
   }
   if (auto* n = m.get("drift")) {
     const auto policy = read_string(ctx, *n, "drift");

@@ -1,6 +1,10 @@
 // The half of the matrix loader that reads YAML into Fields: what `defaults`, a case or a
 // phase may say, each key checked where it is written (file:line:col). matrix.cpp builds the
 // cases and their phases from Fields; nothing else includes this header.
+// Every *_node says where its value was written, for errors. The reader sets one with reset(),
+// never =: a YAML::Node's = writes through to every copy of the node, and a case's Fields start
+// as a copy of the defaults', so an = would move the defaults' (and every later case's) place to
+// where this case wrote its own.
 #pragma once
 
 #include <yaml-cpp/yaml.h>

@@ -331,6 +331,14 @@ TEST(MatrixValidate, MeshThatDoesNotFitTheModelWhereverItIsWritten) {
                        "divisible by tp 16");
 }
 
+// The same for every key whose place an error names: a's own ngpu does not move the defaults' one
+// that b inherits (a YAML::Node's = writes through to the copies b starts from).
+TEST(MatrixValidate, AnInheritedValueIsBlamedWhereTheDefaultsWroteIt) {
+  const std::string e = errors_of("suite: s\ndefaults: {model: tiny, ngpu: 4}\ncases:\n  - name: a\n    ngpu: 2\n"
+                                  "    mesh: {dp_shard: 2}\n  - name: b\n    mesh: {dp_shard: 2}\n");
+  EXPECT_EQ(e.rfind("m.yaml:2:31: ngpu 4 disagrees with mesh", 0), 0u) << e;
+}
+
 TEST(MatrixValidate, UnknownBaselineCheckAndPhase) {
   const std::string e = errors_of(R"(suite: s
 defaults: {model: tiny}
