@@ -329,7 +329,7 @@ Judgement Bisector::judge_drift(Tested& t, bool met) {
     if (!met || reference_.empty()) t.why = met ? "no loss curve at good to compare with" : t.the_case.value("reason", "");
     return met && !reference_.empty() ? Judgement::kGood : Judgement::kBad;
   }
-  const double floor = DriftRule{}.rel_floor;
+  const double floor = drift_rule().rel_floor;
   for (const auto& [phase, steps] : curves(t.the_case))
     for (const auto& [step, value] : steps) {
       const auto ref = reference_.find(phase);

@@ -59,6 +59,11 @@ CheckSignature signature_of(CheckKind kind) {
       return {kind, name, CheckInput::kRun, {kPhase, kText, {"rank", &CheckParams::rank}}, {"text"}};
     case CheckKind::kErrorMatches:
       return {kind, name, CheckInput::kRun, {kPhase, kText}, {"text"}};
+    case CheckKind::kDrift:
+      return {kind, name, CheckInput::kHistory,
+              {{"window", &CheckParams::window, 8LL}, {"min_runs", &CheckParams::min_runs, 3LL},
+               {"k", &CheckParams::k, 4.0, kStrictness}, {"rel_floor", &CheckParams::rel_floor, 1e-6, kStrictness}},
+              {}};
   }
   return {kind, name, CheckInput::kRun, {}, {}};  // not reached: every kind has a case above
 }

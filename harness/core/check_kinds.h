@@ -33,7 +33,8 @@ namespace meshtest {
   X(kTensorsMatch, "tensors_match")      \
   X(kSavedOnce, "saved_once")            \
   X(kLogContains, "log_contains")        \
-  X(kErrorMatches, "error_matches")
+  X(kErrorMatches, "error_matches")      \
+  X(kDrift, "drift")
 
 enum class CheckKind {
 #define MESHTEST_CHECK_KIND_ENUMERATOR(kind, name) kind,
@@ -65,6 +66,7 @@ enum class CheckInput {
   kTokens,         // generated tokens (outputs.tokens)
   kCheckpoint,     // a checkpoint: outputs.checkpoint, or the contract files that say where it is
   kContractFiles,  // meshtest's contract files themselves: rank<R>.json, param_digest.json
+  kHistory,        // the case's recent green runs in the run history, and this run's loss curves
 };
 
 // A declared check's parameters, typed. After load, each parameter in its kind's row holds
@@ -84,6 +86,10 @@ struct CheckParams {
   std::optional<std::string> prefix;
   std::optional<std::string> text;
   std::optional<long long> rank;  // log_contains; none: any rank
+  // drift: the band of the case's last `window` green runs (at least `min_runs`), median ±
+  // max(k x 1.4826 x MAD, rel_floor x |median|) (history/drift.h)
+  std::optional<long long> window, min_runs;
+  std::optional<double> k, rel_floor;
 };
 
 // The types a parameter may have; ParamValue and ParamField list them in this order.

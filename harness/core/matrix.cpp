@@ -238,7 +238,6 @@ std::optional<Case> build_case(const ReadContext& ctx, const YAML::Node& node, c
   c.checks = f.checks.value_or(std::vector<CheckSpec>{});
   c.requirements = f.requirements;
   c.duration_hint_s = f.duration.value_or(0);
-  c.drift_fails = f.drift_fails.value_or(false);
   c.adapter = adapter_name(f);
   c.trainer_adapter = trainer_adapters().find(c.adapter);
   const TrainerAdapter* adapter = c.trainer_adapter;
@@ -455,7 +454,6 @@ nlohmann::json Case::to_json() const {
   j["ngpu"] = ngpu;
   j["tags"] = tags;
   j["expect"] = expect.str();
-  if (drift_fails) j["drift"] = "fail";
   if (simulated) j["simulated"] = true;
   j["matrix"] = nlohmann::json::object();
   for (const auto& [k, v] : matrix_values) j["matrix"][k] = v;

@@ -50,7 +50,6 @@ struct Case {
   std::vector<CheckSpec> checks;
   std::vector<Requirement> requirements;  // `requires:`: the defaults' first, then the case's own
   double duration_hint_s = 0;  // `duration:` in the YAML, 0 when absent
-  bool drift_fails = false;    // `drift: fail`: a drift the run history finds fails the case (docs/history.md)
   std::vector<std::pair<std::string, std::string>> matrix_values;  // the axes that made it
 
   // GPUs (gpus) or CPU slots it holds: one GPU for a simulated world, else a device per rank.

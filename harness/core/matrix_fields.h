@@ -74,7 +74,6 @@ struct Fields {
   CheckpointOverride checkpoint;               // outputs.checkpoint: the keys written, over the adapter's
   std::optional<std::string> tokens;           // outputs.tokens
   std::vector<Requirement> requirements;       // requires: a case's entries add to the defaults'
-  std::optional<bool> drift_fails;             // drift: fail (the run history's drift fails the case)
   std::optional<bool> simulate;                // simulate: true (every rank on one device)
   YAML::Node simulate_node;
 };

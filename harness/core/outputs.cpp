@@ -70,6 +70,7 @@ std::string input_problem(CheckInput input, const Outputs& o, const std::string&
   switch (input) {
     case CheckInput::kRun:
     case CheckInput::kMetrics:
+    case CheckInput::kHistory:  // a run without a history says so in the check's result
       return "";
     case CheckInput::kTokens:
       if (!o.tokens.empty()) return "";

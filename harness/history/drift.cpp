@@ -1,6 +1,7 @@
 #include "history/drift.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -16,6 +17,31 @@ std::optional<double> at_step(const Curve& c, long long step) {
 
 }  // namespace
 
+DriftRule drift_rule(const CheckParams& p) {
+  return {static_cast<int>(p.window.value()), static_cast<int>(p.min_runs.value()), p.k.value(), p.rel_floor.value()};
+}
+
+bool declares_drift(const Case& c) {
+  for (const auto& check : c.checks)
+    if (check.kind == CheckKind::kDrift) return true;
+  return false;
+}
+
+CaseRun case_run_of(const CaseOutcome& o, const std::string& commit) {
+  CaseRun run;
+  run.commit = commit;
+  run.time = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  run.status = status_name(o.status());
+  run.met = o.met_expectation();
+  for (const auto& p : o.phases) {
+    Curve loss;
+    for (const auto& point : p.curve)
+      if (std::isfinite(point.loss)) loss.emplace_back(point.step, point.loss);
+    if (!loss.empty()) run.curves[p.name + "/loss"] = std::move(loss);
+  }
+  return run;
+}
+
 std::string DriftFinding::describe() const {
   const auto slash = curve.find('/');
   char text[400];
@@ -25,13 +51,19 @@ std::string DriftFinding::describe() const {
   return text;
 }
 
-std::optional<DriftFinding> find_drift(const CaseRun& run, const std::vector<CaseRun>& earlier, const DriftRule& rule) {
-  if (!run.met || run.status != "passed") return std::nullopt;
+std::vector<const CaseRun*> drift_references(const CaseRun& run, const std::vector<CaseRun>& earlier,
+                                             const DriftRule& rule) {
   std::vector<const CaseRun*> refs;
   for (const auto& r : earlier)
     if (r.met && r.status == "passed" && r.commit != run.commit && r.time <= run.time &&
         static_cast<int>(refs.size()) < rule.window)
       refs.push_back(&r);
+  return refs;
+}
+
+std::optional<DriftFinding> find_drift(const CaseRun& run, const std::vector<CaseRun>& earlier, const DriftRule& rule) {
+  if (!run.met || run.status != "passed") return std::nullopt;
+  const std::vector<const CaseRun*> refs = drift_references(run, earlier, rule);
   if (static_cast<int>(refs.size()) < rule.min_runs) return std::nullopt;
   for (const auto& [name, curve] : run.curves) {
     if (name.size() < 5 || name.compare(name.size() - 5, 5, "/loss") != 0) continue;

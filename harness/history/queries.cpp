@@ -80,7 +80,7 @@ void slowest_cases(const History& history, const HistoryQuery& q, json& out) {
 
 void drifting_cases(const History& history, const HistoryQuery& q, json& out) {
   out["drift"] = json::array();
-  const auto cases = drifted_cases(history, DriftRule{}, q.last);
+  const auto cases = drifted_cases(history, drift_rule(), q.last);
   if (!q.json) std::printf("%zu case%s left the band of their green runs\n", cases.size(), cases.size() == 1 ? "" : "s");
   for (const auto& d : cases) {
     out["drift"].push_back({{"case", d.case_id}, {"first_commit", d.first.commit}, {"first_time", d.first.time},

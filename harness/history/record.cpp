@@ -14,7 +14,6 @@
 
 #include "core/git.h"
 #include "core/matrix.h"
-#include "judge/judge.h"
 
 namespace meshtest {
 
@@ -49,9 +48,13 @@ RunIdentity run_identity(const nlohmann::json& summary, const std::string& commi
 std::map<std::string, DriftFinding> recorded_drift(const History& history, const nlohmann::json& summary,
                                                    const std::string& run_id) {
   std::map<std::string, DriftFinding> drift;
-  const DriftRule rule;
+  const DriftRule rule = drift_rule();
   for (const auto& c : summary.value("cases", nlohmann::json::array())) {
     if (!c.is_object() || c.value("status", "") != "passed" || !c.contains("id")) continue;
+    bool declared = false;  // a case that declares drift has its own verdict on it
+    for (const auto& check : c.value("checks", nlohmann::json::array()))
+      declared = declared || (check.is_object() && check.value("kind", "") == "drift");
+    if (declared) continue;
     const auto runs = history.case_runs(c["id"].get<std::string>(), rule.window + 8, true);
     for (size_t i = 0; i < runs.size(); ++i)
       if (runs[i].run_id == run_id) {
@@ -96,30 +99,6 @@ void add_history_strips(nlohmann::json& summary, const History& history, int run
   } catch (const std::exception& e) {
     warn_history_unusable(log, history.path(), "no history strips", e);
   }
-}
-
-bool fail_drifted_cases(std::vector<CaseOutcome>& cases, const std::map<std::string, DriftFinding>& drift) {
-  bool changed = false;
-  for (auto& o : cases) {
-    if (!o.spec || !o.spec->drift_fails) continue;
-    const auto it = drift.find(o.spec->id);
-    if (it == drift.end()) continue;
-    const DriftFinding& f = it->second;
-    CheckResult k;
-    k.kind = "drift";
-    k.message = "drifted (drift: fail): " + f.describe();
-    k.finding = {VerdictKind::kCheckFailed, k.message};
-    k.finding.check = "drift";
-    k.finding.phase = f.curve.substr(0, f.curve.find('/'));
-    k.finding.step = f.step;
-    k.finding.value = f.value;
-    k.finding.reference = f.center;
-    k.finding.tolerance = f.half_width;
-    o.checks.push_back(std::move(k));
-    judge(o);
-    changed = true;
-  }
-  return changed;
 }
 
 std::string new_run_id(const std::string& host) {

@@ -40,10 +40,6 @@ void add_drift_notes(nlohmann::json& summary, const std::map<std::string, DriftF
 // {from_commit, to_commit}, for report.html's strips. Never throws (a warning on `log`).
 void add_history_strips(nlohmann::json& summary, const History& history, int runs = 12, std::FILE* log = stderr);
 
-// `drift: fail` cases: each that drifted gets a failed `drift` check and is judged again (its
-// verdict: check_failed by drift, with the step, value and band). Returns whether any changed.
-bool fail_drifted_cases(std::vector<CaseOutcome>& cases, const std::map<std::string, DriftFinding>& drift);
-
 // A fresh run id: host, time and process, hashed: "20261203T014500-3f9a1c2b".
 std::string new_run_id(const std::string& host);
 

@@ -13,22 +13,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// What the history will hold of a case of this run (its status and loss curves, at `commit`, now).
-CaseRun case_run_of(const CaseOutcome& o, const std::string& commit) {
-  CaseRun run;
-  run.commit = commit;
-  run.time = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-  run.status = status_name(o.status());
-  run.met = o.met_expectation();
-  for (const auto& p : o.phases) {
-    Curve loss;
-    for (const auto& point : p.curve)
-      if (std::isfinite(point.loss)) loss.emplace_back(point.step, point.loss);
-    if (!loss.empty()) run.curves[p.name + "/loss"] = std::move(loss);
-  }
-  return run;
-}
-
 void say_drift(std::FILE* log, const std::map<std::string, DriftFinding>& drift) {
   if (!log) return;
   for (const auto& [id, finding] : drift)
@@ -71,9 +55,10 @@ std::map<std::string, DriftFinding> RunHistory::drift(const std::vector<CaseOutc
   History* db = open(false, "drift not judged against the history");
   if (!db) return drift;
   try {
-    const DriftRule rule;
+    const DriftRule rule = drift_rule();
     for (const auto& o : cases) {
-      if (!o.spec || o.status() != Status::kPassed) continue;
+      // A case that declares drift has its own verdict on it, by its own rule.
+      if (!o.spec || o.status() != Status::kPassed || declares_drift(*o.spec)) continue;
       const auto earlier = db->case_runs(o.spec->id, rule.window + 8, true);  // newest first
       if (auto f = find_drift(case_run_of(o, commit_), earlier, rule)) drift[o.spec->id] = *f;
     }
@@ -82,6 +67,17 @@ std::map<std::string, DriftFinding> RunHistory::drift(const std::vector<CaseOutc
   }
   say_drift(log_, drift);
   return drift;
+}
+
+std::vector<CaseRun> RunHistory::runs_before(const std::string& case_id, int limit) {
+  History* db = open(false, "drift not judged against the history");
+  if (!db) return {};
+  try {
+    return db->case_runs(case_id, limit, true);
+  } catch (const std::exception& e) {
+    warn_history_unusable(log_, path_, "drift not judged against the history", e);
+    return {};
+  }
 }
 
 void RunHistory::record(nlohmann::json& summary, const std::string& repo_dir, const std::string& version) {

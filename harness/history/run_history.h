@@ -42,6 +42,10 @@ class RunHistory {
   // green runs on other commits (history/drift.h), each said on the log. Judged once per run.
   std::map<std::string, DriftFinding> drift(const std::vector<CaseOutcome>& cases);
 
+  // The runs of `case_id` recorded before this run, newest first, at most `limit`, with their
+  // loss curves (what a drift check reads); none when the history cannot be read (said once).
+  std::vector<CaseRun> runs_before(const std::string& case_id, int limit);
+
   // Appends the run `summary` describes (giving it a run_id when it has none), with a warning
   // when its commit is unknown. `repo_dir`: where git tells its branch (the first matrix's folder).
   void record(nlohmann::json& summary, const std::string& repo_dir, const std::string& version);

@@ -44,7 +44,7 @@ Target subject(const CaseOutcome& o, const CheckSpec& spec) {
   return target_of(o, p, "phase " + p.name);
 }
 
-std::optional<Target> reference(const CaseOutcome& o, const CheckSpec& spec, const FindCase& find) {
+std::optional<Target> reference(const CaseOutcome& o, const CheckSpec& spec, const CheckSources& from) {
   if (spec.params.against) {
     const PhaseOutcome& p = phase_named(o, *spec.params.against);
     if (!p.ran) throw Failure{"phase " + p.name + " (the reference) did not run", ""};
@@ -52,7 +52,7 @@ std::optional<Target> reference(const CaseOutcome& o, const CheckSpec& spec, con
   }
   if (spec.params.baseline) {
     const std::string& id = *spec.params.baseline;
-    const CaseOutcome* base = find(id);
+    const CaseOutcome* base = from.find_case(id);
     if (!base) throw Failure{"baseline " + id + " was not part of this run", ""};
     if (!base->finished) throw Failure{"baseline " + id + " did not run", ""};
     if (base->status() == Status::kSkipped || base->status() == Status::kCancelled)

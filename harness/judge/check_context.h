@@ -10,6 +10,7 @@
 #include <string>
 
 #include "core/outcome.h"
+#include "judge/check_sources.h"
 
 namespace meshtest {
 
@@ -29,7 +30,7 @@ struct Finding : Failure {
 
 // A declared check: it returns when it passed and throws a Failure when not. It may leave
 // curves, a band and a margin in the result, which stay there either way.
-using CheckFn = void (*)(const CaseOutcome&, const CheckSpec&, const FindCase&, CheckResult&);
+using CheckFn = void (*)(const CaseOutcome&, const CheckSpec&, const CheckSources&, CheckResult&);
 
 // The phase a check looks at, and another phase or case to compare with.
 struct Target {
@@ -48,7 +49,7 @@ Target target_of(const CaseOutcome& o, const PhaseOutcome& p, std::string label)
 Target subject(const CaseOutcome& o, const CheckSpec& spec);
 // The reference: `against` (a phase of this case) or `baseline` (another case); none when
 // the check names neither.
-std::optional<Target> reference(const CaseOutcome& o, const CheckSpec& spec, const FindCase& find);
+std::optional<Target> reference(const CaseOutcome& o, const CheckSpec& spec, const CheckSources& from);
 // `golden`, relative to the matrix file's folder.
 std::string golden_path(const CaseOutcome& o, const CheckSpec& spec);
 

@@ -195,9 +195,9 @@ struct WorstElement {
 
 // ---- the checks ------------------------------------------------------------------
 
-void check_keys_match(const CaseOutcome& o, const CheckSpec& spec, const FindCase& find, CheckResult&) {
+void check_keys_match(const CaseOutcome& o, const CheckSpec& spec, const CheckSources& from, CheckResult&) {
   const Target t = subject(o, spec);
-  const auto ref = reference(o, spec, find);
+  const auto ref = reference(o, spec, from);
   if (!ref) throw Failure{"keys_match needs against or baseline", ""};
   KeyShapes got = read_keys(t), want = read_keys(*ref);
   // `prefix`: only the keys both trainers save (e.g. model.* when one keeps AdamW's step per tensor).
@@ -234,9 +234,9 @@ void check_keys_match(const CaseOutcome& o, const CheckSpec& spec, const FindCas
 
 // Two checkpoints' tensors element by element (torch.allclose's rule: |a - b| <= atol + rtol x |b|,
 // b the reference), over the reference's tensor keys after each side's key mapping.
-void check_tensors_match(const CaseOutcome& o, const CheckSpec& spec, const FindCase& find, CheckResult& result) {
+void check_tensors_match(const CaseOutcome& o, const CheckSpec& spec, const CheckSources& from, CheckResult& result) {
   const Target t = subject(o, spec);
-  const auto ref = reference(o, spec, find);
+  const auto ref = reference(o, spec, from);
   if (!ref) throw Failure{"tensors_match needs against or baseline", ""};
   const MappedCheckpoint got = open_checkpoint(t, "tensors_match"), want = open_checkpoint(*ref, "tensors_match");
   const double rtol = spec.params.rtol.value(), atol = spec.params.atol.value();

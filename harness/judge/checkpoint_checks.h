@@ -7,8 +7,8 @@
 
 namespace meshtest {
 
-void check_keys_match(const CaseOutcome& o, const CheckSpec& spec, const FindCase& find, CheckResult& result);
-void check_tensors_match(const CaseOutcome& o, const CheckSpec& spec, const FindCase& find, CheckResult& result);
+void check_keys_match(const CaseOutcome& o, const CheckSpec& spec, const CheckSources& from, CheckResult& result);
+void check_tensors_match(const CaseOutcome& o, const CheckSpec& spec, const CheckSources& from, CheckResult& result);
 
 // The digest of a phase's parameters read from its checkpoint (outputs.checkpoint, keys mapped):
 // {"model.<fqn>": {"l2", "sum", "numel"}} for each tensor under `model.`, as param_digest.json

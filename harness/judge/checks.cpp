@@ -31,15 +31,16 @@ CheckFn implementation_of(CheckKind kind) {
     case CheckKind::kSavedOnce: return check_saved_once;
     case CheckKind::kLogContains: return check_log_contains;
     case CheckKind::kErrorMatches: return check_error_matches;
+    case CheckKind::kDrift: return check_drift;
   }
   return nullptr;  // not reached: every kind has a case above
 }
 
 // Runs one declared check into `r`: a Failure becomes its message and verdict numbers,
 // any other exception (a file of the wrong shape) "malformed output".
-void run_declared(const CaseOutcome& o, const CheckSpec& spec, CheckFn check, const FindCase& find, CheckResult& r) {
+void run_declared(const CaseOutcome& o, const CheckSpec& spec, CheckFn check, const CheckSources& from, CheckResult& r) {
   try {
-    check(o, spec, find, r);
+    check(o, spec, from, r);
   } catch (const Failure& f) {
     r.passed = false;
     r.judged = f.judged;
@@ -59,14 +60,14 @@ void run_declared(const CaseOutcome& o, const CheckSpec& spec, CheckFn check, co
 
 }  // namespace
 
-std::vector<CheckResult> run_checks(const CaseOutcome& o, const FindCase& find) {
+std::vector<CheckResult> run_checks(const CaseOutcome& o, const CheckSources& from) {
   std::vector<CheckResult> out;
   out.push_back(check_exit(o));
   for (const auto& spec : o.spec->checks) {
     if (spec.kind == CheckKind::kExit) continue;
     CheckResult r{check_kind_name(spec.kind), true, "", ""};
     r.made_by = spec.kind;
-    run_declared(o, spec, implementation_of(spec.kind), find, r);
+    run_declared(o, spec, implementation_of(spec.kind), from, r);
     if (!r.passed) {
       r.finding.kind = r.judged ? VerdictKind::kCheckFailed : VerdictKind::kNotJudged;
       r.finding.check = r.kind;

@@ -13,11 +13,12 @@
 #include <vector>
 
 #include "core/outcome.h"
+#include "judge/check_sources.h"
 
 namespace meshtest {
 
 // `exit` first (always), then every declared check, in order.
-std::vector<CheckResult> run_checks(const CaseOutcome& outcome, const FindCase& find);
+std::vector<CheckResult> run_checks(const CaseOutcome& outcome, const CheckSources& from);
 
 // Fills each phase's `curve` from its metrics (as `outputs` says), where they can be read.
 void record_curves(CaseOutcome& outcome);

@@ -3,6 +3,7 @@
 #include "core/adapters.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -11,6 +12,7 @@
 #include <sstream>
 
 #include "contract/dump_files.h"
+#include "history/drift.h"
 #include "readers/log_metrics.h"
 #include "readers/rank_files.h"
 #include "readers/tensorboard.h"
@@ -30,7 +32,7 @@ struct StepMetrics {
   bool has_grad_norm = true;  // a trainer may report only the loss
   std::optional<double> validation_loss;  // only on the steps a run validated
 };
-using Curve = std::map<long long, StepMetrics>;
+using StepCurve = std::map<long long, StepMetrics>;
 
 const std::vector<std::string> kCurveMetrics = {"loss", "grad_norm", "validation_loss"};
 
@@ -45,10 +47,10 @@ std::optional<double> metric_value(const StepMetrics& m, const std::string& metr
   return metric == "grad_norm" ? m.grad_norm : m.loss;
 }
 
-Curve read_metrics_jsonl(const std::string& path) {
+StepCurve read_metrics_jsonl(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw Failure{"cannot read " + path, ""};
-  Curve curve;
+  StepCurve curve;
   std::string line;
   int number = 0;
   while (std::getline(in, line)) {
@@ -74,10 +76,10 @@ Curve read_metrics_jsonl(const std::string& path) {
 }
 
 // "<step> <value>" per line, torchtitan's tests/assets/losses/*.txt format.
-Curve read_golden(const std::string& path) {
+StepCurve read_golden(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw Failure{"cannot read golden file " + path, ""};
-  Curve curve;
+  StepCurve curve;
   std::string line;
   int number = 0;
   while (std::getline(in, line)) {
@@ -99,7 +101,7 @@ Curve read_golden(const std::string& path) {
 // launch shares torchtitan's run folder with the first when both start within one minute); a
 // rank's log is the phase's own (its folder, truncated at launch); metrics.jsonl lines carry no
 // time and are read whole.
-Curve read_curve(const MetricsSource& source, const RunPaths& paths, const std::optional<TimeWindow>& window) {
+StepCurve read_curve(const MetricsSource& source, const RunPaths& paths, const std::optional<TimeWindow>& window) {
   if (source.kind == MetricsSource::kJsonl) return read_metrics_jsonl(resolve_path(source.path, paths));
   MetricSeries series;
   std::string where;
@@ -133,7 +135,7 @@ Curve read_curve(const MetricsSource& source, const RunPaths& paths, const std::
   } catch (const MetricsError& e) {
     throw Failure{e.what(), ""};
   }
-  Curve curve;
+  StepCurve curve;
   for (const auto& [step, values] : series) {
     auto loss = values.find("loss");
     if (loss == values.end()) continue;
@@ -153,7 +155,7 @@ Curve read_curve(const MetricsSource& source, const RunPaths& paths, const std::
   return curve;
 }
 
-Curve read_metrics(const Target& t) {
+StepCurve read_metrics(const Target& t) {
   const MetricsSource source = t.spec ? t.spec->outputs.metrics : MetricsSource{};
   const bool from_log = source.kind == MetricsSource::kTorchtitanLog || source.kind == MetricsSource::kLogPattern;
   if (from_log && source.rank >= t.phase->nproc)
@@ -172,7 +174,7 @@ std::string report_hint(const CaseOutcome& o, const std::string& metric) {
   return how.empty() ? "" : " (" + adapter->name() + ": " + how + ")";
 }
 
-std::vector<std::pair<long long, double>> points(const Curve& c, const std::string& metric) {
+std::vector<std::pair<long long, double>> points(const StepCurve& c, const std::string& metric) {
   std::vector<std::pair<long long, double>> out;
   for (const auto& [step, m] : c)
     if (auto v = metric_value(m, metric)) out.emplace_back(step, *v);
@@ -182,7 +184,7 @@ std::vector<std::pair<long long, double>> points(const Curve& c, const std::stri
 // Compares two curves step by step over the subject's steps. Both curves and the band
 // go into `result`, so a report can draw what was judged.
 // `hint` ends the message when the subject reports no `metric` at all.
-void compare_curves(const Curve& got, const Curve& want, const std::string& metric, const std::string& got_label,
+void compare_curves(const StepCurve& got, const StepCurve& want, const std::string& metric, const std::string& got_label,
                     const std::string& want_label, double rtol, double atol, bool exact, const std::string& hint,
                     CheckResult& result) {
   result.series = {{"subject", got_label, metric, points(got, metric)},
@@ -255,7 +257,7 @@ void compare_curves(const Curve& got, const Curve& want, const std::string& metr
 
 // ---- the checks ------------------------------------------------------------------
 
-void check_loss_finite(const CaseOutcome& o, const CheckSpec& spec, const FindCase&, CheckResult&) {
+void check_loss_finite(const CaseOutcome& o, const CheckSpec& spec, const CheckSources&, CheckResult&) {
   const Target t = subject(o, spec);
   for (const auto& [step, m] : read_metrics(t)) {
     const bool loss_bad = !std::isfinite(m.loss), grad_norm_bad = m.has_grad_norm && !std::isfinite(m.grad_norm);
@@ -268,9 +270,9 @@ void check_loss_finite(const CaseOutcome& o, const CheckSpec& spec, const FindCa
   }
 }
 
-void check_loss_decreases(const CaseOutcome& o, const CheckSpec& spec, const FindCase&, CheckResult& result) {
+void check_loss_decreases(const CaseOutcome& o, const CheckSpec& spec, const CheckSources&, CheckResult& result) {
   const Target t = subject(o, spec);
-  const Curve c = read_metrics(t);
+  const StepCurve c = read_metrics(t);
   const double factor = spec.params.factor.value();
   const double first = c.begin()->second.loss, last = c.rbegin()->second.loss;
   // The margin here: the drop required over the drop seen.
@@ -286,19 +288,19 @@ void check_loss_decreases(const CaseOutcome& o, const CheckSpec& spec, const Fin
   }
 }
 
-void check_loss_matches(const CaseOutcome& o, const CheckSpec& spec, const FindCase& find, CheckResult& result) {
+void check_loss_matches(const CaseOutcome& o, const CheckSpec& spec, const CheckSources& from, CheckResult& result) {
   const Target t = subject(o, spec);
-  const Curve got = read_metrics(t);
+  const StepCurve got = read_metrics(t);
   const std::string metric = spec.params.metric.value();
   check_metric_name(metric);
-  Curve want;
+  StepCurve want;
   std::string want_label;
   if (spec.params.golden) {
     const std::string golden = golden_path(o, spec);
     want = read_golden(golden);
     want_label = "golden " + golden;
   } else {
-    const auto ref = reference(o, spec, find);
+    const auto ref = reference(o, spec, from);
     if (!ref) throw Failure{"loss_matches needs baseline, against or golden", ""};
     want = read_metrics(*ref);
     want_label = ref->label;
@@ -307,11 +309,11 @@ void check_loss_matches(const CaseOutcome& o, const CheckSpec& spec, const FindC
                  spec.params.exact.value(), report_hint(o, metric), result);
 }
 
-void check_resume_matches(const CaseOutcome& o, const CheckSpec& spec, const FindCase& find, CheckResult& result) {
+void check_resume_matches(const CaseOutcome& o, const CheckSpec& spec, const CheckSources& from, CheckResult& result) {
   const Target t = subject(o, spec);
-  const auto ref = reference(o, spec, find);
+  const auto ref = reference(o, spec, from);
   if (!ref) throw Failure{"resume_matches needs baseline (the uninterrupted run) or against", ""};
-  const Curve got = read_metrics(t);
+  const StepCurve got = read_metrics(t);
   if (got.begin()->first <= 1)
     throw Finding{t.label + " started at step " + std::to_string(got.begin()->first) +
                       ": it did not resume from a checkpoint",
@@ -319,6 +321,62 @@ void check_resume_matches(const CaseOutcome& o, const CheckSpec& spec, const Fin
   compare_curves(got, read_metrics(*ref), "loss", t.label + " (resumed)", ref->label + " (uninterrupted)",
                  spec.params.rtol.value(), spec.params.atol.value(), spec.params.exact.value(), report_hint(o, "loss"),
                  result);
+}
+
+void check_drift(const CaseOutcome& o, const CheckSpec& spec, const CheckSources& from, CheckResult& result) {
+  const DriftRule rule = drift_rule(spec.params);
+  if (rule.min_runs < 1 || rule.window < rule.min_runs)
+    throw Failure{"drift needs 1 <= min_runs <= window, got min_runs " + std::to_string(rule.min_runs) + ", window " +
+                      std::to_string(rule.window),
+                  ""};
+  if (!from.history.runs) {
+    result.judged = false;
+    result.message = "not judged: this run has no history (--history or MESHTEST_HISTORY)";
+    return;
+  }
+  // This run as the history will hold it, judged on its loss curves alone: the other checks
+  // say whether it passed.
+  CaseRun run;
+  run.commit = from.history.commit;
+  run.time = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  run.status = "passed", run.met = true;
+  for (const auto& p : o.phases) {
+    if (!p.ran) continue;
+    for (const auto& [step, m] : read_metrics(target_of(o, p, "phase " + p.name)))
+      if (std::isfinite(m.loss)) run.curves[p.name + "/loss"].emplace_back(step, m.loss);
+  }
+  const std::vector<CaseRun> earlier = from.history.runs(o.spec->id, 2 * rule.window + 8);
+  const auto references = drift_references(run, earlier, rule);
+  if (static_cast<int>(references.size()) < rule.min_runs) {
+    result.judged = false;
+    result.message = "not judged: " + std::to_string(references.size()) + " green run" +
+                     (references.size() == 1 ? "" : "s") + " of this case at other commits in the history, " +
+                     std::to_string(rule.min_runs) + " needed";
+    return;
+  }
+  // A curve the references lack (a renamed phase) has no band: that is no pass.
+  auto has_band = [&](const auto& curve) {
+    int having = 0;
+    for (const CaseRun* r : references) having += r->curves.count(curve.first) ? 1 : 0;
+    return having >= rule.min_runs;
+  };
+  if (std::none_of(run.curves.begin(), run.curves.end(), has_band)) {
+    std::string names;
+    for (const auto& [name, curve] : run.curves) names += (names.empty() ? "" : ", ") + name;
+    throw Failure{"no loss curve of this run (" + (names.empty() ? std::string("none") : names) + ") is in " +
+                      std::to_string(rule.min_runs) + " of its " + std::to_string(references.size()) +
+                      " green runs at other commits: nothing to judge drift by",
+                  ""};
+  }
+  const std::optional<DriftFinding> drift = find_drift(run, earlier, rule);
+  if (!drift) {
+    result.message = "inside the band of its last " + std::to_string(references.size()) + " green runs";
+    return;
+  }
+  widen_margin(result, std::fabs(drift->value - drift->center), drift->half_width);
+  Finding f{"drifted: " + drift->describe(), ""};
+  f.step = drift->step, f.value = drift->value, f.reference = drift->center, f.tolerance = drift->half_width;
+  throw f;
 }
 
 // ---- what `meshtest diff`, `golden export` and the reports read ------------------

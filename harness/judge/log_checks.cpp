@@ -26,7 +26,7 @@ int hung_rank(const LaunchResult& res) {
 
 }  // namespace
 
-void check_log_contains(const CaseOutcome& o, const CheckSpec& spec, const FindCase&, CheckResult&) {
+void check_log_contains(const CaseOutcome& o, const CheckSpec& spec, const CheckSources&, CheckResult&) {
   const Target t = subject(o, spec);
   const std::string text = spec.params.text.value();
   if (text.empty()) throw Failure{"log_contains needs text", ""};
@@ -37,7 +37,7 @@ void check_log_contains(const CaseOutcome& o, const CheckSpec& spec, const FindC
                 ""};
 }
 
-void check_error_matches(const CaseOutcome& o, const CheckSpec& spec, const FindCase&, CheckResult&) {
+void check_error_matches(const CaseOutcome& o, const CheckSpec& spec, const CheckSources&, CheckResult&) {
   const Target t = subject(o, spec);
   const std::string text = spec.params.text.value();
   if (text.empty()) throw Failure{"error_matches needs text", ""};

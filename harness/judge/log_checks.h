@@ -11,7 +11,7 @@ namespace meshtest {
 // exit code, timed out, launch error) naming the rank to read first.
 CheckResult check_exit(const CaseOutcome& o);
 
-void check_log_contains(const CaseOutcome& o, const CheckSpec& spec, const FindCase& find, CheckResult& result);
-void check_error_matches(const CaseOutcome& o, const CheckSpec& spec, const FindCase& find, CheckResult& result);
+void check_log_contains(const CaseOutcome& o, const CheckSpec& spec, const CheckSources& from, CheckResult& result);
+void check_error_matches(const CaseOutcome& o, const CheckSpec& spec, const CheckSources& from, CheckResult& result);
 
 }  // namespace meshtest

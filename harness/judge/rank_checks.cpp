@@ -111,7 +111,7 @@ std::string tokens_file(const Target& t) {
 
 // ---- the checks ------------------------------------------------------------------
 
-void check_replicas_equal(const CaseOutcome& o, const CheckSpec& spec, const FindCase&, CheckResult&) {
+void check_replicas_equal(const CaseOutcome& o, const CheckSpec& spec, const CheckSources&, CheckResult&) {
   const Target t = subject(o, spec);
   // (key, offsets, sizes) -> the ranks holding that piece and their hashes
   std::map<std::string, std::vector<std::pair<int, std::string>>> pieces;
@@ -126,7 +126,7 @@ void check_replicas_equal(const CaseOutcome& o, const CheckSpec& spec, const Fin
                       ""};
 }
 
-void check_params_match(const CaseOutcome& o, const CheckSpec& spec, const FindCase& find, CheckResult& result) {
+void check_params_match(const CaseOutcome& o, const CheckSpec& spec, const CheckSources& from, CheckResult& result) {
   const Target t = subject(o, spec);
   std::optional<Target> ref;
   std::string golden, want_label;
@@ -134,7 +134,7 @@ void check_params_match(const CaseOutcome& o, const CheckSpec& spec, const FindC
     golden = golden_path(o, spec);
     want_label = "golden " + golden;
   } else {
-    ref = reference(o, spec, find);
+    ref = reference(o, spec, from);
     if (!ref) throw Failure{"params_match needs against, baseline or golden", ""};
     want_label = ref->label;
   }
@@ -173,7 +173,7 @@ void check_params_match(const CaseOutcome& o, const CheckSpec& spec, const FindC
 // checkpoint_folder). A replicated chunk written by more than one replica, or a chunk
 // nobody wrote, shows here; loading cannot see the first and reports the second far later.
 // A trainer without rank files (a DCP trainer) is judged on the checkpoint its outputs name.
-void check_saved_once(const CaseOutcome& o, const CheckSpec& spec, const FindCase&, CheckResult&) {
+void check_saved_once(const CaseOutcome& o, const CheckSpec& spec, const CheckSources&, CheckResult&) {
   const Target t = subject(o, spec);
   if (!fs::exists(rank_file_path(t.dir, 0)) && t.spec && t.spec->outputs.checkpoint) return check_checkpoint_stored_once(t);
   const std::vector<json> ranks = read_rank_files(t);
@@ -207,9 +207,9 @@ void check_saved_once(const CaseOutcome& o, const CheckSpec& spec, const FindCas
                 per_rank};
 }
 
-void check_tokens_match(const CaseOutcome& o, const CheckSpec& spec, const FindCase& find, CheckResult&) {
+void check_tokens_match(const CaseOutcome& o, const CheckSpec& spec, const CheckSources& from, CheckResult&) {
   const Target t = subject(o, spec);
-  const auto ref = reference(o, spec, find);
+  const auto ref = reference(o, spec, from);
   if (!ref) throw Failure{"tokens_match needs against or baseline", ""};
   const json a = read_json(tokens_file(t)), b = read_json(tokens_file(*ref));
   const auto got = a.at("generated_ids").get<std::vector<long long>>();

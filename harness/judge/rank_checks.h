@@ -7,9 +7,9 @@
 
 namespace meshtest {
 
-void check_replicas_equal(const CaseOutcome& o, const CheckSpec& spec, const FindCase& find, CheckResult& result);
-void check_params_match(const CaseOutcome& o, const CheckSpec& spec, const FindCase& find, CheckResult& result);
-void check_saved_once(const CaseOutcome& o, const CheckSpec& spec, const FindCase& find, CheckResult& result);
-void check_tokens_match(const CaseOutcome& o, const CheckSpec& spec, const FindCase& find, CheckResult& result);
+void check_replicas_equal(const CaseOutcome& o, const CheckSpec& spec, const CheckSources& from, CheckResult& result);
+void check_params_match(const CaseOutcome& o, const CheckSpec& spec, const CheckSources& from, CheckResult& result);
+void check_saved_once(const CaseOutcome& o, const CheckSpec& spec, const CheckSources& from, CheckResult& result);
+void check_tokens_match(const CaseOutcome& o, const CheckSpec& spec, const CheckSources& from, CheckResult& result);
 
 }  // namespace meshtest

@@ -65,10 +65,11 @@ const char* case_state_name(CaseState s) {
   return "?";
 }
 
-RunLoop::RunLoop(Plan plan, const RunOptions& options, Launcher launcher)
+RunLoop::RunLoop(Plan plan, const RunOptions& options, Launcher launcher, HistorySource history)
     : plan_(std::move(plan)),
       opt_(options),
       launcher_(std::move(launcher)),
+      sources_{[this](const std::string& id) { return find(id); }, std::move(history)},
       outcomes_(plan_.cases),
       states_(plan_.cases.size(), CaseState::kPending),
       scheduler_(plan_.tasks, options.devices, options.jobs),
@@ -202,7 +203,7 @@ void RunLoop::judge_case(size_t i) {
       return;
     }
   }
-  o.checks = run_checks(o, [this](const std::string& id) { return find(id); });
+  o.checks = run_checks(o, sources_);
   judge(o);
   record_curves(o);
   if (stopped_by_ != 0) {
@@ -222,7 +223,7 @@ void RunLoop::judge_case(size_t i) {
 void RunLoop::cancel_unjudged(size_t i) {
   CaseOutcome& o = outcomes_[i];
   // What can be judged still shows in the report; the verdict says why it is not final.
-  o.checks = run_checks(o, [this](const std::string& id) { return find(id); });
+  o.checks = run_checks(o, sources_);
   judge(o);
   record_curves(o);
   finalize(i, Verdict::cancelled("not judged: its baseline did not run before " + stop_reason(stopped_by_)));

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "judge/check_sources.h"
 #include "run/launch.h"
 #include "core/plan.h"
 #include "core/run_options.h"
@@ -55,7 +56,8 @@ struct Launcher {
 
 class RunLoop {
  public:
-  RunLoop(Plan plan, const RunOptions& options, Launcher launcher);
+  // `history`: what a drift check reads (none: the run has no history).
+  RunLoop(Plan plan, const RunOptions& options, Launcher launcher, HistorySource history = {});
   RunLoop(const RunLoop&) = delete;
   RunLoop& operator=(const RunLoop&) = delete;
 
@@ -90,6 +92,7 @@ class RunLoop {
   Plan plan_;
   RunOptions opt_;
   Launcher launcher_;
+  CheckSources sources_;  // what the checks read beyond a case: the other cases, the history
   std::vector<CaseOutcome>& outcomes_;  // plan_.cases
   std::vector<CaseState> states_;
   std::map<size_t, InFlight> in_flight_;  // running cases by index

@@ -43,7 +43,7 @@ void install_stop_handlers() {
 }
 
 
-RunResult run_cases(const Plan& plan, const RunOptions& opt) {
+RunResult run_cases(const Plan& plan, const RunOptions& opt, const HistorySource& history) {
   const auto t0 = std::chrono::steady_clock::now();
   auto now_s = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
   Launcher launcher{[](const LaunchSpec& spec) -> std::unique_ptr<PhaseProcess> {
@@ -55,7 +55,7 @@ RunResult run_cases(const Plan& plan, const RunOptions& opt) {
     slurm = std::make_unique<SlurmLauncher>(plan, opt.slurm);
     launcher = slurm->launcher();
   }
-  RunLoop loop(plan, opt, std::move(launcher));
+  RunLoop loop(plan, opt, std::move(launcher), history);
   while (loop.turn(now_s(), g_stop_signal)) {
     if (opt.progress) {
       std::fprintf(stderr, "\r\033[K%s", loop.progress_line(now_s()).c_str());

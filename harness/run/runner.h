@@ -18,7 +18,9 @@ extern volatile std::sig_atomic_t g_stop_signal;
 void install_stop_handlers();
 
 struct Plan;
-RunResult run_cases(const Plan& plan, const RunOptions& options);
+struct HistorySource;
+// `history`: the run history as a drift check reads it (judge/check_sources.h).
+RunResult run_cases(const Plan& plan, const RunOptions& options, const HistorySource& history);
 
 struct LaunchSpec;
 // `meshtest launch`: runs one command on its ranks in the foreground, stopping them on SIGINT

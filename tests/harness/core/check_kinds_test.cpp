@@ -25,8 +25,9 @@ TEST(CheckKinds, EveryKindHasOneNameAndItsParameters) {
       if (p.by_default) EXPECT_EQ(static_cast<size_t>(p.type()), p.by_default->index()) << name << "." << p.name;
       EXPECT_EQ(p.value_in(sig.defaults()), p.by_default) << name << "." << p.name;
     }
-    // Every check but `exit` looks at one phase, which the matrix may name.
-    EXPECT_EQ(params.count("phase"), kind == CheckKind::kExit ? 0u : 1u) << name;
+    // Every check but `exit` and `drift` (every phase against the history) looks at one
+    // phase, which the matrix may name.
+    EXPECT_EQ(params.count("phase"), kind == CheckKind::kExit || kind == CheckKind::kDrift ? 0u : 1u) << name;
     for (const auto& one : sig.needs_one_of) EXPECT_TRUE(params.count(one)) << name << " needs " << one << ", not a parameter";
   }
   EXPECT_EQ(check_kind_names().size(), std::size(kAllCheckKinds));
@@ -54,10 +55,15 @@ TEST(CheckKinds, TheTolerancesDefaults) {
   EXPECT_EQ(defaults(CheckKind::kTensorsMatch).prefix, "");
   EXPECT_EQ(defaults(CheckKind::kLogContains).rank, std::nullopt);  // any rank
   EXPECT_EQ(defaults(CheckKind::kLossMatches).phase, std::nullopt);  // the case's last phase
+  EXPECT_EQ(defaults(CheckKind::kDrift).window, 8);
+  EXPECT_EQ(defaults(CheckKind::kDrift).min_runs, 3);
+  EXPECT_EQ(defaults(CheckKind::kDrift).k, 4.0);
+  EXPECT_EQ(defaults(CheckKind::kDrift).rel_floor, 1e-6);
 }
 
 // Every kind declared on one case over a phase that left nothing: each runs its own function
 // and says what it could not find; none is "malformed output" (an unknown kind's fate).
+// `drift`, in a run without a history, says it could not look and passes.
 TEST_F(Checks, EveryKindRunsItsOwnFunction) {
   std::string checks;
   for (CheckKind kind : kAllCheckKinds) {
@@ -75,7 +81,12 @@ TEST_F(Checks, EveryKindRunsItsOwnFunction) {
   EXPECT_EQ(results[0].kind, "exit");
   for (size_t i = 1; i < results.size(); ++i) {
     EXPECT_EQ(results[i].kind, check_kind_name(kAllCheckKinds[i])) << i;
-    EXPECT_FALSE(results[i].passed) << results[i].kind;
+    if (kAllCheckKinds[i] == CheckKind::kDrift) {
+      EXPECT_FALSE(results[i].judged);
+      EXPECT_EQ(results[i].message, "not judged: this run has no history (--history or MESHTEST_HISTORY)");
+    } else {
+      EXPECT_FALSE(results[i].passed) << results[i].kind;
+    }
     EXPECT_EQ(results[i].message.rfind("malformed output", 0), std::string::npos)
         << results[i].kind << ": " << results[i].message;
   }

@@ -64,7 +64,7 @@ class Checks : public ::testing::Test {
         if (o.spec->id == id) return &o;
       return nullptr;
     };
-    outcomes_[i].checks = run_checks(outcomes_[i], find);
+    outcomes_[i].checks = run_checks(outcomes_[i], {find, {}});
     judge(outcomes_[i]);
     for (const auto& c : outcomes_[i].checks)
       if (c.kind == kind) return c;

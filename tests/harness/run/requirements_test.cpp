@@ -16,6 +16,7 @@
 
 #include "core/matrix.h"
 #include "core/plan.h"
+#include "judge/check_sources.h"
 #include "harness/shell.h"
 #include "report/report.h"
 #include "run/requirements.h"
@@ -76,7 +77,7 @@ class Requires : public ::testing::Test {
     opt.grace_s = 5;
     const auto selected = all();
     apply_requirements(suites_, selected, {opt.backend, opt.devices}, nullptr);
-    const RunResult result = run_cases(plan_run(selected, opt, {}), opt);
+    const RunResult result = run_cases(plan_run(selected, opt, {}), opt, {});
     nlohmann::json summary = summary_json(result, opt);
     write_junit(summary_view(summary), dir_ + "/junit.xml");
     return summary;

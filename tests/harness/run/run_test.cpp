@@ -633,3 +633,45 @@ cases:
   EXPECT_EQ(again["cases"][1]["id"], "s/drift");
 }
 
+
+// The drift check (docs/checks.md) end to end, on a real history: without one it cannot look
+// and says so; with too few green runs at other commits it says how many; inside the band it
+// passes; a moved loss fails the case that declares it and catches the canary that expects it.
+TEST_F(Run, TheDriftCheckJudgesAgainstTheCasesOwnRecentGreenRuns) {
+  auto cases = [](const char* metrics, const std::string& canary_expect) {
+    return std::string("suite: s\ncases:\n  - name: plain\n    command: [FAKE, --write, \"{phase_dir}/metrics.jsonl\", ") +
+           metrics + "]\n    checks: [drift]\n  - name: canary\n    command: [FAKE, --write, \"{phase_dir}/metrics.jsonl\", " +
+           metrics + "]\n    checks: [{drift: {min_runs: 2}}]\n" + canary_expect;
+  };
+  const std::string history = " --history " + dir_ + "/history.db";
+  matrix(cases(kMetricsOk, ""));
+  Output o = meshtest("--ngpu 2");
+  ASSERT_EQ(o.rc, 0) << o.text;
+  EXPECT_EQ(case_of(summary(), "s/plain")["checks"][1]["message"],
+            "not judged: this run has no history (--history or MESHTEST_HISTORY)");
+  for (int commit = 1; commit <= 3; ++commit) {
+    o = meshtest("--ngpu 2 --commit c" + std::to_string(commit) + history);
+    ASSERT_EQ(o.rc, 0) << o.text;
+  }
+  EXPECT_EQ(case_of(summary(), "s/plain")["checks"][1]["message"],
+            "not judged: 2 green runs of this case at other commits in the history, 3 needed");
+  EXPECT_EQ(case_of(summary(), "s/canary")["checks"][1]["message"], "inside the band of its last 2 green runs");
+  EXPECT_EQ(case_of(summary(), "s/canary")["checks"][1]["judged"], true);
+  const Output show = sh(kMeshtest + " show s/plain " + dir_ + "/m.yaml");
+  EXPECT_NE(show.text.find("\"min_runs\": 3"), std::string::npos) << show.text;  // the defaults, shown
+
+  matrix(cases(kMetricsDrift, "    expect: {fail: drift}\n"));
+  o = meshtest("--ngpu 2 --commit c4" + history);
+  EXPECT_EQ(o.rc, 1) << o.text;
+  const json s = summary();
+  const json plain = case_of(s, "s/plain"), canary = case_of(s, "s/canary");
+  EXPECT_EQ(plain["status"], "failed");
+  EXPECT_EQ(plain["verdict"]["check"], "drift");
+  EXPECT_EQ(plain["verdict"]["step"], 2);
+  EXPECT_NE(plain["verdict"]["message"].get<std::string>().find(
+                "drifted: loss of phase train at step 2: 5.5 outside 5 \xc2\xb1 5.00e-06 (3 green runs, c1..c3)"),
+            std::string::npos) << plain.dump(1);
+  EXPECT_EQ(canary["met_expectation"], true) << canary.dump(1);
+  EXPECT_NE(canary["verdict"]["message"].get<std::string>().find("canary caught by drift"), std::string::npos)
+      << canary.dump(1);
+}
