@@ -47,8 +47,8 @@ void check_chunk_box(const std::vector<int64_t>& shape, const SavedChunk& c, con
     fail(where + ": a chunk's offsets/sizes do not have the tensor's " + std::to_string(shape.size()) + " dims");
   for (size_t d = 0; d < shape.size(); ++d)
     if (c.offsets[d] > shape[d] || c.sizes[d] > shape[d] - c.offsets[d])
-      fail(where + ": chunk at offsets " + dims_text(c.offsets) + " sizes " + dims_text(c.sizes) + " lies outside the " +
-           dims_text(shape) + " tensor");
+      fail(where + ": chunk at offsets " + dims_text(c.offsets) + " sizes " + dims_text(c.sizes) +
+           " lies outside the " + dims_text(shape) + " tensor");
 }
 
 SavedKey parse_key(const json& j, const std::string& where) {
@@ -118,9 +118,7 @@ int64_t leaf_bytes_for(const std::vector<int64_t>& chunk_sizes, int64_t element_
   return leaf;
 }
 
-uint64_t leaf_count(uint64_t length, uint64_t leaf_bytes) {
-  return length / leaf_bytes + (length % leaf_bytes != 0);
-}
+uint64_t leaf_count(uint64_t length, uint64_t leaf_bytes) { return length / leaf_bytes + (length % leaf_bytes != 0); }
 
 uint64_t leaf_checksum(const void* data, size_t size) { return mix64(data, size); }
 
@@ -156,8 +154,10 @@ SavedChunk parse_chunk(const json& jc, const std::string& where) {
 }
 
 json to_json(const SavedChunk& c) {
-  json j = {{"offsets", c.offsets},         {"sizes", c.sizes},
-            {"file", c.file},               {"byte_offset", c.byte_offset},
+  json j = {{"offsets", c.offsets},
+            {"sizes", c.sizes},
+            {"file", c.file},
+            {"byte_offset", c.byte_offset},
             {"byte_length", c.byte_length}};
   if (c.has_checksums) j["leaf_bytes"] = c.leaf_bytes, j["hash_offset"] = c.hash_offset;
   return j;
@@ -174,7 +174,8 @@ CheckpointMetadata parse_metadata(std::string_view text, const std::string& path
 }
 
 CheckpointMetadata metadata_from_json(const json& doc, const std::string& path) {
-  if (!doc.is_object() || !doc.contains("format_version")) fail(path + ": no format_version: not a meshtrain checkpoint");
+  if (!doc.is_object() || !doc.contains("format_version"))
+    fail(path + ": no format_version: not a meshtrain checkpoint");
   if (doc.at("format_version") != kCheckpointFormatVersion)
     fail(path + ": format_version " + doc.at("format_version").dump() + ", but this reader reads format " +
          std::to_string(kCheckpointFormatVersion) + " (format 1 is refused)");

@@ -65,8 +65,7 @@ MeshShape parse_sizes(const std::string& spec, bool& infer_shard) {
   while (std::getline(in, item, ',')) {
     if (item.empty()) continue;
     const auto eq = item.find('=');
-    if (eq == std::string::npos)
-      throw std::invalid_argument("--mesh '" + spec + "': '" + item + "' is not NAME=SIZE");
+    if (eq == std::string::npos) throw std::invalid_argument("--mesh '" + spec + "': '" + item + "' is not NAME=SIZE");
     const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
     int64_t size = 0;
     try {
@@ -74,17 +73,15 @@ MeshShape parse_sizes(const std::string& spec, bool& infer_shard) {
       size = std::stoll(value, &used);
       if (used != value.size()) throw std::invalid_argument("trailing");
     } catch (const std::exception&) {
-      throw std::invalid_argument("--mesh '" + spec + "': size of " + key + " ('" + value +
-                                  "') is not an integer");
+      throw std::invalid_argument("--mesh '" + spec + "': size of " + key + " ('" + value + "') is not an integer");
     }
     if (key == name_of(MeshDim::kDpShard) && size == -1) {
       infer_shard = true;
       continue;
     }
-    if (size < 1)
-      throw std::invalid_argument("--mesh '" + spec + "': " + key + " must be >= 1 (or dp_shard=-1)");
-    const MeshDim* dim = std::find_if(std::begin(kMeshDims), std::end(kMeshDims),
-                                      [&key](MeshDim d) { return key == name_of(d); });
+    if (size < 1) throw std::invalid_argument("--mesh '" + spec + "': " + key + " must be >= 1 (or dp_shard=-1)");
+    const MeshDim* dim =
+        std::find_if(std::begin(kMeshDims), std::end(kMeshDims), [&key](MeshDim d) { return key == name_of(d); });
     if (dim == std::end(kMeshDims)) {
       std::string known;
       for (MeshDim d : kMeshDims) known += (known.empty() ? "" : ", ") + std::string(name_of(d));
@@ -99,8 +96,7 @@ MeshShape parse_sizes(const std::string& spec, bool& infer_shard) {
 MeshShape parse_mesh_sizes(const std::string& spec) {
   bool infer_shard = false;
   MeshShape shape = parse_sizes(spec, infer_shard);
-  if (infer_shard)
-    throw std::invalid_argument("mesh '" + spec + "': dp_shard=-1 needs a world size; write the size");
+  if (infer_shard) throw std::invalid_argument("mesh '" + spec + "': dp_shard=-1 needs a world size; write the size");
   return shape;
 }
 
@@ -111,14 +107,13 @@ MeshShape parse_mesh(const std::string& spec, int64_t world_size) {
     const int64_t rest = shape.pp * shape.dp_replicate * shape.cp * shape.tp;
     if (world_size % rest != 0)
       throw std::invalid_argument("--mesh '" + spec + "': dp_shard=-1 cannot fill world size " +
-                                  std::to_string(world_size) + " (pp x dp_replicate x cp x tp = " +
-                                  std::to_string(rest) + ")");
+                                  std::to_string(world_size) +
+                                  " (pp x dp_replicate x cp x tp = " + std::to_string(rest) + ")");
     shape.dp_shard = world_size / rest;
   }
   if (shape.world_size() != world_size)
-    throw std::invalid_argument("--mesh '" + spec + "' has " + std::to_string(shape.world_size()) +
-                                " ranks (" + shape.to_string() + ") but WORLD_SIZE is " +
-                                std::to_string(world_size));
+    throw std::invalid_argument("--mesh '" + spec + "' has " + std::to_string(shape.world_size()) + " ranks (" +
+                                shape.to_string() + ") but WORLD_SIZE is " + std::to_string(world_size));
   return shape;
 }
 

@@ -13,7 +13,7 @@ enum class MeshDim { kPp = 0, kDpReplicate = 1, kDpShard = 2, kCp = 3, kTp = 4 }
 // process groups' names and the harness's layout axes.
 inline constexpr MeshDim kMeshDims[] = {MeshDim::kPp, MeshDim::kDpReplicate, MeshDim::kDpShard, MeshDim::kCp,
                                         MeshDim::kTp};
-const char* name_of(MeshDim d);        // "pp", "dp_replicate", "dp_shard", "cp", "tp"
+const char* name_of(MeshDim d);             // "pp", "dp_replicate", "dp_shard", "cp", "tp"
 std::vector<std::string> mesh_dim_names();  // in kMeshDims' order
 
 struct MeshShape {

@@ -69,7 +69,8 @@ Box intersect(const Box& a, const Box& b) {
 }
 
 int64_t first_split_start(const ParamLayout& layout) {
-  return local_chunk(layout.global_shape, {layout.splits.front()}).offsets[static_cast<size_t>(layout.splits.front().dim)];
+  return local_chunk(layout.global_shape, {layout.splits.front()})
+      .offsets[static_cast<size_t>(layout.splits.front().dim)];
 }
 
 bool writes_chunk(const ParamLayout& layout, const MeshCoord& coord) {

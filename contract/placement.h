@@ -58,12 +58,12 @@ Box intersect(const Box& a, const Box& b);  // empty when they do not overlap
 // What one parameter (or state buffer) became on this rank: the placement facts only, no
 // process groups, so a checkpoint can be read or written from them without a job.
 struct ParamLayout {
-  std::string name;                    // model fqn, e.g. "layers.0.attention.wq.weight"
+  std::string name;  // model fqn, e.g. "layers.0.attention.wq.weight"
   std::vector<int64_t> global_shape;
-  std::vector<Split> splits;           // how the global tensor was cut, in order
-  Chunk chunk;                         // this rank's piece of the global tensor
-  std::vector<MeshDim> sharded_over;   // mesh dims whose ranks hold different pieces
-  std::vector<int64_t> tp_local_shape; // the piece tensor parallelism leaves before FSDP splits it
+  std::vector<Split> splits;            // how the global tensor was cut, in order
+  Chunk chunk;                          // this rank's piece of the global tensor
+  std::vector<MeshDim> sharded_over;    // mesh dims whose ranks hold different pieces
+  std::vector<int64_t> tp_local_shape;  // the piece tensor parallelism leaves before FSDP splits it
   // For the data-parallel parametrization: the row counts of every dp_shard piece.
   std::vector<int64_t> shard_rows;
 };

@@ -81,7 +81,9 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 }
 
 enum class Judgement { kGood, kBad, kSkip };
-const char* judgement_name(Judgement j) { return j == Judgement::kGood ? "good" : j == Judgement::kBad ? "bad" : "skip"; }
+const char* judgement_name(Judgement j) {
+  return j == Judgement::kGood ? "good" : j == Judgement::kBad ? "bad" : "skip";
+}
 
 // What one commit did.
 struct Tested {
@@ -196,7 +198,8 @@ class Bisector {
   Judgement judge(Tested& t, int run_code);
   Judgement judge_drift(Tested& t, bool met);
   std::string mark(const std::string& sha, Judgement j);  // git bisect good|bad|skip; its output
-  json result_json(const std::string& outcome, const std::string& first_bad, const std::vector<std::string>& candidates);
+  json result_json(const std::string& outcome, const std::string& first_bad,
+                   const std::vector<std::string>& candidates);
   void print(const json& r) const;
 
   BisectOptions o_;
@@ -216,7 +219,8 @@ void Bisector::prepare() {
   if (fs::exists(bisect_start))
     throw std::invalid_argument("a git bisect is already under way in " + top_ + " (git bisect reset ends it)");
   if (!git_ok(top_, {"status", "--porcelain", "--untracked-files=no"}).empty())
-    throw std::invalid_argument(top_ + " has uncommitted changes to tracked files; commit or stash them first "
+    throw std::invalid_argument(top_ +
+                                " has uncommitted changes to tracked files; commit or stash them first "
                                 "(bisecting checks out other commits)");
   good_ = commit_of(top_, o_.good, "--good");
   bad_ = commit_of(top_, o_.bad, "--bad");
@@ -229,7 +233,8 @@ void Bisector::prepare() {
 
   if (o_.out.empty()) {
     std::string tmpl = (fs::temp_directory_path() / "meshtest-bisect-XXXXXX").string();
-    if (!::mkdtemp(tmpl.data())) throw std::runtime_error("cannot make a folder under " + fs::temp_directory_path().string());
+    if (!::mkdtemp(tmpl.data()))
+      throw std::runtime_error("cannot make a folder under " + fs::temp_directory_path().string());
     o_.out = tmpl;
   }
   o_.out = fs::absolute(o_.out).string();
@@ -282,8 +287,10 @@ Tested& Bisector::test(const std::string& sha) {
 Judgement Bisector::judge(Tested& t, int run_code) {
   std::ifstream in(t.dir + "/run/summary.json");
   if (!in) {
-    t.why = "meshtest run exited " + std::to_string(run_code) + " without a summary (the case or matrix at this "
-            "commit?): " + t.dir + "/meshtest/rank0.log";
+    t.why = "meshtest run exited " + std::to_string(run_code) +
+            " without a summary (the case or matrix at this "
+            "commit?): " +
+            t.dir + "/meshtest/rank0.log";
     return Judgement::kSkip;
   }
   const json summary = json::parse(in, nullptr, false);
@@ -326,7 +333,8 @@ Judgement Bisector::judge_drift(Tested& t, bool met) {
   };
   if (t.sha == good_) {
     reference_ = curves(t.the_case);
-    if (!met || reference_.empty()) t.why = met ? "no loss curve at good to compare with" : t.the_case.value("reason", "");
+    if (!met || reference_.empty())
+      t.why = met ? "no loss curve at good to compare with" : t.the_case.value("reason", "");
     return met && !reference_.empty() ? Judgement::kGood : Judgement::kBad;
   }
   const double floor = drift_rule().rel_floor;
@@ -337,8 +345,8 @@ Judgement Bisector::judge_drift(Tested& t, bool met) {
       const double want = ref->second.at(step);
       if (!(std::fabs(value - want) <= floor * std::fabs(want))) {
         char why[200];
-        std::snprintf(why, sizeof why, "loss of phase %s at step %lld: %.9g, good's %.9g (band \xc2\xb1 %.2e)", phase.c_str(),
-                      step, value, want, floor * std::fabs(want));
+        std::snprintf(why, sizeof why, "loss of phase %s at step %lld: %.9g, good's %.9g (band \xc2\xb1 %.2e)",
+                      phase.c_str(), step, value, want, floor * std::fabs(want));
         t.why = std::string(why) + (met ? "; the case passed" : "; the case failed too");
         return Judgement::kBad;
       }
@@ -360,22 +368,29 @@ std::string Bisector::mark(const std::string& sha, Judgement j) {
 
 json Bisector::result_json(const std::string& outcome, const std::string& first_bad,
                            const std::vector<std::string>& candidates) {
-  json r = {{"case", o_.case_id}, {"good", good_}, {"bad", bad_}, {"outcome", outcome}, {"out", o_.out},
-            {"repository", top_}, {"build", o_.build}};
+  json r = {{"case", o_.case_id}, {"good", good_},      {"bad", bad_},      {"outcome", outcome},
+            {"out", o_.out},      {"repository", top_}, {"build", o_.build}};
   r["tested"] = json::array();
   double first_build = -1, later_builds = 0;
   int later = 0;
   for (const auto& sha : order_) {
     const Tested& t = tested_.at(sha);
-    r["tested"].push_back({{"commit", sha}, {"subject", t.subject}, {"judgement", judgement_name(t.judgement)},
-                           {"flaky", t.flaky}, {"why", t.why}, {"build_s", t.build_s}, {"run_s", t.run_s},
+    r["tested"].push_back({{"commit", sha},
+                           {"subject", t.subject},
+                           {"judgement", judgement_name(t.judgement)},
+                           {"flaky", t.flaky},
+                           {"why", t.why},
+                           {"build_s", t.build_s},
+                           {"run_s", t.run_s},
                            {"report", t.the_case.is_null() ? "" : t.dir + "/run/report.html"}});
     if (o_.build.empty()) continue;
-    if (first_build < 0) first_build = t.build_s;
-    else later_builds += t.build_s, ++later;
+    if (first_build < 0)
+      first_build = t.build_s;
+    else
+      later_builds += t.build_s, ++later;
   }
-  r["builds"] = {{"first_s", std::max(first_build, 0.0)}, {"later_mean_s", later ? later_builds / later : 0.0},
-                 {"later", later}};
+  r["builds"] = {
+      {"first_s", std::max(first_build, 0.0)}, {"later_mean_s", later ? later_builds / later : 0.0}, {"later", later}};
   r["candidates"] = json::array();
   for (const auto& sha : candidates)
     r["candidates"].push_back({{"commit", sha}, {"subject", git_ok(top_, {"show", "-s", "--format=%s", sha})}});
@@ -397,7 +412,8 @@ json Bisector::result_json(const std::string& outcome, const std::string& first_
     const std::string parent = git_ok(top_, {"rev-parse", first_bad + "^"});
     if (tested_.count(parent) && !tested_.at(parent).the_case.is_null()) {
       const Tested& p = tested_.at(parent);
-      json pj = {{"commit", parent}, {"judgement", judgement_name(p.judgement)}, {"report", p.dir + "/run/report.html"}};
+      json pj = {
+          {"commit", parent}, {"judgement", judgement_name(p.judgement)}, {"report", p.dir + "/run/report.html"}};
       if (const json* same = same_check(p.the_case, k, static_cast<size_t>(index))) {
         pj["passed"] = same->value("passed", false);
         pj["message"] = same->value("message", "");
@@ -415,9 +431,9 @@ void Bisector::print(const json& r) const {
   std::printf("meshtest bisect %s: %s between good %.12s and bad %.12s, %zu commits tested\n", o_.case_id.c_str(),
               outcome.c_str(), good_.c_str(), bad_.c_str(), r["tested"].size());
   for (const auto& t : r["tested"])
-    std::printf("  %.12s %-4s %s%s%s\n", t["commit"].get<std::string>().c_str(), t["judgement"].get<std::string>().c_str(),
-                t["subject"].get<std::string>().c_str(), t["why"].get<std::string>().empty() ? "" : "\n               ",
-                t["why"].get<std::string>().c_str());
+    std::printf("  %.12s %-4s %s%s%s\n", t["commit"].get<std::string>().c_str(),
+                t["judgement"].get<std::string>().c_str(), t["subject"].get<std::string>().c_str(),
+                t["why"].get<std::string>().empty() ? "" : "\n               ", t["why"].get<std::string>().c_str());
   if (r.contains("first_bad")) {
     const json& fb = r["first_bad"];
     std::printf("\nfirst bad commit: %s\n  %s\n  %s, %s\n", fb["commit"].get<std::string>().c_str(),
@@ -427,7 +443,8 @@ void Bisector::print(const json& r) const {
     if (!fb.value("numbers", "").empty()) std::printf("          %s\n", fb["numbers"].get<std::string>().c_str());
     if (fb.contains("parent")) {
       const json& p = fb["parent"];
-      std::printf("  parent %.12s: %s %s\n", p["commit"].get<std::string>().c_str(), fb["check"].get<std::string>().c_str(),
+      std::printf("  parent %.12s: %s %s\n", p["commit"].get<std::string>().c_str(),
+                  fb["check"].get<std::string>().c_str(),
                   p.value("passed", false) ? "passed" : ("failed: " + p.value("message", "")).c_str());
       if (!p.value("numbers", "").empty()) std::printf("          %s\n", p["numbers"].get<std::string>().c_str());
       std::printf("  reports: %s\n           %s\n", fb["report"].get<std::string>().c_str(),
@@ -437,7 +454,8 @@ void Bisector::print(const json& r) const {
     }
   }
   if (!r["candidates"].empty()) {
-    std::printf("\nthe first bad commit is one of these (skipped commits lie between the last good and the first bad):\n");
+    std::printf(
+        "\nthe first bad commit is one of these (skipped commits lie between the last good and the first bad):\n");
     for (const auto& c : r["candidates"])
       std::printf("  %s %s\n", c["commit"].get<std::string>().c_str(), c["subject"].get<std::string>().c_str());
   }
@@ -511,8 +529,10 @@ int Bisector::run() {
   }
   r["restored"] = session.end();
   std::ofstream(fs::path(o_.out) / "bisect.json") << r.dump(2) << "\n";
-  if (o_.json) std::printf("%s\n", r.dump(2).c_str());
-  else print(r);
+  if (o_.json)
+    std::printf("%s\n", r.dump(2).c_str());
+  else
+    print(r);
   std::fflush(stdout);
   std::fprintf(o_.json ? stderr : stdout, "everything: %s; %s\n", o_.out.c_str(), session.where().c_str());
   if (g_stop_signal != 0) return 128 + g_stop_signal;

@@ -22,14 +22,14 @@ struct BisectOptions {
   std::vector<std::string> matrices;  // as `meshtest run` takes them (default: the built-in one)
   std::string out;                    // "" = a fresh folder under $TMPDIR
   std::string backend = "gloo";
-  int ngpu = -1;                      // -1: `meshtest run`'s default
-  std::string meshtrain;              // "" = the one next to this meshtest, if there is one
-  int retries = 1;                    // a case that fails, then passes on a retry, is flaky
+  int ngpu = -1;          // -1: `meshtest run`'s default
+  std::string meshtrain;  // "" = the one next to this meshtest, if there is one
+  int retries = 1;        // a case that fails, then passes on a retry, is flaky
   // --drift: a commit is bad when the case's loss curve left the band around its numbers at GOOD
   // (the run history's rule with GOOD as the one reference: docs/history.md), passing or not;
   // for a drift that stays inside every tolerance.
   bool drift = false;
-  bool json = false;                  // the result as one JSON document on stdout
+  bool json = false;  // the result as one JSON document on stdout
 };
 
 // The default --build: meshtest's own CPU build into its reused build/cpu folder.

@@ -116,8 +116,10 @@ int ckpt_diff(const std::string& a, const std::string& b, const CkptOptions& opt
       continue;
     }
     if (!options.values || !ea->is_tensor) continue;
-    if (diff_values(va, *ea, vb, *eb, key, options, out)) ++differ;
-    else if (ea->dtype != eb->dtype) ++dtype_only;
+    if (diff_values(va, *ea, vb, *eb, key, options, out))
+      ++differ;
+    else if (ea->dtype != eb->dtype)
+      ++dtype_only;
   }
   std::fprintf(out, "%s\n", diff_summary(differ, dtype_only).c_str());
   return differ ? 1 : 0;

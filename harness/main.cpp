@@ -35,8 +35,10 @@ void add_selection_options(CLI::App& cmd, Selection& s) {
 
 // --history and --commit (run, merge, rerun-failed).
 void add_history_options(CLI::App& cmd, std::string& history, std::string& commit) {
-  cmd.add_option("--history", history, "SQLite run history to append this run to (default: $MESHTEST_HISTORY; docs/history.md)");
-  cmd.add_option("--commit", commit, "The commit recorded with the run (default: git rev-parse HEAD in the matrix's folder)");
+  cmd.add_option("--history", history,
+                 "SQLite run history to append this run to (default: $MESHTEST_HISTORY; docs/history.md)");
+  cmd.add_option("--commit", commit,
+                 "The commit recorded with the run (default: git rev-parse HEAD in the matrix's folder)");
 }
 
 // ---- the subcommands: each adds its options and says what it does when given ----------
@@ -65,7 +67,8 @@ void add_slurm_options(CLI::App& run, SlurmOptions& slurm) {
   run.add_option("--max-pending", slurm.max_pending, "slurm: case allocations waiting in the queue at once")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  run.add_option("--srun-arg", slurm.srun_args, "slurm: an extra srun argument (repeatable), e.g. --srun-arg=--mpi=none");
+  run.add_option("--srun-arg", slurm.srun_args,
+                 "slurm: an extra srun argument (repeatable), e.g. --srun-arg=--mpi=none");
 }
 
 Subcommand add_run(CLI::App& app, const char* argv0) {
@@ -76,12 +79,17 @@ Subcommand add_run(CLI::App& app, const char* argv0) {
   add_selection_options(*cmd, r->selection);
   RunOptions& opt = r->options;
   cmd->add_option("--out", opt.out_dir, "Output folder")->capture_default_str();
-  cmd->add_option("--ngpu", r->ngpu, "Devices in the pool: GPUs (nccl) or CPU rank slots (gloo; default max(8, cores))");
-  cmd->add_option("--backend", opt.backend, "gloo (CPU) | nccl (GPU)")->check(CLI::IsMember({"gloo", "nccl"}))->capture_default_str();
+  cmd->add_option("--ngpu", r->ngpu,
+                  "Devices in the pool: GPUs (nccl) or CPU rank slots (gloo; default max(8, cores))");
+  cmd->add_option("--backend", opt.backend, "gloo (CPU) | nccl (GPU)")
+      ->check(CLI::IsMember({"gloo", "nccl"}))
+      ->capture_default_str();
   cmd->add_option("--jobs", opt.jobs, "Cases at once (0: as many as the pool fits)")->capture_default_str();
-  cmd->add_option("--grace", opt.grace_s, "Seconds between SIGTERM and SIGKILL when a case is stopped")->capture_default_str();
+  cmd->add_option("--grace", opt.grace_s, "Seconds between SIGTERM and SIGKILL when a case is stopped")
+      ->capture_default_str();
   add_meshtrain_option(*cmd, r->meshtrain);
-  cmd->add_option("--durations", opt.durations, "summary.json whose durations order the cases (default: <out>/summary.json)");
+  cmd->add_option("--durations", opt.durations,
+                  "summary.json whose durations order the cases (default: <out>/summary.json)");
   add_history_options(*cmd, opt.history, opt.commit);
   cmd->add_flag("--dry-run", r->dry_run, "Print the plan and the commands; run nothing");
   cmd->add_option("--skip-tag", r->skip_tags,
@@ -99,7 +107,8 @@ Subcommand add_run(CLI::App& app, const char* argv0) {
 Subcommand add_list(CLI::App& app) {
   auto sel = std::make_shared<Selection>();
   auto* cmd = app.add_subcommand("list", "List the cases a selection expands to");
-  cmd->add_option("MATRIX", sel->matrices, "Matrix YAML files (default: the built-in cpu.yaml)")->check(CLI::ExistingFile);
+  cmd->add_option("MATRIX", sel->matrices, "Matrix YAML files (default: the built-in cpu.yaml)")
+      ->check(CLI::ExistingFile);
   add_selection_options(*cmd, *sel);
   return {cmd, [sel] {
             RunOptions opt;
@@ -156,8 +165,10 @@ Subcommand add_merge(CLI::App& app) {
   cmd->add_option("IN", *in, "The shards' --out folders")->required();
   auto history = std::make_shared<std::pair<std::string, std::string>>();
   add_history_options(*cmd, history->first, history->second);
-  cmd->get_option("--history")->description("SQLite run history to record the merged run in; only when given (not "
-                                            "$MESHTEST_HISTORY): the shards recorded their own runs");
+  cmd->get_option("--history")
+      ->description(
+          "SQLite run history to record the merged run in; only when given (not "
+          "$MESHTEST_HISTORY): the shards recorded their own runs");
   return {cmd, [out, in, history] { return merge_runs(*out, *in, history->first, history->second); }};
 }
 
@@ -167,10 +178,12 @@ Subcommand add_report(CLI::App& app) {
     bool markdown = false;
   };
   auto a = std::make_shared<Args>();
-  auto* cmd = app.add_subcommand("report", "Render report.html, junit.xml, surefire/ and the table again from DIR/summary.json");
+  auto* cmd = app.add_subcommand("report",
+                                 "Render report.html, junit.xml, surefire/ and the table again from DIR/summary.json");
   cmd->add_option("DIR", a->dir, "A meshtest --out folder (or merge OUT)")->required();
   cmd->add_option("--html", a->html, "Only write the HTML report, to FILE");
-  cmd->add_flag("--markdown", a->markdown, "Only print a Markdown summary (for $GITHUB_STEP_SUMMARY); exit 0 once printed");
+  cmd->add_flag("--markdown", a->markdown,
+                "Only print a Markdown summary (for $GITHUB_STEP_SUMMARY); exit 0 once printed");
   return {cmd, [a] {
             if (a->markdown) return print_markdown_summary(a->dir);
             return a->html.empty() ? render_reports(a->dir, true) : write_html_only(a->dir, a->html);
@@ -202,15 +215,18 @@ Subcommand add_history(CLI::App& app) {
   };
   auto a = std::make_shared<Args>();
   HistoryQuery& q = a->query;
-  auto* cmd = app.add_subcommand("history", "What the run history says: a case's last runs, flaky, slow and drifting cases");
+  auto* cmd =
+      app.add_subcommand("history", "What the run history says: a case's last runs, flaky, slow and drifting cases");
   cmd->add_option("CASE", q.case_id, "A case id: its last runs (commit, verdict, final loss, margin, duration)");
   cmd->add_option("--history", a->db, "The history database (default: $MESHTEST_HISTORY)");
   cmd->add_option("--last", q.last, "Runs per case to look at")->capture_default_str();
   cmd->add_flag("--flaky", q.flaky, "Cases whose verdict changed within a commit, or that passed only on a retry");
   cmd->add_flag("--slowest", q.slowest, "Cases by their median duration");
-  cmd->add_flag("--drift", q.drift, "Cases that left the band of their green runs, and the first commit where they did");
+  cmd->add_flag("--drift", q.drift,
+                "Cases that left the band of their green runs, and the first commit where they did");
   cmd->add_flag("--json", q.json, "One JSON document on stdout");
-  auto* merge = cmd->add_subcommand("merge", "Add the runs of other histories (runners' copies) to INTO; a run counts once");
+  auto* merge =
+      cmd->add_subcommand("merge", "Add the runs of other histories (runners' copies) to INTO; a run counts once");
   merge->add_option("INTO", a->into, "The history to add to (created when missing)")->required();
   merge->add_option("FROM", a->from, "Histories to read")->required()->check(CLI::ExistingFile);
   return {cmd, [a, merge] {
@@ -256,14 +272,16 @@ Subcommand add_ckpt(CLI::App& app) {
   inspect->add_option("PATH", a->a, "A step folder, or a folder of step-<N> (the newest is read)")->required();
   inspect->add_option("--step", a->ckpt.step, "Which step-<N> of a folder of steps");
   inspect->add_flag("--json", a->ckpt.json, "One JSON document");
-  auto* diff = cmd->add_subcommand("diff", "Keys, dtypes and shapes that differ (and values with --values); exit 1 if any");
+  auto* diff =
+      cmd->add_subcommand("diff", "Keys, dtypes and shapes that differ (and values with --values); exit 1 if any");
   diff->add_option("A", a->a, "Checkpoint A")->required();
   diff->add_option("B", a->b, "Checkpoint B")->required();
   diff->add_option("--step", a->ckpt.step, "Which step-<N> of a folder of steps");
   diff->add_option("--model-prefix", a->ckpt.model_prefix,
                    "Add this to keys outside model./optimizer./... on both sides (e.g. model. for torchtitan)");
-  diff->add_flag("--values", a->ckpt.values,
-                 "Compare common tensors element by element, across dtypes (a dtype alone is then a note, not a difference)");
+  diff->add_flag(
+      "--values", a->ckpt.values,
+      "Compare common tensors element by element, across dtypes (a dtype alone is then a note, not a difference)");
   diff->add_option("--rtol", a->ckpt.rtol, "With --values: |A-B| <= atol + rtol x |B|")->capture_default_str();
   diff->add_option("--atol", a->ckpt.atol, "With --values")->capture_default_str();
   return {cmd, [a, inspect] {
@@ -277,7 +295,8 @@ Subcommand add_bisect(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "bisect", "Find the commit where a case started failing: git bisect, with a build and the case at each commit");
   cmd->add_option("ID", o->case_id, "Case id")->required();
-  cmd->add_option("MATRIX", o->matrices, "Matrix YAML files (default: the built-in cpu.yaml)")->check(CLI::ExistingFile);
+  cmd->add_option("MATRIX", o->matrices, "Matrix YAML files (default: the built-in cpu.yaml)")
+      ->check(CLI::ExistingFile);
   cmd->add_option("--good", o->good, "A commit where the case meets its expectation")->required();
   cmd->add_option("--bad", o->bad, "A later commit where it does not")->capture_default_str();
   cmd->add_option("--build", o->build,
@@ -286,12 +305,16 @@ Subcommand add_bisect(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--repo", o->repo, "A folder inside the git work tree")->capture_default_str();
   cmd->add_option("--out", o->out, "Output folder (default: a new one under $TMPDIR)");
-  cmd->add_option("--backend", o->backend, "gloo (CPU) | nccl (GPU)")->check(CLI::IsMember({"gloo", "nccl"}))->capture_default_str();
+  cmd->add_option("--backend", o->backend, "gloo (CPU) | nccl (GPU)")
+      ->check(CLI::IsMember({"gloo", "nccl"}))
+      ->capture_default_str();
   cmd->add_option("--ngpu", o->ngpu, "Devices in the pool, as for run");
   cmd->add_option("--meshtrain", o->meshtrain, "The meshtrain binary (default: next to meshtest)");
-  cmd->add_option("--retries", o->retries, "Reruns of a failing case; one that then passes is flaky and its commit skipped")
+  cmd->add_option("--retries", o->retries,
+                  "Reruns of a failing case; one that then passes is flaky and its commit skipped")
       ->capture_default_str();
-  cmd->add_flag("--drift", o->drift, "Bad means the loss curve moved from GOOD's (the history's drift band), though it passes");
+  cmd->add_flag("--drift", o->drift,
+                "Bad means the loss curve moved from GOOD's (the history's drift band), though it passes");
   cmd->add_flag("--json", o->json, "The result as one JSON document");
   return {cmd, [o] { return bisect(*o); }};
 }
@@ -305,9 +328,10 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("meshtest ") + meshtest_version());
   app.require_subcommand(1);
   const std::vector<Subcommand> subcommands = {
-      add_run(app, argv[0]), add_list(app),  add_show(app),   add_launch(app), add_slurm_task(app),
-      add_merge(app),        add_report(app), add_rerun_failed(app, argv[0]),  add_diff(app),
-      add_golden(app),       add_ckpt(app),  add_bisect(app), add_history(app)};
+      add_run(app, argv[0]), add_list(app),   add_show(app),   add_launch(app),
+      add_slurm_task(app),   add_merge(app),  add_report(app), add_rerun_failed(app, argv[0]),
+      add_diff(app),         add_golden(app), add_ckpt(app),   add_bisect(app),
+      add_history(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -251,7 +251,8 @@ class SimBackend final : public SimBase {
     auto comm = comm_;
     Tensors out = tensors;
     return c10::make_intrusive<ReceiveWork>(
-        rank_, [comm, out, src_rank, tag]() mutable {
+        rank_,
+        [comm, out, src_rank, tag]() mutable {
           for (auto& t : out) comm->recv(t, src_rank, tag);
         },
         tensors);
@@ -280,7 +281,9 @@ class SimBackend final : public SimBase {
 
   // Every rank's copy of `t`, flattened and concatenated in rank order.
   at::Tensor gather(const at::Tensor& t) { return comm_->start_all_gather(t.contiguous().reshape({-1}))(); }
-  static at::Tensor piece_of(const at::Tensor& gathered, int64_t rank, int64_t n) { return gathered.narrow(0, rank * n, n); }
+  static at::Tensor piece_of(const at::Tensor& gathered, int64_t rank, int64_t n) {
+    return gathered.narrow(0, rank * n, n);
+  }
 
   void gather_into(at::Tensor& output, const at::Tensor& input) {
     TORCH_CHECK(output.numel() == input.numel() * size_, "meshtest_sim: all_gather_into_tensor's output holds ",
@@ -296,8 +299,10 @@ class SimBackend final : public SimBase {
 
   void divide(at::Tensor& t) const {
     if (fault_ == Fault::kSumForAvg) return;
-    if (t.is_floating_point() || t.is_complex()) t.div_(size_);
-    else t.div_(size_, "floor");
+    if (t.is_floating_point() || t.is_complex())
+      t.div_(size_);
+    else
+      t.div_(size_, "floor");
   }
 
   // The reduction of every rank's `t` in rank order, into `t`.
@@ -328,8 +333,9 @@ class SimBackend final : public SimBase {
         case ReduceOp::BAND: acc.bitwise_and_(x); break;
         case ReduceOp::BOR: acc.bitwise_or_(x); break;
         case ReduceOp::BXOR: acc.bitwise_xor_(x); break;
-        default: TORCH_CHECK(false, "meshtest_sim: reduce op ", static_cast<int>(static_cast<ReduceOp::RedOpType>(op)),
-                             " is not supported (sum, avg, max, min, product, band, bor, bxor are)");
+        default:
+          TORCH_CHECK(false, "meshtest_sim: reduce op ", static_cast<int>(static_cast<ReduceOp::RedOpType>(op)),
+                      " is not supported (sum, avg, max, min, product, band, bor, bxor are)");
       }
     }
     return acc;
@@ -364,7 +370,8 @@ class SimBackend final : public SimBase {
   std::vector<int64_t> split_rows(const at::Tensor& t, const std::vector<int64_t>& sizes) const {
     if (!sizes.empty()) return sizes;
     const int64_t rows = t.dim() == 0 ? 1 : t.size(0);
-    TORCH_CHECK(rows % size_ == 0, "meshtest_sim: all_to_all of ", rows, " rows over ", size_, " ranks needs split sizes");
+    TORCH_CHECK(rows % size_ == 0, "meshtest_sim: all_to_all of ", rows, " rows over ", size_,
+                " ranks needs split sizes");
     return std::vector<int64_t>(static_cast<size_t>(size_), rows / size_);
   }
 

@@ -38,15 +38,17 @@ int meshtrain_main(int argc, char** argv) {
   CLI::App app{"meshtrain: a Llama-3-style trainer for any device mesh (docs/meshtrain.md)", "meshtrain"};
   app.require_subcommand(1);
   TrainConfig train_config;
-  auto* train_cmd = app.add_subcommand("train", "Train and write metrics.jsonl, state_dict_keys.json, "
-                                                "param_digest.json and rank<R>.json to --dump-folder");
+  auto* train_cmd = app.add_subcommand("train",
+                                       "Train and write metrics.jsonl, state_dict_keys.json, "
+                                       "param_digest.json and rank<R>.json to --dump-folder");
   add_options(*train_cmd, train_config);
 
   TrainConfig generate_config;
   generate_config.generate.emplace();
-  auto* generate_cmd = app.add_subcommand(
-      "generate", "Load a checkpoint under any mesh (--checkpoint.folder, --checkpoint.load-step) and "
-                  "greedy-decode; writes generate.json to --dump-folder");
+  auto* generate_cmd =
+      app.add_subcommand("generate",
+                         "Load a checkpoint under any mesh (--checkpoint.folder, --checkpoint.load-step) and "
+                         "greedy-decode; writes generate.json to --dump-folder");
   add_options(*generate_cmd, generate_config);
   add_options(*generate_cmd, *generate_config.generate);
 
@@ -64,8 +66,9 @@ int meshtrain_main(int argc, char** argv) {
                               "Model flavor: write Hugging Face LlamaForCausalLM names and layout, and config.json");
 
   bool describe_as_json = false;
-  auto* describe_cmd = app.add_subcommand("describe", "What a harness needs to know: flavors, their dimensions, "
-                                                      "and what a tensor-parallel degree must divide");
+  auto* describe_cmd = app.add_subcommand("describe",
+                                          "What a harness needs to know: flavors, their dimensions, "
+                                          "and what a tensor-parallel degree must divide");
   describe_cmd->add_flag("--json", describe_as_json, "As JSON (the only form)")->required();
 
   // Syntax errors exit 2; a value an option's parser refuses (std::invalid_argument) is bad

@@ -109,8 +109,9 @@ RunPlan plan_run(const TrainConfig& cfg, const LaunchEnv& env) {
   plan.pipeline = pp::plan_pipeline(cfg.pipeline, plan.args.n_layers, shape, env.rank, t.local_batch_size,
                                     activation_tokens, parallel.dp.param_dtype);
   if (cfg.float8.mode == float8::Mode::kScaledMm && !computes_on_cuda(cfg.job.backend))
-    throw std::invalid_argument("--float8 scaled_mm needs the CUDA build and a GPU (--backend nccl or shm); --float8 "
-                                "emulate runs on CPU");
+    throw std::invalid_argument(
+        "--float8 scaled_mm needs the CUDA build and a GPU (--backend nccl or shm); --float8 "
+        "emulate runs on CPU");
   return plan;
 }
 
@@ -121,7 +122,8 @@ std::unique_ptr<ParallelModel> build_model(const TrainConfig& cfg, const RunPlan
                                            ModelShapes& shapes) {
   Transformer full_model(plan.args);
   init_weights(full_model, cfg.training.seed);
-  for (const auto& item : full_model->named_parameters()) shapes.params.emplace_back(item.key(), item.value().sizes().vec());
+  for (const auto& item : full_model->named_parameters())
+    shapes.params.emplace_back(item.key(), item.value().sizes().vec());
   for (const auto& item : full_model->named_buffers())
     if (contract::model_names::goes_through(item.key(), contract::model_names::kExpertBias))
       shapes.buffers.emplace_back(item.key(), item.value().sizes().vec());
@@ -140,12 +142,15 @@ std::unique_ptr<EarlyStep> early_step_if_asked(const OptimizerConfig& config, co
                                                AdamW& optimizer) {
   if (!config.early_step_in_backward) return nullptr;
   if (config.max_norm > 0)
-    throw std::invalid_argument("--optimizer.early-step-in-backward cannot clip gradients (the global norm is known "
-                                "only after every parameter has stepped); pass --max-norm 0");
+    throw std::invalid_argument(
+        "--optimizer.early-step-in-backward cannot clip gradients (the global norm is known "
+        "only after every parameter has stepped); pass --max-norm 0");
   if (plan.accum_steps > 1)
-    throw std::invalid_argument("--optimizer.early-step-in-backward needs one micro-batch per step (global batch = "
-                                "local batch x data-parallel degree): accumulated gradients are not final in backward");
-  if (plan.pipeline.stages) throw std::invalid_argument("--optimizer.early-step-in-backward is not supported with pp > 1");
+    throw std::invalid_argument(
+        "--optimizer.early-step-in-backward needs one micro-batch per step (global batch = "
+        "local batch x data-parallel degree): accumulated gradients are not final in backward");
+  if (plan.pipeline.stages)
+    throw std::invalid_argument("--optimizer.early-step-in-backward is not supported with pp > 1");
   return std::make_unique<EarlyStep>(pm, optimizer);
 }
 
@@ -267,7 +272,8 @@ std::unique_ptr<TrainState> make_state(Run& run) {
       RunFacts{cfg.training.steps, cfg.optimizer.warmup_steps, cfg.optimizer.lr, cfg.training.model, run.plan.args,
                run.plan.global_batch, run.is_logger() && !cfg.job.quiet});
   if (state->config().enable && !cfg.generate) state->checkpointer().check_writable();
-  if (run.is_logger()) state->write_keys(cfg.job.dump_folder + "/" + contract::dump_files::kStateDictKeysFile, run.shapes);
+  if (run.is_logger())
+    state->write_keys(cfg.job.dump_folder + "/" + contract::dump_files::kStateDictKeysFile, run.shapes);
   return state;
 }
 
@@ -325,7 +331,8 @@ StepFacts train_step(Run& run, double lr) {
   if (run.early_step) run.early_step->lr = lr;
   auto loss_sum = torch::zeros({}, torch::dtype(torch::kFloat32).device(run.groups.device));
   for (int64_t micro = 0; micro < plan.accum_steps; ++micro) {
-    const DeviceBatch b = to_device(pm, run.loader.micro_batch(plan.global_batch, dp_rank, dp_degree, micro, plan.accum_steps));
+    const DeviceBatch b =
+        to_device(pm, run.loader.micro_batch(plan.global_batch, dp_rank, dp_degree, micro, plan.accum_steps));
     if (plan.pipeline.stages) {  // this rank's stages, every microbatch, in the schedule's order
       loss_sum += pp::pipeline_step(pm, *plan.pipeline.stages, plan.pipeline.options, b.inputs, b.targets, b.positions,
                                     1.0 / static_cast<double>(plan.accum_steps));
@@ -345,7 +352,8 @@ StepFacts train_step(Run& run, double lr) {
   f.grad_norm = step_optimizer(run, lr);
   balance_experts(pm, plan.args.moe_bias_update_speed);
   if (run.is_logger())
-    for (int64_t i = 0; i < plan.global_batch; ++i) f.windows.push_back(run.loader.window_of_sample(run.loader.samples_consumed() + i));
+    for (int64_t i = 0; i < plan.global_batch; ++i)
+      f.windows.push_back(run.loader.window_of_sample(run.loader.samples_consumed() + i));
   run.loader.advance(plan.global_batch);
   f.loss = loss.item<double>();
   f.tokens = plan.global_batch * run.cfg.training.seq_len;
@@ -365,7 +373,8 @@ int train(const TrainConfig& cfg) {
   // ---- the components that keep their own cadence: trace, metrics (validation and
   // checkpoint are the run's own: run.validator, run.state)
   const JobConfig& job = cfg.job;
-  StepTrace trace(cfg.profiling.step, job.dump_folder, run.env.rank, [&run] { compat::synchronize(run.groups.device); });
+  StepTrace trace(cfg.profiling.step, job.dump_folder, run.env.rank,
+                  [&run] { compat::synchronize(run.groups.device); });
   MetricsLogger metrics(run.is_logger(), job.quiet, job.dump_folder, run.groups.device);
   metrics.print_header(run_description(run));
 
@@ -381,8 +390,8 @@ int train(const TrainConfig& cfg) {
     StepFacts facts = train_step(run, lr);
     trace.end(step);
     facts.step = step;
-    facts.validation = run.validator.validate_if_due(step, *run.pm, run.plan.pipeline, run.plan.global_batch,
-                                                     run.plan.accum_steps);
+    facts.validation =
+        run.validator.validate_if_due(step, *run.pm, run.plan.pipeline, run.plan.global_batch, run.plan.accum_steps);
     metrics.log(facts);
     run.state->save_if_due(step, last_step, lr_offset);
   }

@@ -46,9 +46,9 @@ void add_options(CLI::App& cmd, JobConfig& c) {
   cmd.add_flag("--deterministic", c.deterministic,
                "Use deterministic CUDA kernels, so reruns give bitwise-identical losses (slower)");
   cmd.add_flag("--quiet", c.quiet, "Print no loss table");
-  add_parsed_option(cmd, "--inject-fault", c.inject_fault, parse_fault, "none",
-                    "TEST ONLY: plant a known distributed-training bug for meshtest's canaries: " +
-                        joined(fault_names()));
+  add_parsed_option(
+      cmd, "--inject-fault", c.inject_fault, parse_fault, "none",
+      "TEST ONLY: plant a known distributed-training bug for meshtest's canaries: " + joined(fault_names()));
 }
 
 }  // namespace

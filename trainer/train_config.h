@@ -51,14 +51,14 @@ struct JobConfig {
 
 struct TrainConfig {
   TrainingConfig training;
-  OptimizerConfig optimizer;       // components/optim.h
-  ParallelConfig parallel;         // distributed/parallelize.h
-  pp::PipelineConfig pipeline;     // distributed/pipeline.h
-  float8::Float8Config float8;     // model/float8.h
-  CheckpointConfig checkpoint;     // components/checkpoint.h
-  DataConfig data;                 // components/data.h
-  ValidationConfig validation;     // components/validation.h
-  ProfilingConfig profiling;       // components/profile.h
+  OptimizerConfig optimizer;    // components/optim.h
+  ParallelConfig parallel;      // distributed/parallelize.h
+  pp::PipelineConfig pipeline;  // distributed/pipeline.h
+  float8::Float8Config float8;  // model/float8.h
+  CheckpointConfig checkpoint;  // components/checkpoint.h
+  DataConfig data;              // components/data.h
+  ValidationConfig validation;  // components/validation.h
+  ProfilingConfig profiling;    // components/profile.h
   JobConfig job;
   std::optional<GenerateConfig> generate;  // `meshtrain generate`: decode instead of training
 };

@@ -42,11 +42,14 @@ int64_t load_initial_weights(const CheckpointConfig& config, const ModelArgs& ar
 CheckpointConfig checked(CheckpointConfig c, const std::string& dump_folder, const ModelArgs& args) {
   if (c.folder.empty()) c.folder = dump_folder + "/checkpoint";
   if (c.last_save_in_hf && !c.last_save_model_only)
-    throw std::invalid_argument("--checkpoint.last-save-in-hf needs --checkpoint.last-save-model-only (a Hugging "
-                                "Face checkpoint holds model weights only)");
+    throw std::invalid_argument(
+        "--checkpoint.last-save-in-hf needs --checkpoint.last-save-model-only (a Hugging "
+        "Face checkpoint holds model weights only)");
   if ((c.last_save_in_hf || c.initial_load_in_hf) && args.moe_experts > 0)
-    throw std::invalid_argument("Hugging Face checkpoints (--checkpoint.last-save-in-hf, --checkpoint.initial-load-in-hf) "
-                                "cover the dense Llama flavors only, not MoE model '" + args.flavor + "'");
+    throw std::invalid_argument(
+        "Hugging Face checkpoints (--checkpoint.last-save-in-hf, --checkpoint.initial-load-in-hf) "
+        "cover the dense Llama flavors only, not MoE model '" +
+        args.flavor + "'");
   if (c.initial_load_in_hf && c.initial_load_path.empty())
     throw std::invalid_argument("--checkpoint.initial-load-in-hf needs --checkpoint.initial-load-path");
   return c;
@@ -54,8 +57,12 @@ CheckpointConfig checked(CheckpointConfig c, const std::string& dump_folder, con
 
 TrainState::TrainState(CheckpointConfig config, MeshGroups& groups, int rank, ParallelModel& pm, AdamW& optimizer,
                        DataLoader& loader, RunFacts facts)
-    : checkpointer_(std::move(config), groups, rank), groups_(groups), rank_(rank), optimizer_(optimizer),
-      loader_(loader), facts_(std::move(facts)) {
+    : checkpointer_(std::move(config), groups, rank),
+      groups_(groups),
+      rank_(rank),
+      optimizer_(optimizer),
+      loader_(loader),
+      facts_(std::move(facts)) {
   Transformer& model = pm.model;
   for (const auto& l : pm.buffer_layouts())
     model_state_.push_back({state_keys::model(l.name), &l, model->named_buffers()[l.name]});
@@ -148,10 +155,12 @@ void TrainState::save(int64_t step, int64_t lr_step_offset) {
   nlohmann::json objects = nlohmann::json::object();
   const std::string mesh = groups_.shape.to_string();
   if (rank_ == 0) {
-    objects[state_keys::kTrainState] = {{"step", step}, {"optimizer_steps", optimizer_.steps_taken()},
-                                        {"dp_degree", groups_.shape.dp()}, {"mesh", mesh}};
-    objects[state_keys::kLrScheduler] = {{"step", step - lr_step_offset}, {"warmup_steps", facts_.warmup_steps},
-                                         {"lr", facts_.lr}};
+    objects[state_keys::kTrainState] = {{"step", step},
+                                        {"optimizer_steps", optimizer_.steps_taken()},
+                                        {"dp_degree", groups_.shape.dp()},
+                                        {"mesh", mesh}};
+    objects[state_keys::kLrScheduler] = {
+        {"step", step - lr_step_offset}, {"warmup_steps", facts_.warmup_steps}, {"lr", facts_.lr}};
   }
   // One copy of each data-parallel rank's position.
   if (groups_.coord.tp == 0 && groups_.coord.cp == 0 && groups_.coord.pp == 0)

@@ -34,8 +34,8 @@ struct ModelShapes {
 
 // What the rest of the run needs to know about how it started.
 struct StartPoint {
-  int64_t step = 0;             // the last step already taken
-  int64_t lr_step_offset = 0;   // > 0: the schedule restarts there (lr_scheduler excluded)
+  int64_t step = 0;            // the last step already taken
+  int64_t lr_step_offset = 0;  // > 0: the schedule restarts there (lr_scheduler excluded)
   // The newest (or --checkpoint.load-step) step folder, whether or not it was loaded:
   // it is resumed only with checkpointing on.
   std::optional<int64_t> resume_step;
@@ -43,7 +43,7 @@ struct StartPoint {
 
 // The facts a save records besides the tensors.
 struct RunFacts {
-  int64_t steps = 0;         // the schedule's length: the save after it may be an export
+  int64_t steps = 0;  // the schedule's length: the save after it may be an export
   int64_t warmup_steps = 0;
   double lr = 0;
   std::string model;         // flavor name, for a Hugging Face export's config.json

@@ -34,7 +34,8 @@ Layout parse_layout(const std::string& spec) {
     start = end + 1;
     if (item.empty()) continue;
     const auto eq = item.find('=');
-    if (eq == std::string::npos || eq == 0) throw std::invalid_argument("mesh '" + spec + "': '" + item + "' is not NAME=SIZE");
+    if (eq == std::string::npos || eq == 0)
+      throw std::invalid_argument("mesh '" + spec + "': '" + item + "' is not NAME=SIZE");
     const std::string axis = item.substr(0, eq), value = item.substr(eq + 1);
     size_t used = 0;
     long long size = 0;

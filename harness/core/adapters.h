@@ -22,9 +22,9 @@ namespace meshtest {
 // (`mesh: {dp_shard: 2, tp: 2}` or "dp_shard=2,tp=2"). Which names are allowed is the adapter's.
 struct Layout {
   std::vector<std::pair<std::string, int64_t>> axes;
-  int64_t ranks() const;                  // the product of the sizes
+  int64_t ranks() const;                        // the product of the sizes
   int64_t size(const std::string& axis) const;  // 1 when the layout does not name it
-  std::string to_compact_string() const;  // "dp_shard=2,tp=2": the sizes other than 1
+  std::string to_compact_string() const;        // "dp_shard=2,tp=2": the sizes other than 1
 };
 
 // Reads "a=2,b=3" (sizes >= 1). Throws std::invalid_argument naming the bad part.
@@ -54,7 +54,7 @@ struct ReservedOption {
 struct SimulatedWorld {
   std::string backend;  // what {backend} becomes ("": the run's, as without simulation)
   std::vector<std::pair<std::string, std::string>> env;  // added to every rank's environment
-  std::string python_path;  // put first on every rank's PYTHONPATH ("": none)
+  std::string python_path;                               // put first on every rank's PYTHONPATH ("": none)
 };
 
 // A PyTorch trainer's simulated world: meshtest_sim (sim/), which its ranks' Python loads at

@@ -15,8 +15,7 @@ std::string Expectation::str() const {
 nlohmann::json CheckSpec::to_json() const {
   nlohmann::json values = nlohmann::json::object();
   for (const auto& p : check_signature(kind).params)
-    if (const auto value = p.value_in(params))
-      std::visit([&](const auto& v) { values[p.name] = v; }, *value);
+    if (const auto value = p.value_in(params)) std::visit([&](const auto& v) { values[p.name] = v; }, *value);
   return {{"kind", check_kind_name(kind)}, {"params", values}, {"where", where.str()}};
 }
 
@@ -28,8 +27,10 @@ std::string one_line(const std::string& text, size_t max_chars = 80) {
   std::string out;
   for (char ch : text) {
     const bool space = ch == ' ' || ch == '\n' || ch == '\r' || ch == '\t';
-    if (!space) out += ch;
-    else if (!out.empty() && out.back() != ' ') out += ' ';
+    if (!space)
+      out += ch;
+    else if (!out.empty() && out.back() != ' ')
+      out += ' ';
   }
   while (!out.empty() && out.back() == ' ') out.pop_back();
   return out.size() > max_chars ? out.substr(0, max_chars - 3) + "..." : out;

@@ -18,9 +18,9 @@ namespace meshtest {
 struct Expectation {
   enum Kind { kPass, kXfail, kSkip, kFail };
   Kind kind = kPass;
-  std::string reason;  // xfail / skip
+  std::string reason;                  // xfail / skip
   CheckKind check = CheckKind::kExit;  // fail: the check a canary must trip
-  std::string str() const;  // "pass", "xfail: reason", "skip: reason", "fail: loss_matches"
+  std::string str() const;             // "pass", "xfail: reason", "skip: reason", "fail: loss_matches"
 };
 
 // One check a case declares: its kind and its parameters, defaults filled in (check_kinds.h).
@@ -37,15 +37,15 @@ struct CheckSpec {
 struct Requirement {
   enum Kind { kPython, kCommand, kPythonVersion, kGpus };
   Kind kind = kCommand;
-  std::string text;  // python: the snippet; python_version: the spec as written ("torch>=2.4")
-  std::vector<std::string> argv;  // command: the argv, {matrix_dir} filled
+  std::string text;                     // python: the snippet; python_version: the spec as written ("torch>=2.4")
+  std::vector<std::string> argv;        // command: the argv, {matrix_dir} filled
   std::string interpreter = "python3";  // python, python_version: {matrix_dir} filled
-  std::string module;  // python_version: the module whose __version__ is compared
+  std::string module;                   // python_version: the module whose __version__ is compared
   std::vector<std::pair<std::string, std::string>> constraints;  // python_version: (">=", "2.4"), ...
-  int gpus = 0;             // gpus
-  double timeout_s = 60;    // a probe that runs longer is unmet
-  std::string reason;       // the matrix's words; "" for the default (docs/matrix.md)
-  std::string dir;          // the matrix file's folder: where a probe runs, what relative programs resolve against
+  int gpus = 0;                                                  // gpus
+  double timeout_s = 60;                                         // a probe that runs longer is unmet
+  std::string reason;  // the matrix's words; "" for the default (docs/matrix.md)
+  std::string dir;     // the matrix file's folder: where a probe runs, what relative programs resolve against
   Where where;
   std::string describe() const;  // "python 'import torch'", "command 'sh -c true'", "gpus 2", ...
   nlohmann::json to_json() const;

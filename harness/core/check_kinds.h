@@ -20,20 +20,20 @@ namespace meshtest {
 
 // Every check kind: its enumerator and the name a matrix spells it with, in the order
 // the documentation and the loader's messages list them.
-#define MESHTEST_CHECK_KINDS(X)          \
-  X(kExit, "exit")                       \
-  X(kLossFinite, "loss_finite")          \
-  X(kLossDecreases, "loss_decreases")    \
-  X(kLossMatches, "loss_matches")        \
-  X(kKeysMatch, "keys_match")            \
-  X(kTokensMatch, "tokens_match")        \
-  X(kResumeMatches, "resume_matches")    \
-  X(kReplicasEqual, "replicas_equal")    \
-  X(kParamsMatch, "params_match")        \
-  X(kTensorsMatch, "tensors_match")      \
-  X(kSavedOnce, "saved_once")            \
-  X(kLogContains, "log_contains")        \
-  X(kErrorMatches, "error_matches")      \
+#define MESHTEST_CHECK_KINDS(X)       \
+  X(kExit, "exit")                    \
+  X(kLossFinite, "loss_finite")       \
+  X(kLossDecreases, "loss_decreases") \
+  X(kLossMatches, "loss_matches")     \
+  X(kKeysMatch, "keys_match")         \
+  X(kTokensMatch, "tokens_match")     \
+  X(kResumeMatches, "resume_matches") \
+  X(kReplicasEqual, "replicas_equal") \
+  X(kParamsMatch, "params_match")     \
+  X(kTensorsMatch, "tensors_match")   \
+  X(kSavedOnce, "saved_once")         \
+  X(kLogContains, "log_contains")     \
+  X(kErrorMatches, "error_matches")   \
   X(kDrift, "drift")
 
 enum class CheckKind {
@@ -49,7 +49,7 @@ inline constexpr CheckKind kAllCheckKinds[] = {
 #undef MESHTEST_CHECK_KIND_VALUE
 };
 
-const char* check_kind_name(CheckKind kind);                         // "loss_matches"
+const char* check_kind_name(CheckKind kind);  // "loss_matches"
 // The loader's one look-up by name; after load a check holds its CheckKind.
 std::optional<CheckKind> check_kind_named(const std::string& name);  // none for an unknown name
 std::vector<std::string> check_kind_names();                         // for did-you-mean
@@ -80,9 +80,9 @@ struct CheckParams {
   std::optional<std::string> golden;          // a reference file, relative to the matrix file's folder
   std::optional<double> rtol, atol;
   std::optional<bool> exact;
-  std::optional<double> factor;   // loss_decreases
+  std::optional<double> factor;  // loss_decreases
   std::optional<std::string> metric;
-  std::optional<bool> shapes;     // keys_match
+  std::optional<bool> shapes;  // keys_match
   std::optional<std::string> prefix;
   std::optional<std::string> text;
   std::optional<long long> rank;  // log_contains; none: any rank
@@ -103,8 +103,8 @@ using ParamField = std::variant<std::optional<std::string> CheckParams::*, std::
 // what it judges: a case's check that differs from an inherited one only in these replaces it.
 struct CheckParam {
   template <class T>
-  CheckParam(std::string name, std::optional<T> CheckParams::*field,
-             typename std::optional<T>::value_type by_default, bool strictness = false)
+  CheckParam(std::string name, std::optional<T> CheckParams::*field, typename std::optional<T>::value_type by_default,
+             bool strictness = false)
       : name(std::move(name)), field(field), by_default(ParamValue(by_default)), strictness(strictness) {}
   template <class T>
   CheckParam(std::string name, std::optional<T> CheckParams::*field) : name(std::move(name)), field(field) {}
@@ -128,7 +128,7 @@ struct CheckSignature {
   std::vector<std::string> needs_one_of;  // e.g. a reference: baseline, against or golden
 
   const CheckParam* param(const std::string& name) const;  // nullptr when the kind has none of that name
-  CheckParams defaults() const;  // every parameter at its default
+  CheckParams defaults() const;                            // every parameter at its default
 };
 
 const CheckSignature& check_signature(CheckKind kind);

@@ -18,10 +18,11 @@ namespace {
 
 const std::vector<std::string> kFileKeys = {"suite", "description", "defaults", "cases"};
 // Keys a case and `defaults` share; a case adds name, phases and matrix.
-const std::vector<std::string> kCommonKeys = {"adapter", "command", "model",  "mesh",   "ngpu",     "options",
-                                              "tags",    "timeout", "env",    "expect", "checks",   "duration",
+const std::vector<std::string> kCommonKeys = {"adapter", "command",  "model", "mesh",    "ngpu",   "options",
+                                              "tags",    "timeout",  "env",   "expect",  "checks", "duration",
                                               "outputs", "requires", "drift", "simulate"};
-const std::vector<std::string> kPhaseKeys = {"name", "action", "command", "mesh", "options", "env", "timeout", "outputs"};
+const std::vector<std::string> kPhaseKeys = {"name",    "action", "command", "mesh",
+                                             "options", "env",    "timeout", "outputs"};
 const std::vector<std::string> kLoadTimePlaceholders = {"action", "model", "mesh", "nproc", "phase", "matrix_dir"};
 // Filled when a phase runs; each adapter adds the programs it names ({meshtrain}).
 std::vector<std::string> run_time_placeholders() {
@@ -78,16 +79,17 @@ Phase build_phase(const ReadContext& ctx, const YAML::Node& where_node, const st
     CheckpointSource merged = p.outputs.checkpoint.value_or(CheckpointSource{});
     f.checkpoint.apply_to(merged);
     if (merged.path.empty())
-      ctx.error(f.checkpoint.node, "outputs.checkpoint needs a path (a step folder or a folder of step-<N>): adapter '" +
-                                       adapter->name() + "' names no checkpoint of its own");
+      ctx.error(f.checkpoint.node,
+                "outputs.checkpoint needs a path (a step folder or a folder of step-<N>): adapter '" + adapter->name() +
+                    "' names no checkpoint of its own");
     p.outputs.checkpoint = merged;
   }
   if (f.tokens) p.outputs.tokens = *f.tokens;
   if (p.mesh) {
     p.nproc = static_cast<int>(p.mesh->ranks());
     if (f.ngpu && *f.ngpu != p.nproc)
-      ctx.error(f.ngpu_node, "ngpu " + std::to_string(*f.ngpu) + " disagrees with mesh " +
-                                 p.mesh->to_compact_string() + " (" + std::to_string(p.nproc) + " ranks)");
+      ctx.error(f.ngpu_node, "ngpu " + std::to_string(*f.ngpu) + " disagrees with mesh " + p.mesh->to_compact_string() +
+                                 " (" + std::to_string(p.nproc) + " ranks)");
   } else {
     p.nproc = f.ngpu.value_or(1);
   }
@@ -97,7 +99,9 @@ Phase build_phase(const ReadContext& ctx, const YAML::Node& where_node, const st
                               " (or a command)");
   check_reserved_options(ctx, *adapter, f.options);
   // {matrix_dir}: the matrix file's folder, so a matrix can name files kept beside it.
-  std::map<std::string, std::string> values = {{"action", action}, {"nproc", std::to_string(p.nproc)}, {"phase", name},
+  std::map<std::string, std::string> values = {{"action", action},
+                                               {"nproc", std::to_string(p.nproc)},
+                                               {"phase", name},
                                                {"matrix_dir", std::filesystem::absolute(file).parent_path().string()}};
   if (f.model) values["model"] = *f.model;
   if (resolved) values["mesh"] = resolved->to_compact_string();
@@ -105,7 +109,8 @@ Phase build_phase(const ReadContext& ctx, const YAML::Node& where_node, const st
   // ({case_dir}, {phase_dir}, {backend}, programs) when the phase runs (resolve_argv).
   for (auto& [key, value] : p.env) {
     auto node = f.env_nodes.find(key);
-    value = fill_command(ctx, node != f.env_nodes.end() ? node->second : where_node, {value}, values, "env " + key).front();
+    value =
+        fill_command(ctx, node != f.env_nodes.end() ? node->second : where_node, {value}, values, "env " + key).front();
   }
   const YAML::Node& command_node = f.command ? f.command_node : where_node;
   p.argv = fill_command(ctx, command_node, f.command.value_or(adapter->default_command()), values);
@@ -185,13 +190,15 @@ void check_reads_phases(const ReadContext& ctx, const Case& c, const CheckSpec& 
                                        did_you_mean(*phase, names));
       return;
     }
-    if (std::string(key) == "phase") read.front() = named;
-    else read.push_back(named);
+    if (std::string(key) == "phase")
+      read.front() = named;
+    else
+      read.push_back(named);
   }
   for (const Phase* p : read)
     if (const std::string why = input_problem(check_signature(check.kind).reads, p->outputs, c.adapter); !why.empty()) {
-      ctx.diag->error(check.where, "check " + kind + " cannot judge " + c.id + (c.phases.size() > 1 ? " phase " + p->name : "") +
-                                       ": " + why);
+      ctx.diag->error(check.where, "check " + kind + " cannot judge " + c.id +
+                                       (c.phases.size() > 1 ? " phase " + p->name : "") + ": " + why);
       return;
     }
 }
@@ -223,7 +230,8 @@ std::optional<Case> build_case(const ReadContext& ctx, const YAML::Node& node, c
     ctx.error(*name_node, "case name '" + c.name + "' may hold only letters, digits and _ . , = + - [ ] /");
   // The case's folder is <out>/<suite>/<name with '/' as '_'>: '.' and '..' would be the suite's or --out.
   if (c.name == "." || c.name == "..")
-    ctx.error(*name_node, "case name '" + c.name + "' would name a folder above the case's (<out>/<suite>/" + c.name + ")");
+    ctx.error(*name_node,
+              "case name '" + c.name + "' would name a folder above the case's (<out>/<suite>/" + c.name + ")");
   c.id = suite + "/" + c.name;
 
   Fields f = defaults;
@@ -243,9 +251,11 @@ std::optional<Case> build_case(const ReadContext& ctx, const YAML::Node& node, c
   const TrainerAdapter* adapter = c.trainer_adapter;
   c.simulated = f.simulate.value_or(false);
   if (c.simulated && adapter && !adapter->simulation())
-    ctx.error(f.simulate_node, "adapter '" + c.adapter + "' cannot simulate a world (simulate: true needs a trainer "
-                               "whose ranks can share one device: meshtrain, or a PyTorch trainer through meshtest_sim, "
-                               "whose sim/ folder this meshtest cannot find: set $MESHTEST_SIM_DIR to a checkout's sim/)");
+    ctx.error(f.simulate_node,
+              "adapter '" + c.adapter +
+                  "' cannot simulate a world (simulate: true needs a trainer "
+                  "whose ranks can share one device: meshtrain, or a PyTorch trainer through meshtest_sim, "
+                  "whose sim/ folder this meshtest cannot find: set $MESHTEST_SIM_DIR to a checkout's sim/)");
   if (f.model && adapter) {
     const auto known = adapter->models();
     if (known && std::find(known->begin(), known->end(), *f.model) == known->end())
@@ -311,8 +321,10 @@ std::vector<Case> expand_case(const ReadContext& ctx, const YAML::Node& node, co
   std::vector<std::pair<std::string, std::vector<std::string>>> axes;
   std::vector<Combination> include, exclude;
   for (const auto& [key, value] : m.entries()) {
-    if (key == "include") include = read_combinations(ctx, value, "include");
-    else if (key == "exclude") exclude = read_combinations(ctx, value, "exclude");
+    if (key == "include")
+      include = read_combinations(ctx, value, "include");
+    else if (key == "exclude")
+      exclude = read_combinations(ctx, value, "exclude");
     else if (!value.IsSequence() || value.size() == 0)
       ctx.error(value, "matrix axis '" + key + "' must be a non-empty list of values");
     else if (auto values = read_string_list(ctx, value, "matrix axis " + key))
@@ -403,7 +415,8 @@ Suite load_suite(const YAML::Node& root, const std::string& file) {
   if (auto* n = top.get("suite")) {
     if (auto s = read_string(ctx, *n, "suite")) suite.name = *s;
     static const std::regex suite_syntax("[A-Za-z0-9_.-]+");
-    if (!std::regex_match(suite.name, suite_syntax)) ctx.error(*n, "suite must be a word (letters, digits, _ . -)");
+    if (!std::regex_match(suite.name, suite_syntax))
+      ctx.error(*n, "suite must be a word (letters, digits, _ . -)");
     else if (suite.name == "." || suite.name == "..")
       ctx.error(*n, "suite '" + suite.name + "' would name a folder above --out's suites (<out>/" + suite.name + ")");
   } else {
@@ -433,7 +446,6 @@ Suite load_suite(const YAML::Node& root, const std::string& file) {
 }
 
 }  // namespace
-
 
 std::vector<std::string> Case::baselines() const {
   std::vector<std::string> out;

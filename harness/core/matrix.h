@@ -32,7 +32,7 @@ struct Phase {
 };
 
 struct Case {
-  std::string id;     // "<suite>/<name>", stable across runs
+  std::string id;  // "<suite>/<name>", stable across runs
   std::string suite;
   std::string name;
   std::string file;
@@ -40,16 +40,16 @@ struct Case {
   std::string adapter;  // the trainer adapter that reads this case (core/adapters.h), by name
   // That adapter, resolved once at load (nullptr only for a Case built by hand).
   const TrainerAdapter* trainer_adapter = nullptr;
-  std::string model;    // the adapter's model name, "" when it needs none
-  std::string seed;   // options.seed as written, for reports
-  int ngpu = 1;       // ranks of the widest phase: the GPUs (or CPU slots) it holds, unless simulated
+  std::string model;       // the adapter's model name, "" when it needs none
+  std::string seed;        // options.seed as written, for reports
+  int ngpu = 1;            // ranks of the widest phase: the GPUs (or CPU slots) it holds, unless simulated
   bool simulated = false;  // `simulate: true`: every rank on one GPU, through the adapter's simulated backend
   std::vector<Phase> phases;
   std::vector<std::string> tags;
   Expectation expect;
   std::vector<CheckSpec> checks;
   std::vector<Requirement> requirements;  // `requires:`: the defaults' first, then the case's own
-  double duration_hint_s = 0;  // `duration:` in the YAML, 0 when absent
+  double duration_hint_s = 0;             // `duration:` in the YAML, 0 when absent
   std::vector<std::pair<std::string, std::string>> matrix_values;  // the axes that made it
 
   // GPUs (gpus) or CPU slots it holds: one GPU for a simulated world, else a device per rank.
@@ -78,8 +78,7 @@ void validate_suites(const std::vector<Suite>& suites);
 // entries extend matching combinations or become new ones. Exposed for tests.
 using Combination = std::vector<std::pair<std::string, std::string>>;
 std::vector<Combination> expand_axes(const std::vector<std::pair<std::string, std::vector<std::string>>>& axes,
-                                     const std::vector<Combination>& include,
-                                     const std::vector<Combination>& exclude);
+                                     const std::vector<Combination>& include, const std::vector<Combination>& exclude);
 
 // Values for the run-time placeholders of Phase::argv.
 struct RunPaths {

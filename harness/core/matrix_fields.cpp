@@ -14,7 +14,6 @@ namespace meshtest {
 
 namespace {
 
-
 void set_option(Options& options, const std::string& key, const OptionValue& value) {
   for (auto& [k, v] : options)
     if (k == key) {
@@ -56,7 +55,6 @@ std::optional<Layout> read_mesh(const ReadContext& ctx, const YAML::Node& node) 
 }
 
 }  // namespace
-
 
 // The case's adapter: `adapter:`, else `command` for a case with a command, else the default.
 std::string adapter_name(const Fields& f) {
@@ -127,7 +125,6 @@ void check_reserved_options(const ReadContext& ctx, const TrainerAdapter& adapte
 
 namespace {
 
-
 void read_options(const ReadContext& ctx, const YAML::Node& node, Options& into) {
   MapReader m(ctx, node, "options", {});
   static const std::regex key_syntax("[A-Za-z0-9][A-Za-z0-9._-]*");
@@ -174,8 +171,8 @@ std::optional<Expectation> read_expect(const ReadContext& ctx, const YAML::Node&
   Expectation e;
   if (node.IsScalar()) {
     if (node.Scalar() == "pass") return e;
-    ctx.error(node, "expect must be pass, {xfail: reason}, {skip: reason} or {fail: <check>}, got '" +
-                        node.Scalar() + "'");
+    ctx.error(node,
+              "expect must be pass, {xfail: reason}, {skip: reason} or {fail: <check>}, got '" + node.Scalar() + "'");
     return std::nullopt;
   }
   MapReader m(ctx, node, "expect", {"xfail", "skip", "fail"});
@@ -246,16 +243,28 @@ std::optional<CheckSpec> read_check(const ReadContext& ctx, const YAML::Node& it
     const std::string what = name + "." + p.name;
     switch (p.type()) {
       case ParamType::kString:
-        if (auto s = read_string(ctx, *v, what)) p.set(spec.params, *s); else ok = false;
+        if (auto s = read_string(ctx, *v, what))
+          p.set(spec.params, *s);
+        else
+          ok = false;
         break;
       case ParamType::kNumber:
-        if (auto d = read_number(ctx, *v, what)) p.set(spec.params, *d); else ok = false;
+        if (auto d = read_number(ctx, *v, what))
+          p.set(spec.params, *d);
+        else
+          ok = false;
         break;
       case ParamType::kBool:
-        if (auto b = read_bool(ctx, *v, what)) p.set(spec.params, *b); else ok = false;
+        if (auto b = read_bool(ctx, *v, what))
+          p.set(spec.params, *b);
+        else
+          ok = false;
         break;
       case ParamType::kInt:
-        if (auto i = read_int(ctx, *v, what, 0)) p.set(spec.params, *i); else ok = false;
+        if (auto i = read_int(ctx, *v, what, 0))
+          p.set(spec.params, *i);
+        else
+          ok = false;
         break;
     }
   }
@@ -268,7 +277,8 @@ std::optional<CheckSpec> read_check(const ReadContext& ctx, const YAML::Node& it
 std::optional<std::string> read_output_path(const ReadContext& ctx, const YAML::Node& node, const std::string& what) {
   auto text = read_string(ctx, node, what);
   if (!text) return std::nullopt;
-  const PlaceholderPlace place{what, {}, {"case_dir", "phase_dir"}, {}, "outputs paths take {case_dir} and {phase_dir}"};
+  const PlaceholderPlace place{
+      what, {}, {"case_dir", "phase_dir"}, {}, "outputs paths take {case_dir} and {phase_dir}"};
   bool refused = false;
   fill_placeholders(*text, place, [&](const std::string& message) { ctx.error(node, message), refused = true; });
   if (refused) return std::nullopt;
@@ -290,14 +300,17 @@ std::optional<MetricsSource> read_metrics_source(const ReadContext& ctx, const Y
   const auto kind = metrics_source_kind(*name);
   if (!kind) {
     const std::vector<std::string> names = metrics_source_names();
-    ctx.error(*from, "outputs.metrics.from '" + *name + "' is not one of torchtitan-log, log-pattern, tensorboard, "
-                     "metrics-jsonl" + did_you_mean(*name, names));
+    ctx.error(*from, "outputs.metrics.from '" + *name +
+                         "' is not one of torchtitan-log, log-pattern, tensorboard, "
+                         "metrics-jsonl" +
+                         did_you_mean(*name, names));
     return std::nullopt;
   }
   src.kind = *kind;
   const bool is_log = src.kind == MetricsSource::kTorchtitanLog || src.kind == MetricsSource::kLogPattern;
   const auto only_for = [&](const char* key, bool allowed, const char* sources) {
-    if (m.get(key) && !allowed) ctx.error(*m.get(key), std::string("outputs.metrics.") + key + " applies to " + sources);
+    if (m.get(key) && !allowed)
+      ctx.error(*m.get(key), std::string("outputs.metrics.") + key + " applies to " + sources);
     return m.get(key) && allowed ? m.get(key) : nullptr;
   };
   if (auto* n = only_for("rank", is_log, "log sources (torchtitan-log, log-pattern)"))
@@ -369,7 +382,10 @@ void read_outputs(const ReadContext& ctx, const YAML::Node& node, Fields& f) {
 // runs once, before any case has a folder).
 std::string fill_matrix_dir(const ReadContext& ctx, const YAML::Node& node, const std::string& text,
                             const std::string& what) {
-  const PlaceholderPlace place{what, {{"matrix_dir", std::filesystem::absolute(ctx.file).parent_path().string()}}, {}, {},
+  const PlaceholderPlace place{what,
+                               {{"matrix_dir", std::filesystem::absolute(ctx.file).parent_path().string()}},
+                               {},
+                               {},
                                "a probe takes only {matrix_dir} (it runs once, before any case)"};
   return fill_placeholders(text, place, [&](const std::string& message) { ctx.error(node, message); });
 }
@@ -452,7 +468,8 @@ std::optional<Requirement> read_requirement(const ReadContext& ctx, const YAML::
     }
   }
   if (const YAML::Node* n = m.get("timeout")) {
-    if (r.kind == Requirement::kGpus) ctx.error(*n, "requires.timeout goes with a probe that runs, not gpus");
+    if (r.kind == Requirement::kGpus)
+      ctx.error(*n, "requires.timeout goes with a probe that runs, not gpus");
     else if (auto t = read_number(ctx, *n, "requires.timeout")) {
       if (!(*t > 0)) ctx.error(*n, "requires.timeout must be positive seconds");
       r.timeout_s = *t;
@@ -491,14 +508,15 @@ std::vector<CheckSpec> with_inherited_checks(std::vector<CheckSpec> inherited, c
   for (const auto& c : own) {
     size_t i = 0;
     while (i < replaced.size() && (replaced[i] || !same_judgement(inherited[i], c))) ++i;
-    if (i < replaced.size()) inherited[i] = c, replaced[i] = true;
-    else inherited.push_back(c);
+    if (i < replaced.size())
+      inherited[i] = c, replaced[i] = true;
+    else
+      inherited.push_back(c);
   }
   return inherited;
 }
 
 }  // namespace
-
 
 // Reads the keys a case and `defaults` share into `f`, on top of what it holds.
 void read_common(const ReadContext& ctx, const MapReader& m, Fields& f) {
@@ -556,10 +574,9 @@ void read_common(const ReadContext& ctx, const MapReader& m, Fields& f) {
       f.simulate = n->Scalar() == "true", f.simulate_node.reset(*n);
   }
   if (auto* n = m.get("drift"))  // the key of meshtest 0.x's drift policy, before drift became a check
-    ctx.error(*n, "drift is a check now: to fail a case that left the band of its recent green runs, add drift "
-                  "to its checks (checks: [drift], docs/checks.md); without it, a drift is a note");
-
+    ctx.error(*n,
+              "drift is a check now: to fail a case that left the band of its recent green runs, add drift "
+              "to its checks (checks: [drift], docs/checks.md); without it, a drift is a note");
 }
-
 
 }  // namespace meshtest

@@ -69,12 +69,12 @@ struct Fields {
   std::optional<Expectation> expect;
   std::optional<std::vector<CheckSpec>> checks;
   std::optional<double> duration;
-  std::optional<MetricsSource> metrics;  // outputs.metrics
-  YAML::Node metrics_node, tokens_node;  // where they were written, for `show`
-  CheckpointOverride checkpoint;               // outputs.checkpoint: the keys written, over the adapter's
-  std::optional<std::string> tokens;           // outputs.tokens
-  std::vector<Requirement> requirements;       // requires: a case's entries add to the defaults'
-  std::optional<bool> simulate;                // simulate: true (every rank on one device)
+  std::optional<MetricsSource> metrics;   // outputs.metrics
+  YAML::Node metrics_node, tokens_node;   // where they were written, for `show`
+  CheckpointOverride checkpoint;          // outputs.checkpoint: the keys written, over the adapter's
+  std::optional<std::string> tokens;      // outputs.tokens
+  std::vector<Requirement> requirements;  // requires: a case's entries add to the defaults'
+  std::optional<bool> simulate;           // simulate: true (every rank on one device)
   YAML::Node simulate_node;
 };
 

@@ -52,8 +52,10 @@ std::string CaseOutcome::failing_log() const {
 
 std::string human_seconds(double s) {
   char buf[32];
-  if (s < 60) std::snprintf(buf, sizeof(buf), "%.1f s", s);
-  else std::snprintf(buf, sizeof(buf), "%dm%02ds", static_cast<int>(s) / 60, static_cast<int>(s) % 60);
+  if (s < 60)
+    std::snprintf(buf, sizeof(buf), "%.1f s", s);
+  else
+    std::snprintf(buf, sizeof(buf), "%dm%02ds", static_cast<int>(s) / 60, static_cast<int>(s) % 60);
   return buf;
 }
 

@@ -43,10 +43,10 @@ struct PhaseOutcome {
   std::string name;
   std::vector<std::string> argv;  // exactly what ran
   int nproc = 1;
-  std::string dir;                // the phase's folder: rank<R>.log and the trainer's outputs
-  bool ran = false;               // false: an earlier phase failed, or the run was interrupted
-  int attempts = 0;               // > 1 when MASTER_PORT was lost to another process
-  std::string launch_error;       // the program could not be started
+  std::string dir;           // the phase's folder: rank<R>.log and the trainer's outputs
+  bool ran = false;          // false: an earlier phase failed, or the run was interrupted
+  int attempts = 0;          // > 1 when MASTER_PORT was lost to another process
+  std::string launch_error;  // the program could not be started
   LaunchResult result;
   // (step, loss, grad_norm or NaN) as its outputs say, read once the case is judged; for the report.
   struct Point {
@@ -102,7 +102,7 @@ struct CaseOutcome {
   std::string dir;
   std::vector<int> devices;
   double expected_s = 0;
-  double start_s = 0;     // seconds since the run began
+  double start_s = 0;  // seconds since the run began
   double duration_s = 0;
   std::string timestamp;  // ISO 8601 start time
   std::vector<PhaseOutcome> phases;

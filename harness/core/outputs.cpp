@@ -30,7 +30,9 @@ nlohmann::json outputs_to_json(const Outputs& o) {
   j["tokens"] = o.tokens;
   j["contract_files"] = o.contract_files;
   if (const auto& ck = o.checkpoint) {
-    j["checkpoint"] = {{"path", ck->path}, {"step", ck->step}, {"model_prefix", ck->model_prefix},
+    j["checkpoint"] = {{"path", ck->path},
+                       {"step", ck->step},
+                       {"model_prefix", ck->model_prefix},
                        {"rename", nlohmann::json::array()}};
     for (const auto& [from, to] : ck->rename) j["checkpoint"]["rename"].push_back({from, to});
   }

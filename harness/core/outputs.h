@@ -19,18 +19,18 @@ namespace meshtest {
 struct MetricsSource {
   enum Kind { kJsonl, kTorchtitanLog, kLogPattern, kTensorboard };
   Kind kind = kJsonl;
-  std::string path = "metrics.jsonl";  // jsonl file or tensorboard folder; relative to the phase folder
-  int rank = 0;                        // log sources: whose rank<R>.log
-  std::string pattern;                 // log-pattern: ECMAScript with named groups
+  std::string path = "metrics.jsonl";       // jsonl file or tensorboard folder; relative to the phase folder
+  int rank = 0;                             // log sources: whose rank<R>.log
+  std::string pattern;                      // log-pattern: ECMAScript with named groups
   std::map<std::string, std::string> tags;  // tensorboard: metric name -> tag, over the defaults
-  std::string describe() const;        // "torchtitan log of rank 0", for messages
+  std::string describe() const;             // "torchtitan log of rank 0", for messages
 };
 
 // Where a phase's state-dict keys and tensors come from (`outputs.checkpoint`). Without it,
 // keys come from the phase's state_dict_keys.json (meshtrain's contract file).
 struct CheckpointSource {
-  std::string path;      // a step folder or a folder of step-<N>; relative to the phase folder
-  long long step = -1;   // -1: the newest complete step
+  std::string path;     // a step folder or a folder of step-<N>; relative to the phase folder
+  long long step = -1;  // -1: the newest complete step
   // Keys outside model./optimizer./lr_scheduler/dataloader/train_state get this prefix, so
   // torchtitan's unprefixed model keys compare with meshtrain's `model.<fqn>`.
   std::string model_prefix;

@@ -12,11 +12,11 @@
 namespace meshtest {
 
 struct PlaceholderPlace {
-  std::string what;                                // "command", "env A", "outputs.tokens", "requires.command"
-  std::map<std::string, std::string> now;          // filled at load
-  std::vector<std::string> later;                  // kept as written, filled when the phase runs
-  std::map<std::string, std::string> lacking;      // names this place cannot have, and why ("this phase has no mesh")
-  std::string takes;                               // what the place takes, said when it refuses a name ("" to say nothing)
+  std::string what;                            // "command", "env A", "outputs.tokens", "requires.command"
+  std::map<std::string, std::string> now;      // filled at load
+  std::vector<std::string> later;              // kept as written, filled when the phase runs
+  std::map<std::string, std::string> lacking;  // names this place cannot have, and why ("this phase has no mesh")
+  std::string takes;                           // what the place takes, said when it refuses a name ("" to say nothing)
 };
 
 // `text` with the place's `now` names filled and its `later` ones kept. Every other name is

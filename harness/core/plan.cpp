@@ -21,12 +21,16 @@ namespace {
 // A folder name for a case: its name with anything unusual replaced.
 std::string folder_name(const std::string& name) {
   std::string out;
-  for (char ch : name) out += (std::isalnum(static_cast<unsigned char>(ch)) || std::string("_.,=+-[]").find(ch) != std::string::npos) ? ch : '_';
+  for (char ch : name)
+    out += (std::isalnum(static_cast<unsigned char>(ch)) || std::string("_.,=+-[]").find(ch) != std::string::npos)
+               ? ch
+               : '_';
   return out;
 }
 
 // The case with its folder, commands and expected time; nothing run yet.
-CaseOutcome prepared(const Case& c, const RunOptions& opt, double expected_s, const std::vector<std::pair<std::string, std::string>>& programs) {
+CaseOutcome prepared(const Case& c, const RunOptions& opt, double expected_s,
+                     const std::vector<std::pair<std::string, std::string>>& programs) {
   CaseOutcome o;
   o.spec = &c;
   o.dir = case_folder(opt.out_dir, c);
@@ -87,7 +91,8 @@ Plan plan_run(const std::vector<const Case*>& cases, const RunOptions& opt,
     plan.cases.push_back(prepared(c, opt, h != history.end() ? h->second : estimate_seconds(c), programs));
     // Skipped cases hold no devices; the scheduler still reaches them, in order.
     const bool runs = plan.runs(i);
-    plan.tasks.push_back({runs ? c.devices(on_gpus(opt)) : 0, runs ? plan.cases[i].expected_s : 0.0, c.id, baselines.count(c.id) > 0});
+    plan.tasks.push_back(
+        {runs ? c.devices(on_gpus(opt)) : 0, runs ? plan.cases[i].expected_s : 0.0, c.id, baselines.count(c.id) > 0});
   }
   return plan;
 }
@@ -174,8 +179,9 @@ std::string plan_text(const Plan& plan, const RunOptions& opt) {
   for (size_t i = 0; i < plan.cases.size(); ++i) {
     const CaseOutcome& o = plan.cases[i];
     const std::string simulated = o.spec->simulated ? ", " + std::to_string(o.spec->ngpu) + " ranks simulated" : "";
-    std::snprintf(line, sizeof line, "%s  (%d %s%s, expected %.1f s, %s)\n", o.spec->id.c_str(), o.spec->devices(on_gpus(opt)),
-                  plan.unit.c_str(), simulated.c_str(), plan.tasks[i].expected_s, o.spec->expect.str().c_str());
+    std::snprintf(line, sizeof line, "%s  (%d %s%s, expected %.1f s, %s)\n", o.spec->id.c_str(),
+                  o.spec->devices(on_gpus(opt)), plan.unit.c_str(), simulated.c_str(), plan.tasks[i].expected_s,
+                  o.spec->expect.str().c_str());
     out += line;
     if (!plan.runs(i)) {
       out += "  skipped: " + plan.skip[i] + "\n";

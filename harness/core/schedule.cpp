@@ -37,8 +37,10 @@ void DevicePool::release(const std::vector<int>& ids) {
 Scheduler::Scheduler(std::vector<Task> tasks, int capacity, int max_parallel)
     : tasks_(std::move(tasks)), capacity_(capacity), max_parallel_(max_parallel) {
   for (int i = 0; i < static_cast<int>(tasks_.size()); ++i) {
-    if (tasks_[i].ngpu > capacity_) oversized_.push_back(i);
-    else queue_.push_back(i);
+    if (tasks_[i].ngpu > capacity_)
+      oversized_.push_back(i);
+    else
+      queue_.push_back(i);
   }
   // Longest first; among equals the wider one, then by id so every runner agrees.
   std::stable_sort(queue_.begin(), queue_.end(), [&](int a, int b) {
@@ -67,7 +69,8 @@ std::vector<int> Scheduler::pick(double now, int free_devices, const std::vector
   // The head is blocked: reserve the earliest time enough devices are free for it.
   const Task& head = tasks_[queue_.front()];
   std::vector<Running> by_end = busy;
-  std::sort(by_end.begin(), by_end.end(), [](const Running& a, const Running& b) { return a.expected_end < b.expected_end; });
+  std::sort(by_end.begin(), by_end.end(),
+            [](const Running& a, const Running& b) { return a.expected_end < b.expected_end; });
   int available = free_devices;
   double shadow = now;
   for (const auto& r : by_end) {

@@ -61,7 +61,7 @@ class Scheduler {
 struct Simulation {
   double makespan = 0;
   int peak_devices = 0;
-  std::vector<double> start;             // per task; -1 for oversized
+  std::vector<double> start;              // per task; -1 for oversized
   std::vector<std::vector<int>> devices;  // per task
 };
 Simulation simulate(const std::vector<Task>& tasks, int capacity, int max_parallel = 0);

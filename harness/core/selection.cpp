@@ -96,9 +96,9 @@ nlohmann::json shown_case(const Case& c) {
   auto j = c.to_json();
   const std::string case_dir = case_folder("meshtest-out", c);
   for (size_t i = 0; i < c.phases.size(); ++i)
-    j["phases"][i]["command"] = join_argv(resolve_argv(c.phases[i].argv, {backend_of(c, "gloo"), case_dir,
-                                                                          case_dir + "/" + c.phases[i].name,
-                                                                          trainer_adapters().placeholders()}));
+    j["phases"][i]["command"] =
+        join_argv(resolve_argv(c.phases[i].argv, {backend_of(c, "gloo"), case_dir, case_dir + "/" + c.phases[i].name,
+                                                  trainer_adapters().placeholders()}));
   return j;
 }
 

@@ -77,7 +77,9 @@ std::string junit_type(const Verdict& v) {
   return v.check.empty() ? "Failure" : v.check;
 }
 
-nlohmann::json margin_json(double margin) { return std::isfinite(margin) ? nlohmann::json(margin) : nlohmann::json("inf"); }
+nlohmann::json margin_json(double margin) {
+  return std::isfinite(margin) ? nlohmann::json(margin) : nlohmann::json("inf");
+}
 
 nlohmann::json verdict_to_json(const Verdict& v) {
   nlohmann::json j = {{"kind", verdict_kind_name(v.kind)}, {"message", v.message}};

@@ -213,8 +213,10 @@ std::optional<std::vector<std::string>> read_string_list(const ReadContext& ctx,
   bool ok = true;
   for (const auto& item : node) {
     auto s = read_string(ctx, item, what + " item");
-    if (s) out.push_back(*s);
-    else ok = false;
+    if (s)
+      out.push_back(*s);
+    else
+      ok = false;
   }
   if (!ok) return std::nullopt;
   return out;

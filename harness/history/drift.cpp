@@ -45,9 +45,10 @@ CaseRun case_run_of(const CaseOutcome& o, const std::string& commit) {
 std::string DriftFinding::describe() const {
   const auto slash = curve.find('/');
   char text[400];
-  std::snprintf(text, sizeof text, "%s of phase %s at step %lld: %.9g outside %.9g \xc2\xb1 %.2e (%d green runs, %s..%s)",
-                curve.substr(slash + 1).c_str(), curve.substr(0, slash).c_str(), step, value, center, half_width,
-                reference_runs, oldest_reference_commit.substr(0, 12).c_str(), newest_reference_commit.substr(0, 12).c_str());
+  std::snprintf(
+      text, sizeof text, "%s of phase %s at step %lld: %.9g outside %.9g \xc2\xb1 %.2e (%d green runs, %s..%s)",
+      curve.substr(slash + 1).c_str(), curve.substr(0, slash).c_str(), step, value, center, half_width, reference_runs,
+      oldest_reference_commit.substr(0, 12).c_str(), newest_reference_commit.substr(0, 12).c_str());
   return text;
 }
 
@@ -78,8 +79,8 @@ std::optional<DriftFinding> find_drift(const CaseRun& run, const std::vector<Cas
       for (double v : values) deviations.push_back(std::fabs(v - center));
       const double half = std::max(rule.k * 1.4826 * median(deviations), rule.rel_floor * std::fabs(center));
       if (!(std::fabs(value - center) <= half)) {
-        DriftFinding f{name, step, value, center, half, static_cast<int>(refs.size()), refs.back()->commit,
-                       refs.front()->commit};
+        DriftFinding f{
+            name, step, value, center, half, static_cast<int>(refs.size()), refs.back()->commit, refs.front()->commit};
         return f;
       }
     }
@@ -92,7 +93,7 @@ std::vector<CaseDrift> drifted_cases(const History& history, const DriftRule& ru
   for (const auto& id : history.case_ids()) {
     const auto runs = history.case_runs(id, depth, true);  // newest first
     std::optional<CaseDrift> found;
-    std::vector<CaseRun> before_drift;  // the green runs whose band the first drifted run left
+    std::vector<CaseRun> before_drift;        // the green runs whose band the first drifted run left
     for (size_t i = runs.size(); i-- > 0;) {  // oldest first
       std::vector<CaseRun> earlier(runs.begin() + static_cast<long>(i) + 1, runs.end());
       if (auto f = find_drift(runs[i], earlier, rule)) {

@@ -37,7 +37,8 @@ struct DriftFinding {
   double value = 0, center = 0, half_width = 0;
   int reference_runs = 0;
   std::string oldest_reference_commit, newest_reference_commit;
-  std::string describe() const;  // "loss of phase train at step 7: 4.1234 outside 4.1201 ± 1.2e-06 (8 green runs, abc..def)"
+  std::string describe()
+      const;  // "loss of phase train at step 7: 4.1234 outside 4.1201 ± 1.2e-06 (8 green runs, abc..def)"
 };
 
 // Whether `c` declares a `drift` check: its drift is that check's verdict, not a note.

@@ -226,8 +226,15 @@ bool History::record(const nlohmann::json& summary, const RunIdentity& id) {
       return false;
     }
     Statement(db, "INSERT INTO runs VALUES(?,?,?,?,?,?,?,?)", path_)
-        .bind(1, id.run_id).bind(2, id.commit).bind(3, id.branch).bind(4, id.time).bind(5, id.host)
-        .bind(6, id.launcher).bind(7, id.matrix_hash).bind(8, id.version).run();
+        .bind(1, id.run_id)
+        .bind(2, id.commit)
+        .bind(3, id.branch)
+        .bind(4, id.time)
+        .bind(5, id.host)
+        .bind(6, id.launcher)
+        .bind(7, id.matrix_hash)
+        .bind(8, id.version)
+        .run();
     Statement cases(db, "INSERT OR REPLACE INTO cases VALUES(?,?,?,?,?,?,?,?,?)", path_);
     Statement phases(db, "INSERT OR REPLACE INTO phases VALUES(?,?,?,?)", path_);
     Statement checks(db, "INSERT OR REPLACE INTO checks VALUES(?,?,?,?,?,?,?,?,?,?)", path_);
@@ -240,7 +247,8 @@ bool History::record(const nlohmann::json& summary, const RunIdentity& id) {
       for (const auto& p : c.value("phases", none)) {
         if (!p.is_object()) continue;
         const std::string phase = p.value("name", "");
-        if (p.value("ran", false)) phases.bind(1, id.run_id).bind(2, case_id).bind(3, phase).bind(4, number(p, "duration_s")).run();
+        if (p.value("ran", false))
+          phases.bind(1, id.run_id).bind(2, case_id).bind(3, phase).bind(4, number(p, "duration_s")).run();
         Curve loss, grad_norm;
         for (const auto& point : p.value("curve", none)) {
           if (!point.is_array() || point.size() < 3 || !point[0].is_number()) continue;
@@ -249,25 +257,45 @@ bool History::record(const nlohmann::json& summary, const RunIdentity& id) {
         }
         if (!loss.empty()) final_loss = loss.back().second;
         for (const auto& [metric, curve] : {std::make_pair("loss", &loss), std::make_pair("grad_norm", &grad_norm)})
-          if (!curve->empty()) curves.bind(1, id.run_id).bind(2, case_id).bind(3, phase).bind(4, std::string(metric)).bind(5, pack(*curve)).run();
+          if (!curve->empty())
+            curves.bind(1, id.run_id)
+                .bind(2, case_id)
+                .bind(3, phase)
+                .bind(4, std::string(metric))
+                .bind(5, pack(*curve))
+                .run();
       }
       long long index = 0;
       for (const auto& k : c.value("checks", none)) {
         if (!k.is_object()) continue;
         const auto m = number(k, "margin");
         if (m && k.value("passed", false)) margin = margin ? std::max(*margin, *m) : *m;  // the closest to failing
-        checks.bind(1, id.run_id).bind(2, case_id).bind(3, index++).bind(4, k.value("kind", "")).bind(5, k.value("phase", ""))
-            .bind(6, static_cast<long long>(k.value("passed", false))).bind(7, m)
-            .bind(8, static_cast<long long>(number(k, "step").value_or(-1))).bind(9, number(k, "value")).bind(10, number(k, "reference"))
+        checks.bind(1, id.run_id)
+            .bind(2, case_id)
+            .bind(3, index++)
+            .bind(4, k.value("kind", ""))
+            .bind(5, k.value("phase", ""))
+            .bind(6, static_cast<long long>(k.value("passed", false)))
+            .bind(7, m)
+            .bind(8, static_cast<long long>(number(k, "step").value_or(-1)))
+            .bind(9, number(k, "value"))
+            .bind(10, number(k, "reference"))
             .run();
       }
       const auto attempts = static_cast<long long>(1 + c.value("earlier_attempts", none).size());
       // Drift is a verdict about the history: a case failed by its drift check alone is recorded
       // as it passed (docs/history.md), so its band can follow numbers that moved on purpose.
       const bool drift_alone = c.value("status", "") == "failed" && failed_only_by_drift(c);
-      cases.bind(1, id.run_id).bind(2, case_id).bind(3, id.time).bind(4, drift_alone ? "passed" : c.value("status", ""))
-          .bind(5, static_cast<long long>(drift_alone || c.value("met_expectation", false))).bind(6, attempts)
-          .bind(7, number(c, "duration_s")).bind(8, final_loss).bind(9, margin).run();
+      cases.bind(1, id.run_id)
+          .bind(2, case_id)
+          .bind(3, id.time)
+          .bind(4, drift_alone ? "passed" : c.value("status", ""))
+          .bind(5, static_cast<long long>(drift_alone || c.value("met_expectation", false)))
+          .bind(6, attempts)
+          .bind(7, number(c, "duration_s"))
+          .bind(8, final_loss)
+          .bind(9, margin)
+          .run();
     }
     Statement(db, "COMMIT", path_).run();
     return true;
@@ -289,8 +317,11 @@ int History::merge_from(const std::string& other) {
     added = count.step() ? static_cast<int>(count.integer(0)) : 0;
     const char* tables[] = {"cases", "phases", "checks", "curves"};
     for (const char* t : tables)
-      Statement(db, std::string("INSERT OR IGNORE INTO main.") + t + " SELECT * FROM other." + t +
-                        " WHERE run_id NOT IN (SELECT run_id FROM main.runs)", path_).run();
+      Statement(db,
+                std::string("INSERT OR IGNORE INTO main.") + t + " SELECT * FROM other." + t +
+                    " WHERE run_id NOT IN (SELECT run_id FROM main.runs)",
+                path_)
+          .run();
     Statement(db, "INSERT OR IGNORE INTO main.runs SELECT * FROM other.runs", path_).run();
     Statement(db, "COMMIT", path_).run();
   } catch (...) {
@@ -303,10 +334,11 @@ int History::merge_from(const std::string& other) {
 }
 
 std::vector<CaseRun> History::case_runs(const std::string& case_id, int limit, bool curves) const {
-  Statement q(db_->handle,
-              "SELECT c.run_id, r.commit_sha, r.branch, r.time, c.status, c.met, c.attempts, c.duration_s, c.final_loss, c.margin "
-              "FROM cases c JOIN runs r ON r.run_id = c.run_id WHERE c.case_id = ? ORDER BY c.time DESC, c.run_id DESC LIMIT ?",
-              path_);
+  Statement q(
+      db_->handle,
+      "SELECT c.run_id, r.commit_sha, r.branch, r.time, c.status, c.met, c.attempts, c.duration_s, c.final_loss, c.margin "
+      "FROM cases c JOIN runs r ON r.run_id = c.run_id WHERE c.case_id = ? ORDER BY c.time DESC, c.run_id DESC LIMIT ?",
+      path_);
   q.bind(1, case_id).bind(2, static_cast<long long>(limit));
   std::vector<CaseRun> out;
   while (q.step()) {

@@ -24,11 +24,11 @@ struct HistoryError : std::runtime_error {
 
 // Where and what a run was, beyond its summary.json.
 struct RunIdentity {
-  std::string run_id;       // unique; the summary's "run_id"
-  std::string commit;       // git rev-parse HEAD where the matrix lives, or --commit
+  std::string run_id;  // unique; the summary's "run_id"
+  std::string commit;  // git rev-parse HEAD where the matrix lives, or --commit
   std::string branch;
   std::string host, launcher, matrix_hash, version;
-  double time = 0;          // seconds since the epoch
+  double time = 0;  // seconds since the epoch
 };
 
 using Curve = std::vector<std::pair<long long, double>>;  // (step, value), steps ascending
@@ -37,12 +37,12 @@ using Curve = std::vector<std::pair<long long, double>>;  // (step, value), step
 struct CaseRun {
   std::string run_id, commit, branch;
   double time = 0;
-  std::string status;     // passed, failed, xfailed, ...
-  bool met = false;       // it met its expectation
-  int attempts = 1;       // > 1: it ran again under --retries
+  std::string status;  // passed, failed, xfailed, ...
+  bool met = false;    // it met its expectation
+  int attempts = 1;    // > 1: it ran again under --retries
   double duration_s = 0;
   std::optional<double> final_loss;
-  std::optional<double> margin;  // the smallest check margin (how close to failing)
+  std::optional<double> margin;         // the smallest check margin (how close to failing)
   std::map<std::string, Curve> curves;  // "<phase>/<metric>" -> curve (filled on request)
 };
 

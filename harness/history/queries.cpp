@@ -43,26 +43,40 @@ void case_runs(const History& history, const std::string& db, const HistoryQuery
     std::printf("%-16s  %-12s  %-10s  %-9s  %8s  %11s  %9s  %8s\n", "time (UTC)", "commit", "branch", "verdict",
                 "attempts", "final loss", "margin", "duration");
   for (const auto& r : runs) {
-    out["runs"].push_back({{"run_id", r.run_id}, {"commit", r.commit}, {"branch", r.branch}, {"time", r.time},
-                           {"status", r.status}, {"met", r.met}, {"attempts", r.attempts}, {"duration_s", r.duration_s},
-                           {"final_loss", or_null(r.final_loss)}, {"margin", or_null(r.margin)}});
+    out["runs"].push_back({{"run_id", r.run_id},
+                           {"commit", r.commit},
+                           {"branch", r.branch},
+                           {"time", r.time},
+                           {"status", r.status},
+                           {"met", r.met},
+                           {"attempts", r.attempts},
+                           {"duration_s", r.duration_s},
+                           {"final_loss", or_null(r.final_loss)},
+                           {"margin", or_null(r.margin)}});
     if (!q.json)
-      std::printf("%-16s  %-12s  %-10s  %-9s  %8d  %11s  %9s  %7.1fs\n", when(r.time).c_str(), r.commit.substr(0, 12).c_str(),
-                  r.branch.substr(0, 10).c_str(), r.status.c_str(), r.attempts, number(r.final_loss, "%.6g").c_str(),
-                  number(r.margin, "%.3g").c_str(), r.duration_s);
+      std::printf("%-16s  %-12s  %-10s  %-9s  %8d  %11s  %9s  %7.1fs\n", when(r.time).c_str(),
+                  r.commit.substr(0, 12).c_str(), r.branch.substr(0, 10).c_str(), r.status.c_str(), r.attempts,
+                  number(r.final_loss, "%.6g").c_str(), number(r.margin, "%.3g").c_str(), r.duration_s);
   }
 }
 
 void flaky_cases(const History& history, const HistoryQuery& q, json& out) {
   out["flaky"] = json::array();
   const auto cases = history.flaky(q.last);
-  if (!q.json) std::printf("%zu flaky case%s in their last %d runs\n", cases.size(), cases.size() == 1 ? "" : "s", q.last);
+  if (!q.json)
+    std::printf("%zu flaky case%s in their last %d runs\n", cases.size(), cases.size() == 1 ? "" : "s", q.last);
   for (const auto& f : cases) {
-    out["flaky"].push_back({{"case", f.case_id}, {"runs", f.runs}, {"failed", f.failed}, {"retried", f.retried},
-                            {"rate", f.rate}, {"since_commit", f.since_commit}, {"since_time", f.since_time}});
+    out["flaky"].push_back({{"case", f.case_id},
+                            {"runs", f.runs},
+                            {"failed", f.failed},
+                            {"retried", f.retried},
+                            {"rate", f.rate},
+                            {"since_commit", f.since_commit},
+                            {"since_time", f.since_time}});
     if (!q.json)
       std::printf("  %-40s %5.1f%%  (%d failed, %d passed on a retry, of %d runs) since %s, %s\n", f.case_id.c_str(),
-                  100 * f.rate, f.failed, f.retried, f.runs, f.since_commit.substr(0, 12).c_str(), when(f.since_time).c_str());
+                  100 * f.rate, f.failed, f.retried, f.runs, f.since_commit.substr(0, 12).c_str(),
+                  when(f.since_time).c_str());
   }
 }
 
@@ -70,21 +84,29 @@ void slowest_cases(const History& history, const HistoryQuery& q, json& out) {
   out["slowest"] = json::array();
   if (!q.json) std::printf("slowest cases, median of their last %d runs:\n", q.last);
   for (const auto& c : history.slowest(q.last, 20)) {
-    out["slowest"].push_back({{"case", c.case_id}, {"runs", c.runs}, {"median_s", c.median_s}, {"last_s", c.last_s},
+    out["slowest"].push_back({{"case", c.case_id},
+                              {"runs", c.runs},
+                              {"median_s", c.median_s},
+                              {"last_s", c.last_s},
                               {"first_s", c.first_s}});
     if (!q.json)
-      std::printf("  %-40s %8.1fs median  (last %.1fs, oldest %.1fs, %d runs)\n", c.case_id.c_str(), c.median_s, c.last_s,
-                  c.first_s, c.runs);
+      std::printf("  %-40s %8.1fs median  (last %.1fs, oldest %.1fs, %d runs)\n", c.case_id.c_str(), c.median_s,
+                  c.last_s, c.first_s, c.runs);
   }
 }
 
 void drifting_cases(const History& history, const HistoryQuery& q, json& out) {
   out["drift"] = json::array();
   const auto cases = drifted_cases(history, drift_rule(), q.last);
-  if (!q.json) std::printf("%zu case%s left the band of their green runs\n", cases.size(), cases.size() == 1 ? "" : "s");
+  if (!q.json)
+    std::printf("%zu case%s left the band of their green runs\n", cases.size(), cases.size() == 1 ? "" : "s");
   for (const auto& d : cases) {
-    out["drift"].push_back({{"case", d.case_id}, {"first_commit", d.first.commit}, {"first_time", d.first.time},
-                            {"message", d.finding.describe()}, {"still", d.still}, {"back_in_band", d.back_in_band}});
+    out["drift"].push_back({{"case", d.case_id},
+                            {"first_commit", d.first.commit},
+                            {"first_time", d.first.time},
+                            {"message", d.finding.describe()},
+                            {"still", d.still},
+                            {"back_in_band", d.back_in_band}});
     const char* now = d.back_in_band ? "; the newest run is back in the band it left"
                       : d.still      ? "; the newest run still drifts"
                                      : "; the newest run stays at the moved numbers, now its recent runs' band";

@@ -12,7 +12,7 @@ struct HistoryQuery {
   std::string case_id;  // a case's last runs
   int last = 20;        // runs per case to look at
   bool flaky = false, slowest = false, drift = false;
-  bool json = false;    // one JSON document on stdout instead of tables
+  bool json = false;  // one JSON document on stdout instead of tables
 };
 
 // Answers `q` from database `db`; throws std::runtime_error when there is none or the case has no runs.

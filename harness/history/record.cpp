@@ -17,7 +17,8 @@
 
 namespace meshtest {
 
-void warn_history_unusable(std::FILE* log, const std::string& path, const std::string& what, const std::exception& error) {
+void warn_history_unusable(std::FILE* log, const std::string& path, const std::string& what,
+                           const std::exception& error) {
   static std::mutex mutex;
   static std::set<std::string> warned;
   const std::lock_guard<std::mutex> lock(mutex);
@@ -58,7 +59,8 @@ std::map<std::string, DriftFinding> recorded_drift(const History& history, const
     const auto runs = history.case_runs(c["id"].get<std::string>(), rule.window + 8, true);
     for (size_t i = 0; i < runs.size(); ++i)
       if (runs[i].run_id == run_id) {
-        if (auto f = find_drift(runs[i], std::vector<CaseRun>(runs.begin() + static_cast<long>(i) + 1, runs.end()), rule))
+        if (auto f =
+                find_drift(runs[i], std::vector<CaseRun>(runs.begin() + static_cast<long>(i) + 1, runs.end()), rule))
           drift[c["id"].get<std::string>()] = *f;
         break;
       }
@@ -73,8 +75,13 @@ void add_drift_notes(nlohmann::json& summary, const std::map<std::string, DriftF
     const auto it = drift.find(c["id"].get<std::string>());
     if (it == drift.end()) continue;
     const DriftFinding& f = it->second;
-    c["drift"] = {{"message", "drifted: " + f.describe()}, {"curve", f.curve}, {"step", f.step}, {"value", f.value},
-                  {"center", f.center}, {"half_width", f.half_width}, {"reference_runs", f.reference_runs}};
+    c["drift"] = {{"message", "drifted: " + f.describe()},
+                  {"curve", f.curve},
+                  {"step", f.step},
+                  {"value", f.value},
+                  {"center", f.center},
+                  {"half_width", f.half_width},
+                  {"reference_runs", f.reference_runs}};
   }
 }
 
@@ -88,7 +95,10 @@ void add_history_strips(nlohmann::json& summary, const History& history, int run
       auto list = history.case_runs(c["id"].get<std::string>(), runs);
       nlohmann::json strip = nlohmann::json::array();
       for (auto it = list.rbegin(); it != list.rend(); ++it) {
-        strip.push_back({{"commit", it->commit}, {"status", it->status}, {"time", it->time}, {"duration_s", it->duration_s},
+        strip.push_back({{"commit", it->commit},
+                         {"status", it->status},
+                         {"time", it->time},
+                         {"duration_s", it->duration_s},
                          {"final_loss", it->final_loss ? nlohmann::json(*it->final_loss) : nlohmann::json(nullptr)}});
         if (from.empty() || it->time < from_time) from = it->commit, from_time = it->time;
         if (to.empty() || it->time > to_time) to = it->commit, to_time = it->time;
@@ -106,8 +116,9 @@ std::string new_run_id(const std::string& host) {
   char stamp[32];
   std::strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%S", std::gmtime(&now));
   std::random_device random;
-  const size_t mix = std::hash<std::string>{}(host + std::to_string(::getpid()) + std::to_string(random()) +
-                                             std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()));
+  const size_t mix =
+      std::hash<std::string>{}(host + std::to_string(::getpid()) + std::to_string(random()) +
+                               std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()));
   char id[64];
   std::snprintf(id, sizeof id, "%s-%08zx", stamp, mix & 0xffffffffu);
   return id;

@@ -18,7 +18,8 @@ namespace meshtest {
 // Says on `log`, once per database `path` and process, that the run history could not be used
 // for `what` (later failures of the same database would only repeat it): "meshtest: warning:
 // WHAT: ERROR".
-void warn_history_unusable(std::FILE* log, const std::string& path, const std::string& what, const std::exception& error);
+void warn_history_unusable(std::FILE* log, const std::string& path, const std::string& what,
+                           const std::exception& error);
 
 // What a run was: its summary's run_id, hostname and launcher; the commit and branch from
 // `commit` when given (--commit), else from git in `repo_dir` (the first matrix's folder), else

@@ -86,8 +86,10 @@ void RunHistory::record(nlohmann::json& summary, const std::string& repo_dir, co
   if (!db) return;
   const RunIdentity id = run_identity(summary, commit_, repo_dir, version);
   if (id.commit == "unknown" && log_)
-    std::fprintf(log_, "meshtest: warning: recording this run at commit 'unknown': %s is not in a git checkout, so "
-                       "drift and flaky-since cannot place it among other runs; pass --commit SHA\n", repo_dir.c_str());
+    std::fprintf(log_,
+                 "meshtest: warning: recording this run at commit 'unknown': %s is not in a git checkout, so "
+                 "drift and flaky-since cannot place it among other runs; pass --commit SHA\n",
+                 repo_dir.c_str());
   try {
     db->record(summary, id);
     recorded_run_id_ = id.run_id;

@@ -34,8 +34,9 @@ const PhaseOutcome& phase_or_last(const CaseOutcome& o, const std::optional<std:
 }  // namespace
 
 Target target_of(const CaseOutcome& o, const PhaseOutcome& p, std::string label) {
-  return {p.dir, std::move(label), &p, phase_spec(o, p.name), o.dir,
-          launch_window(o.phases, static_cast<size_t>(&p - o.phases.data()))};
+  return {p.dir, std::move(label),
+          &p,    phase_spec(o, p.name),
+          o.dir, launch_window(o.phases, static_cast<size_t>(&p - o.phases.data()))};
 }
 
 Target subject(const CaseOutcome& o, const CheckSpec& spec) {
@@ -56,7 +57,8 @@ std::optional<Target> reference(const CaseOutcome& o, const CheckSpec& spec, con
     if (!base) throw Failure{"baseline " + id + " was not part of this run", ""};
     if (!base->finished) throw Failure{"baseline " + id + " did not run", ""};
     if (base->status() == Status::kSkipped || base->status() == Status::kCancelled)
-      throw Failure{"baseline " + id + " did not run (" + status_name(base->status()) + ": " + base->reason() + ")", ""};
+      throw Failure{"baseline " + id + " did not run (" + status_name(base->status()) + ": " + base->reason() + ")",
+                    ""};
     const PhaseOutcome& p = phase_or_last(*base, spec.params.baseline_phase);
     if (!p.ran) throw Failure{"baseline " + id + " did not reach phase " + p.name, ""};
     return target_of(*base, p, "baseline " + id + " (phase " + p.name + ")");

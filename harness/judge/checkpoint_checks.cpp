@@ -60,8 +60,9 @@ KeyShapes keys_in_state_dict_keys_json(const std::string& phase_dir) {
 std::string mapped_key(const std::vector<std::pair<std::regex, std::string>>& rename, const std::string& prefix,
                        std::string key, const std::string& where) {
   if (!rename.empty() && key.size() > 4096)
-    throw Failure{where + ": a key of " + std::to_string(key.size()) + " bytes is too long to rename: " +
-                      key.substr(0, 80) + "...", ""};
+    throw Failure{where + ": a key of " + std::to_string(key.size()) +
+                      " bytes is too long to rename: " + key.substr(0, 80) + "...",
+                  ""};
   for (const auto& [pattern, to] : rename) key = std::regex_replace(key, pattern, to);
   return with_model_prefix(key, prefix);
 }
@@ -98,7 +99,8 @@ MappedCheckpoint open_checkpoint(const Target& t, const char* check) {
       auto [it, fresh] = out.tensors.emplace(key, &e);
       if (!fresh)
         throw Failure{t.label + ": outputs.checkpoint maps both '" + it->second->key + "' and '" + e.key + "' to '" +
-                          key + "' in " + out.view.step_dir(), ""};
+                          key + "' in " + out.view.step_dir(),
+                      ""};
     }
     return out;
   } catch (const CheckpointError& e) {
@@ -129,8 +131,10 @@ json checkpoint_param_digest(const Target& t) {
                    {digest::kNumel, values.size()}};
   }
   if (params.empty())
-    throw Failure{t.label + ": its checkpoint " + ck.view.step_dir() + " holds no tensor under model. (outputs.checkpoint's "
-                      "model_prefix maps a trainer's own keys there)", ""};
+    throw Failure{t.label + ": its checkpoint " + ck.view.step_dir() +
+                      " holds no tensor under model. (outputs.checkpoint's "
+                      "model_prefix maps a trainer's own keys there)",
+                  ""};
   return {{files::param_digest::kParams, params}};
 }
 
@@ -156,8 +160,9 @@ KeyShapes read_keys(const Target& t) {
   try {
     return keys_in_state_dict_keys_json(t.dir);
   } catch (const Failure& f) {
-    throw Failure{f.message + " (a trainer that writes no rank0.json: say where its checkpoint is with outputs.checkpoint)",
-                  f.details};
+    throw Failure{
+        f.message + " (a trainer that writes no rank0.json: say where its checkpoint is with outputs.checkpoint)",
+        f.details};
   }
 }
 
@@ -203,12 +208,14 @@ void check_keys_match(const CaseOutcome& o, const CheckSpec& spec, const CheckSo
   // `prefix`: only the keys both trainers save (e.g. model.* when one keeps AdamW's step per tensor).
   const std::string prefix = spec.params.prefix.value();
   for (KeyShapes* keys : {&got, &want})
-    for (auto it = keys->begin(); it != keys->end();) it = it->first.rfind(prefix, 0) == 0 ? std::next(it) : keys->erase(it);
+    for (auto it = keys->begin(); it != keys->end();)
+      it = it->first.rfind(prefix, 0) == 0 ? std::next(it) : keys->erase(it);
   std::vector<std::string> missing, unexpected, reshaped;
   for (const auto& [k, shape] : want)
     if (!got.count(k)) missing.push_back(k);
   for (const auto& [k, shape] : got) {
-    if (!want.count(k)) unexpected.push_back(k);
+    if (!want.count(k))
+      unexpected.push_back(k);
     else if (spec.params.shapes.value() && want.at(k) != shape)
       reshaped.push_back(k + " " + shape + " vs " + want.at(k));
   }
@@ -221,8 +228,10 @@ void check_keys_match(const CaseOutcome& o, const CheckSpec& spec, const CheckSo
   };
   std::string msg = "state-dict keys of " + t.label + " differ from " + ref->label + ":";
   if (!missing.empty()) msg += " missing " + std::to_string(missing.size()) + " (" + list(missing, 3) + ");";
-  if (!unexpected.empty()) msg += " unexpected " + std::to_string(unexpected.size()) + " (" + list(unexpected, 3) + ");";
-  if (!reshaped.empty()) msg += " shape differs for " + std::to_string(reshaped.size()) + " (" + list(reshaped, 2) + ");";
+  if (!unexpected.empty())
+    msg += " unexpected " + std::to_string(unexpected.size()) + " (" + list(unexpected, 3) + ");";
+  if (!reshaped.empty())
+    msg += " shape differs for " + std::to_string(reshaped.size()) + " (" + list(reshaped, 2) + ");";
   msg.pop_back();
   std::string details = "missing (in " + ref->label + ", not in " + t.label + "):\n";
   for (const auto& k : missing) details += "  " + k + "\n";
@@ -250,10 +259,12 @@ void check_tensors_match(const CaseOutcome& o, const CheckSpec& spec, const Chec
     auto it = got.tensors.find(key);
     if (it == got.tensors.end())
       throw Finding{key + " is in " + ref->label + " (" + want.view.step_dir() + ") but not in " + t.label + " (" +
-                        got.view.step_dir() + ")", ""};
+                        got.view.step_dir() + ")",
+                    ""};
     if (it->second->shape != want_entry->shape)
       throw Finding{key + ": shape " + json(it->second->shape).dump() + " in " + t.label + " vs " +
-                        json(want_entry->shape).dump() + " in " + ref->label, ""};
+                        json(want_entry->shape).dump() + " in " + ref->label,
+                    ""};
     const auto on_unequal = [&](const UnequalElement& e) {
       widen_margin(result, e.diff, e.bound);
       if (!e.within) worst.consider(key, want_entry->shape, e, t.label, ref->label, atol, rtol);
@@ -273,11 +284,13 @@ void check_tensors_match(const CaseOutcome& o, const CheckSpec& spec, const Chec
     std::snprintf(row, sizeof(row), "  %-56s max |diff| %.3e%s\n", key.c_str(), compared.max_diff, counted.c_str());
     table += row;
   }
-  if (tensors == 0) throw Failure{ref->label + " has no tensor keys" + (prefix.empty() ? "" : " starting with '" + prefix + "'"), ""};
+  if (tensors == 0)
+    throw Failure{ref->label + " has no tensor keys" + (prefix.empty() ? "" : " starting with '" + prefix + "'"), ""};
   if (!worst.finding) return;
   worst.finding->message += " (" + std::to_string(elements_differing) + " elements in " +
                             std::to_string(tensors_differing) + " of " + std::to_string(tensors) + " tensors differ)";
-  worst.finding->details = t.label + ": " + got.view.step_dir() + "\n" + ref->label + ": " + want.view.step_dir() + "\n" + table;
+  worst.finding->details =
+      t.label + ": " + got.view.step_dir() + "\n" + ref->label + ": " + want.view.step_dir() + "\n" + table;
   throw *worst.finding;
 }
 

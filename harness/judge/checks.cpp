@@ -38,7 +38,8 @@ CheckFn implementation_of(CheckKind kind) {
 
 // Runs one declared check into `r`: a Failure becomes its message and verdict numbers,
 // any other exception (a file of the wrong shape) "malformed output".
-void run_declared(const CaseOutcome& o, const CheckSpec& spec, CheckFn check, const CheckSources& from, CheckResult& r) {
+void run_declared(const CaseOutcome& o, const CheckSpec& spec, CheckFn check, const CheckSources& from,
+                  CheckResult& r) {
   try {
     check(o, spec, from, r);
   } catch (const Failure& f) {

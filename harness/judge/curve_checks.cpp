@@ -29,7 +29,7 @@ namespace {
 struct StepMetrics {
   double loss = 0;
   double grad_norm = 0;
-  bool has_grad_norm = true;  // a trainer may report only the loss
+  bool has_grad_norm = true;              // a trainer may report only the loss
   std::optional<double> validation_loss;  // only on the steps a run validated
 };
 using StepCurve = std::map<long long, StepMetrics>;
@@ -160,7 +160,8 @@ StepCurve read_metrics(const Target& t) {
   const bool from_log = source.kind == MetricsSource::kTorchtitanLog || source.kind == MetricsSource::kLogPattern;
   if (from_log && source.rank >= t.phase->nproc)
     throw Failure{t.label + " has " + std::to_string(t.phase->nproc) + " ranks; outputs.metrics.rank is " +
-                      std::to_string(source.rank), ""};
+                      std::to_string(source.rank),
+                  ""};
   return read_curve(source, t.paths(), t.window);
 }
 
@@ -184,9 +185,9 @@ std::vector<std::pair<long long, double>> points(const StepCurve& c, const std::
 // Compares two curves step by step over the subject's steps. Both curves and the band
 // go into `result`, so a report can draw what was judged.
 // `hint` ends the message when the subject reports no `metric` at all.
-void compare_curves(const StepCurve& got, const StepCurve& want, const std::string& metric, const std::string& got_label,
-                    const std::string& want_label, double rtol, double atol, bool exact, const std::string& hint,
-                    CheckResult& result) {
+void compare_curves(const StepCurve& got, const StepCurve& want, const std::string& metric,
+                    const std::string& got_label, const std::string& want_label, double rtol, double atol, bool exact,
+                    const std::string& hint, CheckResult& result) {
   result.series = {{"subject", got_label, metric, points(got, metric)},
                    {"reference", want_label, metric, points(want, metric)}};
   result.band = std::make_pair(exact ? 0.0 : rtol, exact ? 0.0 : atol);
@@ -200,8 +201,9 @@ void compare_curves(const StepCurve& got, const StepCurve& want, const std::stri
     auto it = want.find(step);
     if (it != want.end() && !metric_value(it->second, metric)) {
       result.margin.reset();
-      throw Finding{got_label + " has " + metric + " at step " + std::to_string(step) + " but " + want_label +
-                        " has none there", ""};
+      throw Finding{
+          got_label + " has " + metric + " at step " + std::to_string(step) + " but " + want_label + " has none there",
+          ""};
     }
     if (it == want.end()) {
       result.margin.reset();  // a missing step is no matter of tolerance
@@ -280,8 +282,8 @@ void check_loss_decreases(const CaseOutcome& o, const CheckSpec& spec, const Che
   result.margin = seen > 0 ? required / seen : INFINITY;
   if (!(last <= factor * first)) {
     Finding f{t.label + ": loss went " + num(first) + " (step " + std::to_string(c.begin()->first) + ") -> " +
-                      num(last) + " (step " + std::to_string(c.rbegin()->first) + "); expected <= " + num(factor) +
-                      " x " + num(first) + " = " + num(factor * first),
+                  num(last) + " (step " + std::to_string(c.rbegin()->first) + "); expected <= " + num(factor) + " x " +
+                  num(first) + " = " + num(factor * first),
               ""};
     f.step = c.rbegin()->first, f.value = last, f.reference = factor * first;
     throw f;
@@ -315,9 +317,9 @@ void check_resume_matches(const CaseOutcome& o, const CheckSpec& spec, const Che
   if (!ref) throw Failure{"resume_matches needs baseline (the uninterrupted run) or against", ""};
   const StepCurve got = read_metrics(t);
   if (got.begin()->first <= 1)
-    throw Finding{t.label + " started at step " + std::to_string(got.begin()->first) +
-                      ": it did not resume from a checkpoint",
-                  ""};
+    throw Finding{
+        t.label + " started at step " + std::to_string(got.begin()->first) + ": it did not resume from a checkpoint",
+        ""};
   compare_curves(got, read_metrics(*ref), "loss", t.label + " (resumed)", ref->label + " (uninterrupted)",
                  spec.params.rtol.value(), spec.params.atol.value(), spec.params.exact.value(), report_hint(o, "loss"),
                  result);

@@ -20,7 +20,10 @@ std::string margin_text(const std::optional<double>& margin) {
   if (!margin) return "";
   if (!std::isfinite(*margin)) return " (margin inf)";
   char buf[48];
-  std::snprintf(buf, sizeof(buf), *margin < 100 ? " (margin %.3gx)" : *margin < 1e6 ? " (margin %.0fx)" : " (margin %.2gx)",
+  std::snprintf(buf, sizeof(buf),
+                *margin < 100   ? " (margin %.3gx)"
+                : *margin < 1e6 ? " (margin %.0fx)"
+                                : " (margin %.2gx)",
                 *margin);
   return buf;
 }
@@ -60,12 +63,13 @@ void judge(CaseOutcome& o) {
     return v;
   };
   switch (e.kind) {
-    case Expectation::kSkip:
-      o.verdict = Verdict::skipped(e.reason);
-      return;
+    case Expectation::kSkip: o.verdict = Verdict::skipped(e.reason); return;
     case Expectation::kPass:
-      if (!first_failed) o.verdict = {VerdictKind::kPassed, ""};
-      else o.verdict = decided_by(*first_failed, first_failed->finding.kind, first_failed->kind + ": " + first_failed->message);
+      if (!first_failed)
+        o.verdict = {VerdictKind::kPassed, ""};
+      else
+        o.verdict =
+            decided_by(*first_failed, first_failed->finding.kind, first_failed->kind + ": " + first_failed->message);
       return;
     case Expectation::kXfail:
       // It must fail, and for the declared reason when log_contains / error_matches say which.
@@ -75,8 +79,9 @@ void judge(CaseOutcome& o) {
                                    failed_message_check->message);
       } else if (unjudged && !first_failed_other) {
         // The run ended well and a check could not look: that proves nothing about the known bug.
-        o.verdict = decided_by(*unjudged, VerdictKind::kXfailedDifferently,
-                               "xfail (" + e.reason + ") could not be judged: " + unjudged->kind + ": " + unjudged->message);
+        o.verdict =
+            decided_by(*unjudged, VerdictKind::kXfailedDifferently,
+                       "xfail (" + e.reason + ") could not be judged: " + unjudged->kind + ": " + unjudged->message);
       } else if (first_failed_other) {
         o.verdict = decided_by(*first_failed_other, VerdictKind::kXfailed,
                                e.reason + " (" + first_failed_other->kind + ": " + first_failed_other->message + ")");

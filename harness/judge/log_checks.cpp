@@ -74,8 +74,9 @@ CheckResult check_exit(const CaseOutcome& o) {
         if (e.signal == SIGTERM || e.signal == SIGKILL) alive += (alive.empty() ? "" : ",") + std::to_string(e.rank);
       v.kind = VerdictKind::kTimedOut;
       v.rank = hung_rank(res);
-      r.message = "phase " + p.name + " " + res.stopped_because + " (ranks still running: " +
-                  (alive.empty() ? "none" : alive) + ")" + (res.killed ? "; SIGKILL after the grace period" : "");
+      r.message = "phase " + p.name + " " + res.stopped_because +
+                  " (ranks still running: " + (alive.empty() ? "none" : alive) + ")" +
+                  (res.killed ? "; SIGKILL after the grace period" : "");
       int behind = -1;
       const std::string late = ranks_not_arrived(p.dir, static_cast<int>(res.exits.size()), &behind);
       if (!late.empty()) r.message += "; " + late, v.rank = behind;

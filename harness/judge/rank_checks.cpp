@@ -35,7 +35,8 @@ std::vector<std::pair<std::string, std::string>> pieces_in_rank_file(const json&
   std::vector<std::pair<std::string, std::string>> out;
   namespace f = rank_file_fields;
   for (const auto& [key, p] : rank_file.at(f::kLocalParams).items()) {
-    const std::string piece = key + " offsets " + p.at(f::kPieceOffsets).dump() + " sizes " + p.at(f::kPieceSizes).dump();
+    const std::string piece =
+        key + " offsets " + p.at(f::kPieceOffsets).dump() + " sizes " + p.at(f::kPieceSizes).dump();
     out.emplace_back(piece, p.at(f::kPieceFnv1a64).dump());
   }
   return out;
@@ -55,7 +56,9 @@ uint64_t tensor_bytes_written(const json& rank_file, const std::string& path) {
 std::vector<long long> checkpoint_steps_saved(const json& rank0) {
   return rank0[rank_file_fields::kCheckpointStepsSaved].get<std::vector<long long>>();
 }
-std::string checkpoint_folder(const json& rank0) { return rank0[rank_file_fields::kCheckpointFolder].get<std::string>(); }
+std::string checkpoint_folder(const json& rank0) {
+  return rank0[rank_file_fields::kCheckpointFolder].get<std::string>();
+}
 std::string checkpoint_step_dir(const std::string& folder, long long step) {
   return folder + "/" + contract::step_folder_name(step);
 }
@@ -80,7 +83,8 @@ std::vector<json> read_rank_files(const Target& t) {
   if (out.empty()) throw Failure{t.label + " left no rank<R>.json files in " + t.dir, ""};
   if (static_cast<int>(out.size()) != t.phase->nproc)
     throw Failure{t.label + " has " + std::to_string(t.phase->nproc) + " ranks but left " + std::to_string(out.size()) +
-                      " rank<R>.json files in " + t.dir, ""};
+                      " rank<R>.json files in " + t.dir,
+                  ""};
   return out;
 }
 
@@ -92,7 +96,8 @@ uint64_t state_bytes(const std::string& step_dir, const std::string& label) {
     for (const auto& e : view.entries()) {
       if (!e.is_tensor) continue;
       const size_t size = dcp::element_size(e.dtype);
-      if (size == 0) throw Failure{label + ": " + e.key + " in " + step_dir + " has dtype '" + e.dtype + "', of unknown size", ""};
+      if (size == 0)
+        throw Failure{label + ": " + e.key + " in " + step_dir + " has dtype '" + e.dtype + "', of unknown size", ""};
       uint64_t numel = 1;
       for (auto d : e.shape) numel *= static_cast<uint64_t>(d);
       bytes += numel * size;
@@ -117,7 +122,8 @@ void check_replicas_equal(const CaseOutcome& o, const CheckSpec& spec, const Che
   std::map<std::string, std::vector<std::pair<int, std::string>>> pieces;
   const std::vector<json> ranks = read_rank_files(t);
   for (size_t r = 0; r < ranks.size(); ++r)
-    for (const auto& [piece, hash] : pieces_in_rank_file(ranks[r])) pieces[piece].emplace_back(static_cast<int>(r), hash);
+    for (const auto& [piece, hash] : pieces_in_rank_file(ranks[r]))
+      pieces[piece].emplace_back(static_cast<int>(r), hash);
   for (const auto& [piece, holders] : pieces)
     for (const auto& [rank, hash] : holders)
       if (hash != holders.front().second)
@@ -175,7 +181,8 @@ void check_params_match(const CaseOutcome& o, const CheckSpec& spec, const Check
 // A trainer without rank files (a DCP trainer) is judged on the checkpoint its outputs name.
 void check_saved_once(const CaseOutcome& o, const CheckSpec& spec, const CheckSources&, CheckResult&) {
   const Target t = subject(o, spec);
-  if (!fs::exists(rank_file_path(t.dir, 0)) && t.spec && t.spec->outputs.checkpoint) return check_checkpoint_stored_once(t);
+  if (!fs::exists(rank_file_path(t.dir, 0)) && t.spec && t.spec->outputs.checkpoint)
+    return check_checkpoint_stored_once(t);
   const std::vector<json> ranks = read_rank_files(t);
   uint64_t written = 0;
   std::string per_rank;
@@ -194,17 +201,19 @@ void check_saved_once(const CaseOutcome& o, const CheckSpec& spec, const CheckSo
     const std::string name = contract::step_folder_name(step);
     if (!fs::exists(fs::path(dir) / contract::kMetadataFile))
       throw Failure{t.label + " saved " + name + " but " + dir +
-                        " is gone (removed by --checkpoint.keep-latest-k or a later phase)", ""};
+                        " is gone (removed by --checkpoint.keep-latest-k or a later phase)",
+                    ""};
     state += state_bytes(dir, t.label);
     steps += (steps.empty() ? "" : ", ") + name;
   }
   if (written == state) return;
   char ratio[32];
   std::snprintf(ratio, sizeof(ratio), "%.3gx", state ? static_cast<double>(written) / static_cast<double>(state) : 0.0);
-  throw Finding{t.label + ": its " + std::to_string(ranks.size()) + " ranks wrote " + std::to_string(written) +
-                    " tensor bytes for " + steps + ", whose tensors hold " + std::to_string(state) + " (" + ratio + "): " +
-                    (written > state ? "some chunk was written by more than one rank" : "some chunk was not written"),
-                per_rank};
+  throw Finding{
+      t.label + ": its " + std::to_string(ranks.size()) + " ranks wrote " + std::to_string(written) +
+          " tensor bytes for " + steps + ", whose tensors hold " + std::to_string(state) + " (" + ratio +
+          "): " + (written > state ? "some chunk was written by more than one rank" : "some chunk was not written"),
+      per_rank};
 }
 
 void check_tokens_match(const CaseOutcome& o, const CheckSpec& spec, const CheckSources& from, CheckResult&) {
@@ -220,7 +229,8 @@ void check_tokens_match(const CaseOutcome& o, const CheckSpec& spec, const Check
   for (size_t i = 0; i < n; ++i)
     if (got[i] != want[i])
       throw Finding{"generated token " + std::to_string(i) + " is " + std::to_string(got[i]) + " in " + t.label +
-                        " vs " + std::to_string(want[i]) + " in " + ref->label + " (prompt '" + a.value("prompt", "") + "')",
+                        " vs " + std::to_string(want[i]) + " in " + ref->label + " (prompt '" + a.value("prompt", "") +
+                        "')",
                     "got:  " + a.value("text", "") + "\nwant: " + b.value("text", "")};
   if (got.size() != want.size())
     throw Finding{t.label + " generated " + std::to_string(got.size()) + " tokens, " + ref->label + " " +

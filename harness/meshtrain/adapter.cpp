@@ -73,7 +73,8 @@ nlohmann::json cached_description(const std::string& binary) {
   const auto mtime = fs::last_write_time(binary, ec).time_since_epoch().count();
   if (ec) return ask_meshtrain(binary);
   const std::string id = binary + "|" + std::to_string(size) + "|" + std::to_string(mtime);
-  const fs::path cache = fs::temp_directory_path(ec) / ("meshtest-describe-" + std::to_string(std::hash<std::string>{}(id)) + ".json");
+  const fs::path cache =
+      fs::temp_directory_path(ec) / ("meshtest-describe-" + std::to_string(std::hash<std::string>{}(id)) + ".json");
   if (std::ifstream in(cache); in) {
     nlohmann::json d = nlohmann::json::parse(in, nullptr, false);
     if (d.is_object() && d.value("binary_id", "") == id && understood(d)) return d;
@@ -95,8 +96,18 @@ class MeshtrainAdapter : public TrainerAdapter {
   std::string name() const override { return "meshtrain"; }
 
   std::vector<std::string> default_command() const override {
-    return {"{meshtrain}",   "{action}",    "--model",             "{model}",    "--mesh", "{mesh}", "--backend",
-            "{backend}",     "--dump-folder", "{phase_dir}", "--checkpoint.folder", "{case_dir}/checkpoint"};
+    return {"{meshtrain}",
+            "{action}",
+            "--model",
+            "{model}",
+            "--mesh",
+            "{mesh}",
+            "--backend",
+            "{backend}",
+            "--dump-folder",
+            "{phase_dir}",
+            "--checkpoint.folder",
+            "{case_dir}/checkpoint"};
   }
 
   std::vector<ReservedOption> reserved_options() const override {
@@ -224,7 +235,8 @@ std::string meshtrain_binary() {
 
 void use_meshtrain_binary(const std::string& path) {
   if (path.empty()) return;
-  const std::string binary = path.find('/') == std::string::npos ? path : fs::absolute(path).lexically_normal().string();
+  const std::string binary =
+      path.find('/') == std::string::npos ? path : fs::absolute(path).lexically_normal().string();
   ::setenv("MESHTEST_MESHTRAIN", binary.c_str(), 1);
 }
 
@@ -233,8 +245,10 @@ void register_meshtrain_adapter(AdapterRegistry& registry) {
     const std::string binary = meshtrain_binary();
     nlohmann::json d = cached_description(binary);
     if (d.is_null())
-      std::fprintf(stderr, "meshtest: note: could not ask %s describe --json; model names and meshes are not "
-                           "checked before launch\n", binary.c_str());
+      std::fprintf(stderr,
+                   "meshtest: note: could not ask %s describe --json; model names and meshes are not "
+                   "checked before launch\n",
+                   binary.c_str());
     return d;
   }));
   registry.set_default("meshtrain");

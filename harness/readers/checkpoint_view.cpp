@@ -46,7 +46,8 @@ void check_exact_coverage(const std::string& where, const std::vector<int64_t>& 
     order.push_back(i);
   }
   if (!shape.empty()) {
-    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return boxes[a].offsets[0] < boxes[b].offsets[0]; });
+    std::sort(order.begin(), order.end(),
+              [&](size_t a, size_t b) { return boxes[a].offsets[0] < boxes[b].offsets[0]; });
     std::vector<size_t> open;
     for (size_t i : order) {
       const int64_t start = boxes[i].offsets[0];
@@ -55,7 +56,8 @@ void check_exact_coverage(const std::string& where, const std::vector<int64_t>& 
                  open.end());
       for (size_t j : open)
         if (overlap(boxes[i], boxes[j]))
-          fail(where + ": chunks at offsets " + dims_text(boxes[j].offsets) + " and " + dims_text(boxes[i].offsets) + " overlap");
+          fail(where + ": chunks at offsets " + dims_text(boxes[j].offsets) + " and " + dims_text(boxes[i].offsets) +
+               " overlap");
       open.push_back(i);
     }
   } else if (order.size() > 1) {
@@ -67,7 +69,8 @@ void check_exact_coverage(const std::string& where, const std::vector<int64_t>& 
 }
 
 // Copies a chunk's row-major values into the row-major global tensor, one innermost run at a time.
-void place(std::vector<double>& global, const std::vector<int64_t>& shape, const Box& box, const std::vector<double>& values) {
+void place(std::vector<double>& global, const std::vector<int64_t>& shape, const Box& box,
+           const std::vector<double>& values) {
   const size_t dims = shape.size();
   if (dims == 0) {
     global[0] = values[0];
@@ -100,7 +103,8 @@ void check_dcp_records_fill_files(const std::string& step_dir, const dcp::Metada
   for (const dcp::Item& item : metadata.items) {
     for (const dcp::Chunk& c : item.chunks)
       if (c.has_record)
-        by_file[c.record.file].push_back({c.record.offset, c.record.length, key_label(item.key) + " chunk at " + dims_text(c.offsets)});
+        by_file[c.record.file].push_back(
+            {c.record.offset, c.record.length, key_label(item.key) + " chunk at " + dims_text(c.offsets)});
     for (const dcp::Record& r : item.records) by_file[r.file].push_back({r.offset, r.length, key_label(item.key)});
   }
   for (auto& [file, placed] : by_file) {
@@ -109,14 +113,17 @@ void check_dcp_records_fill_files(const std::string& step_dir, const dcp::Metada
     uint64_t named = 0;
     for (size_t i = 0; i < placed.size(); ++i) {
       if (i > 0 && placed[i].offset < placed[i - 1].offset + placed[i - 1].length)
-        fail((step_dir + "/" + file) + ": the records of " + placed[i - 1].what + " and " + placed[i].what + " overlap");
+        fail((step_dir + "/" + file) + ": the records of " + placed[i - 1].what + " and " + placed[i].what +
+             " overlap");
       named += placed[i].length;
     }
     const uint64_t size = dcp::FileReader((step_dir + "/" + file)).size();
     if (named != size)
-      fail((step_dir + "/" + file) + " holds " + std::to_string(size) + " bytes but its records name " + std::to_string(named) +
-           (size > named ? " (" + std::to_string(size - named) + " bytes belong to no record: a chunk written twice, whose "
-                                 "other copy .metadata kept)"
+      fail((step_dir + "/" + file) + " holds " + std::to_string(size) + " bytes but its records name " +
+           std::to_string(named) +
+           (size > named ? " (" + std::to_string(size - named) +
+                               " bytes belong to no record: a chunk written twice, whose "
+                               "other copy .metadata kept)"
                          : ""));
   }
   std::error_code ec;
@@ -128,7 +135,6 @@ void check_dcp_records_fill_files(const std::string& step_dir, const dcp::Metada
   }
 }
 
-
 }  // namespace
 
 // What both formats provide: the listing, and each tensor's chunks one at a time.
@@ -136,8 +142,8 @@ struct CheckpointView::Impl {
   std::string step_dir, format;
   std::vector<CheckpointEntry> entries;
   std::vector<std::string> warnings;
-  std::string about;                       // see CheckpointView::about()
-  std::map<std::string, uint64_t> files;   // see CheckpointView::files()
+  std::string about;                      // see CheckpointView::about()
+  std::map<std::string, uint64_t> files;  // see CheckpointView::files()
 
   virtual ~Impl() = default;
   virtual std::vector<Box> boxes(const std::string& key) const = 0;
@@ -196,8 +202,8 @@ class MeshtrainCheckpoint : public CheckpointView::Impl {
     const dcp::FileReader file(path);
     const std::vector<uint8_t> bytes = file.read(0, file.size(), path);
     try {
-      metadata_ = contract::parse_metadata(
-          std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()), path);
+      metadata_ =
+          contract::parse_metadata(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()), path);
     } catch (const contract::CheckpointFormatError& e) {
       fail(e.what());
     }
@@ -209,7 +215,8 @@ class MeshtrainCheckpoint : public CheckpointView::Impl {
       e.key = key;
       e.is_tensor = k.is_tensor();
       if (!k.is_tensor() && !k.is_object())
-        warnings.push_back(path + ": " + key_label(key) + ": unknown kind '" + k.kind + "'; listed as a non-tensor item");
+        warnings.push_back(path + ": " + key_label(key) + ": unknown kind '" + k.kind +
+                           "'; listed as a non-tensor item");
       e.dtype = k.dtype;
       e.shape = k.shape;
       e.chunks = k.chunks.size();
@@ -255,13 +262,15 @@ class MeshtrainCheckpoint : public CheckpointView::Impl {
   }
 
  private:
-  const std::vector<contract::SavedChunk>& chunks(const std::string& key) const { return metadata_.keys.at(key).chunks; }
+  const std::vector<contract::SavedChunk>& chunks(const std::string& key) const {
+    return metadata_.keys.at(key).chunks;
+  }
 
   uint64_t element_bytes(const std::string& key) const {
     const std::string& dtype = metadata_.keys.at(key).dtype;
     if (const int64_t n = contract::dtype_bytes(dtype)) return static_cast<uint64_t>(n);
-    fail(metadata_path() + ": " + key_label(key) + ": dtype " + dtype + " (known: " +
-         std::string(contract::kKnownDtypes) + ")");
+    fail(metadata_path() + ": " + key_label(key) + ": dtype " + dtype +
+         " (known: " + std::string(contract::kKnownDtypes) + ")");
   }
 
   std::string metadata_path() const { return step_dir + "/" + std::string(contract::kMetadataFile); }
@@ -280,7 +289,8 @@ class MeshtrainCheckpoint : public CheckpointView::Impl {
     for (uint64_t i = 0; i < leaves; ++i) {
       const uint64_t at = i * c.leaf_bytes, n = std::min<uint64_t>(c.leaf_bytes, data.size() - at);
       uint64_t want = 0;  // little-endian
-      for (int b = contract::kChecksumBytes - 1; b >= 0; --b) want = (want << 8) | hashes[i * contract::kChecksumBytes + b];
+      for (int b = contract::kChecksumBytes - 1; b >= 0; --b)
+        want = (want << 8) | hashes[i * contract::kChecksumBytes + b];
       if (contract::leaf_checksum(data.data() + at, n) != want)
         fail(label + ": leaf " + std::to_string(i) + " (bytes " + std::to_string(at) + ".." + std::to_string(at + n) +
              ") fails its checksum (damaged data)");
@@ -296,17 +306,20 @@ std::string resolve_step_dir(const std::string& path, long long step) {
   if (fs::exists(fs::path(path) / contract::kMetadataFile, ec)) {
     const auto named = contract::parse_step_folder_name(fs::path(path).lexically_normal().filename().string());
     if (step >= 0 && named && *named != step)
-      fail(path + ": is " + contract::step_folder_name(*named) + ", but step " + std::to_string(step) + " was asked for");
+      fail(path + ": is " + contract::step_folder_name(*named) + ", but step " + std::to_string(step) +
+           " was asked for");
     return path;
   }
   const std::map<int64_t, bool> steps = contract::list_step_folders(path);  // step -> complete
   std::string listing;
-  for (const auto& [n, complete] : steps) listing += (listing.empty() ? "" : ", ") + contract::step_folder_name(n) + (complete ? "" : " (no .metadata)");
+  for (const auto& [n, complete] : steps)
+    listing += (listing.empty() ? "" : ", ") + contract::step_folder_name(n) + (complete ? "" : " (no .metadata)");
   const std::string found = " (found: " + (listing.empty() ? std::string("none") : listing) + ")";
   if (step >= 0) {
     auto it = steps.find(step);
     if (it == steps.end()) fail(path + ": no " + contract::step_folder_name(step) + " folder" + found);
-    if (!it->second) fail(path + "/" + contract::step_folder_name(step) + ": no .metadata (an unfinished or failed save?)");
+    if (!it->second)
+      fail(path + "/" + contract::step_folder_name(step) + ": no .metadata (an unfinished or failed save?)");
     return (fs::path(path) / contract::step_folder_name(step)).string();
   }
   if (const auto latest = contract::latest_complete_step(path))
@@ -350,7 +363,8 @@ const CheckpointEntry* CheckpointView::find(const std::string& key) const {
 
 void CheckpointView::check_stored_once() const {
   for (const auto& e : impl_->entries)
-    if (e.is_tensor) check_exact_coverage(impl_->step_dir + "/.metadata: " + key_label(e.key), e.shape, impl_->boxes(e.key));
+    if (e.is_tensor)
+      check_exact_coverage(impl_->step_dir + "/.metadata: " + key_label(e.key), e.shape, impl_->boxes(e.key));
   impl_->check_records_fill_files();
 }
 

@@ -20,11 +20,11 @@ namespace meshtest {
 
 struct CheckpointEntry {
   std::string key;
-  bool is_tensor = false;       // false: a bytes/object item
-  std::string dtype;            // "float32", "bfloat16", ... ("" for non-tensors)
-  std::vector<int64_t> shape;   // global shape
+  bool is_tensor = false;      // false: a bytes/object item
+  std::string dtype;           // "float32", "bfloat16", ... ("" for non-tensors)
+  std::vector<int64_t> shape;  // global shape
   size_t chunks = 0;
-  uint64_t bytes = 0;           // stored bytes over all chunks/records
+  uint64_t bytes = 0;  // stored bytes over all chunks/records
 };
 
 class CheckpointView {
@@ -35,7 +35,7 @@ class CheckpointView {
   static CheckpointView open(const std::string& path, long long step = -1);
 
   const std::string& step_dir() const;
-  const std::string& format() const;                   // "pytorch-dcp" or "meshtrain"
+  const std::string& format() const;                    // "pytorch-dcp" or "meshtrain"
   const std::vector<CheckpointEntry>& entries() const;  // sorted by key
   const CheckpointEntry* find(const std::string& key) const;
   // The whole global tensor reassembled from its chunks, row-major, as float64. Throws when a
@@ -73,7 +73,7 @@ struct ValueTolerance {
 
 // An element of A not exactly equal to B's (equal infinities are equal; NaN never is).
 struct UnequalElement {
-  size_t index;        // row-major, in the global tensor
+  size_t index;  // row-major, in the global tensor
   double a, b;
   double diff, bound;  // |a - b| and atol + rtol x |b|
   bool within;         // diff <= bound; false for NaN

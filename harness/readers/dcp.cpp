@@ -30,29 +30,39 @@ std::string key_label(const std::string& key) {
 // ---- the globals a DCP folder may name ----------------------------------------------------------
 
 const std::set<std::string>& torch_dtype_names() {
-  static const std::set<std::string> names = {
-      "float32", "float64", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool",
-      "uint16", "uint32", "uint64", "complex32", "complex64", "complex128", "float8_e4m3fn", "float8_e5m2",
-      "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu", "float4_e2m1fn_x2", "qint8", "quint8", "qint32"};
+  static const std::set<std::string> names = {"float32",         "float64",
+                                              "float16",         "bfloat16",
+                                              "int64",           "int32",
+                                              "int16",           "int8",
+                                              "uint8",           "bool",
+                                              "uint16",          "uint32",
+                                              "uint64",          "complex32",
+                                              "complex64",       "complex128",
+                                              "float8_e4m3fn",   "float8_e5m2",
+                                              "float8_e4m3fnuz", "float8_e5m2fnuz",
+                                              "float8_e8m0fnu",  "float4_e2m1fn_x2",
+                                              "qint8",           "quint8",
+                                              "qint32"};
   return names;
 }
 
 bool is_known_global(const Value& g) {
   static const std::set<std::string> dcp_classes = {
-      "Metadata", "TensorStorageMetadata", "BytesStorageMetadata", "TensorProperties", "ChunkStorageMetadata",
-      "MetadataIndex", "_StorageInfo", "StorageMeta", "_MEM_FORMAT_ENCODING"};
-  static const std::set<std::string> torch_names = {
-      "Size", "strided", "sparse_coo", "sparse_csr", "_mkldnn", "contiguous_format", "channels_last",
-      "channels_last_3d", "preserve_format"};
-  if (g.text == "torch")
-    return torch_names.count(g.name) || torch_dtype_names().count(g.name);
+      "Metadata",      "TensorStorageMetadata", "BytesStorageMetadata", "TensorProperties",    "ChunkStorageMetadata",
+      "MetadataIndex", "_StorageInfo",          "StorageMeta",          "_MEM_FORMAT_ENCODING"};
+  static const std::set<std::string> torch_names = {"Size",          "strided",          "sparse_coo",
+                                                    "sparse_csr",    "_mkldnn",          "contiguous_format",
+                                                    "channels_last", "channels_last_3d", "preserve_format"};
+  if (g.text == "torch") return torch_names.count(g.name) || torch_dtype_names().count(g.name);
   if (g.text == "torch.serialization" && g.name == "_get_layout") return true;
   if (g.text == "pathlib") return g.name.size() >= 4 && g.name.compare(g.name.size() - 4, 4, "Path") == 0;
   if (g.text == "collections" && g.name == "OrderedDict") return true;
   // What protocol 2 writes for sets, bytes and plain objects.
-  if ((g.text == "builtins" || g.text == "__builtin__") && (g.name == "set" || g.name == "frozenset" || g.name == "bytearray"))
+  if ((g.text == "builtins" || g.text == "__builtin__") &&
+      (g.name == "set" || g.name == "frozenset" || g.name == "bytearray"))
     return true;
-  if ((g.text == "_codecs" && g.name == "encode") || ((g.text == "copyreg" || g.text == "copy_reg") && g.name == "_reconstructor"))
+  if ((g.text == "_codecs" && g.name == "encode") ||
+      ((g.text == "copyreg" || g.text == "copy_reg") && g.name == "_reconstructor"))
     return true;
   return g.text.rfind("torch.", 0) == 0 && dcp_classes.count(g.name);
 }
@@ -98,7 +108,9 @@ const std::string& as_str(const Value* v, const Where& where, const char* field)
 struct Budget {
   uint64_t left;
   void spend(uint64_t units, const Where& where) {
-    if (units > left) where.fail("expands to more dims, chunks or key bytes than its own bytes can describe (a list or string shared many times?)");
+    if (units > left)
+      where.fail(
+          "expands to more dims, chunks or key bytes than its own bytes can describe (a list or string shared many times?)");
     left -= units;
   }
 };
@@ -187,14 +199,16 @@ std::map<RecordKey, Record> storage_records(const Value* storage_data, const std
     const Value* offset = index->attribute("offset");
     const bool has_offset = offset && !offset->is(Kind::None);
     budget.spend(1 + fqn.size() / 16, at);
-    RecordKey rk{fqn, has_offset, has_offset ? as_dims(offset, at, "MetadataIndex.offset", &budget) : std::vector<int64_t>{}};
+    RecordKey rk{fqn, has_offset,
+                 has_offset ? as_dims(offset, at, "MetadataIndex.offset", &budget) : std::vector<int64_t>{}};
     if (!info->is_instance_of("_StorageInfo")) at.fail("storage info is " + pickle::describe(*info, 2, 80));
     Record r;
     r.file = as_str(info->attribute("relative_path"), at, "relative_path");
     budget.spend(1 + r.file.size() / 16, at);
     const int64_t off = as_int(info->attribute("offset"), at, "offset");
     const int64_t len = as_int(info->attribute("length"), at, "length");
-    if (off < 0 || len < 0) at.fail("record offset " + std::to_string(off) + " or length " + std::to_string(len) + " is negative");
+    if (off < 0 || len < 0)
+      at.fail("record offset " + std::to_string(off) + " or length " + std::to_string(len) + " is negative");
     r.offset = static_cast<uint64_t>(off);
     r.length = static_cast<uint64_t>(len);
     const Value* transforms = info->attribute("transform_descriptors");
@@ -260,7 +274,9 @@ class RecordZip {
 
   // `length` bytes from `from` inside the entry's data; the CRC is checked when that is all of it.
   std::vector<uint8_t> read(const std::string& name, const ZipEntry& e, uint64_t from, uint64_t length) const {
-    if (e.method != 0) fail_("entry '" + name + "' is compressed (method " + std::to_string(e.method) + "); only STORED entries are supported");
+    if (e.method != 0)
+      fail_("entry '" + name + "' is compressed (method " + std::to_string(e.method) +
+            "); only STORED entries are supported");
     if (e.flags & 1) fail_("entry '" + name + "' is encrypted");
     if (from > e.size || length > e.size - from) fail_("entry '" + name + "' is shorter than the tensor needs");
     const std::vector<uint8_t> header = read_range(e.local_offset, 30, "local header of '" + name + "'");
@@ -288,11 +304,13 @@ class RecordZip {
     const uint64_t tail_at = length_ - tail_len;
     const std::vector<uint8_t> tail = read_range(tail_at, tail_len, "end of zip");
     size_t eocd = tail.size() < 22 ? std::string::npos : tail.size() - 22;
-    while (eocd != std::string::npos && le(tail.data() + eocd, 4) != 0x06054b50) eocd = eocd == 0 ? std::string::npos : eocd - 1;
+    while (eocd != std::string::npos && le(tail.data() + eocd, 4) != 0x06054b50)
+      eocd = eocd == 0 ? std::string::npos : eocd - 1;
     if (eocd == std::string::npos) {
       // DCP's SAFETENSORS format starts with an 8-byte header length and a JSON header.
       if (length_ > 9 && read_range(8, 1, "start of record")[0] == '{')
-        fail_("looks like a safetensors record (DCP's SAFETENSORS format), which is not supported: only torch.save records are");
+        fail_(
+            "looks like a safetensors record (DCP's SAFETENSORS format), which is not supported: only torch.save records are");
       fail_("no end-of-central-directory record: not a zip, or a damaged one");
     }
     const uint8_t* e = tail.data() + eocd;
@@ -307,14 +325,17 @@ class RecordZip {
       cd_size = le(z64.data() + 40, 8);
       cd_offset = le(z64.data() + 48, 8);
     }
-    if (count > cd_size / 46) fail_("central directory claims " + std::to_string(count) + " entries in " + std::to_string(cd_size) + " bytes (damaged zip)");
+    if (count > cd_size / 46)
+      fail_("central directory claims " + std::to_string(count) + " entries in " + std::to_string(cd_size) +
+            " bytes (damaged zip)");
     const std::vector<uint8_t> cd = read_range(cd_offset, cd_size, "central directory");
     size_t at = 0;
     for (uint64_t i = 0; i < count; ++i) at = read_cd_entry(cd, at);
   }
 
   size_t read_cd_entry(const std::vector<uint8_t>& cd, size_t at) {
-    if (cd.size() - at < 46 || le(cd.data() + at, 4) != 0x02014b50) fail_("central directory entry has a bad signature (damaged zip)");
+    if (cd.size() - at < 46 || le(cd.data() + at, 4) != 0x02014b50)
+      fail_("central directory entry has a bad signature (damaged zip)");
     const uint8_t* p = cd.data() + at;
     ZipEntry e;
     e.flags = static_cast<uint16_t>(le(p + 8, 2));
@@ -324,7 +345,8 @@ class RecordZip {
     e.size = le(p + 24, 4);
     const size_t name_len = le(p + 28, 2), extra_len = le(p + 30, 2), comment_len = le(p + 32, 2);
     e.local_offset = le(p + 42, 4);
-    if (cd.size() - at - 46 < name_len + extra_len + comment_len) fail_("central directory entry runs past its end (damaged zip)");
+    if (cd.size() - at - 46 < name_len + extra_len + comment_len)
+      fail_("central directory entry runs past its end (damaged zip)");
     std::string name(reinterpret_cast<const char*>(p + 46), name_len);
     apply_zip64_extra(p + 46 + name_len, extra_len, e, name);
     entries_[std::move(name)] = e;
@@ -369,11 +391,19 @@ struct TensorRecord {
 };
 
 std::string storage_dtype(const Value* cls, const Where& where) {
-  static const std::map<std::string, std::string> by_class = {
-      {"FloatStorage", "float32"}, {"DoubleStorage", "float64"}, {"HalfStorage", "float16"},
-      {"BFloat16Storage", "bfloat16"}, {"LongStorage", "int64"}, {"IntStorage", "int32"},
-      {"ShortStorage", "int16"}, {"CharStorage", "int8"}, {"ByteStorage", "uint8"}, {"BoolStorage", "bool"},
-      {"ComplexFloatStorage", "complex64"}, {"ComplexDoubleStorage", "complex128"}, {"UntypedStorage", ""}};
+  static const std::map<std::string, std::string> by_class = {{"FloatStorage", "float32"},
+                                                              {"DoubleStorage", "float64"},
+                                                              {"HalfStorage", "float16"},
+                                                              {"BFloat16Storage", "bfloat16"},
+                                                              {"LongStorage", "int64"},
+                                                              {"IntStorage", "int32"},
+                                                              {"ShortStorage", "int16"},
+                                                              {"CharStorage", "int8"},
+                                                              {"ByteStorage", "uint8"},
+                                                              {"BoolStorage", "bool"},
+                                                              {"ComplexFloatStorage", "complex64"},
+                                                              {"ComplexDoubleStorage", "complex128"},
+                                                              {"UntypedStorage", ""}};
   if (!cls || !cls->is(Kind::Global)) where.fail("data.pkl: the storage type is not a global");
   auto it = by_class.find(cls->name);
   if (it == by_class.end()) where.fail("data.pkl: unsupported storage type " + cls->text + "." + cls->name);
@@ -385,7 +415,8 @@ TensorRecord tensor_record(const pickle::Pickle& p, const Where& where) {
   const Value* args = p.root().args;
   // Parameters and tensor subclasses wrap the plain rebuild call.
   for (int depth = 0; depth < 4 && fn && fn->is(Kind::Global) && fn->name != "_rebuild_tensor_v2"; ++depth) {
-    if (fn->name.rfind("_rebuild_parameter", 0) == 0 && args && !args->items.empty() && args->items[0]->is(Kind::Object)) {
+    if (fn->name.rfind("_rebuild_parameter", 0) == 0 && args && !args->items.empty() &&
+        args->items[0]->is(Kind::Object)) {
       fn = args->items[0]->callable;
       args = args->items[0]->args;
     } else if (fn->name == "_rebuild_from_type_v2" && args && args->items.size() >= 3) {
@@ -399,7 +430,8 @@ TensorRecord tensor_record(const pickle::Pickle& p, const Where& where) {
     where.fail("data.pkl is " + pickle::describe(p.root(), 3, 160) + ", not a torch._utils._rebuild_tensor_v2 call");
   const Value* persid = args->items[0];
   const Value* pid = persid->is(Kind::PersistentId) ? persid->args : nullptr;
-  if (!pid || !pid->is(Kind::Tuple) || pid->items.size() < 5 || !pid->items[0]->is(Kind::Str) || pid->items[0]->text != "storage")
+  if (!pid || !pid->is(Kind::Tuple) || pid->items.size() < 5 || !pid->items[0]->is(Kind::Str) ||
+      pid->items[0]->text != "storage")
     where.fail("data.pkl: the storage is " + pickle::describe(*persid, 3, 120) + ", not persid('storage', ...)");
   TensorRecord r;
   r.storage_dtype = storage_dtype(pid->items[1], where);
@@ -422,7 +454,8 @@ const std::pair<const std::string, ZipEntry>* find_entry(const RecordZip& zip, c
 }
 
 // The element at each position of `r.size`, row-major, from the storage bytes starting at element `first`.
-std::vector<double> gather(const TensorRecord& r, const std::string& dtype, const std::vector<uint8_t>& bytes, int64_t first) {
+std::vector<double> gather(const TensorRecord& r, const std::string& dtype, const std::vector<uint8_t>& bytes,
+                           int64_t first) {
   const size_t esize = element_size(dtype);
   int64_t numel = 1;
   for (int64_t d : r.size) numel *= d;
@@ -461,8 +494,8 @@ std::vector<double> read_elements(const RecordZip& zip, const TensorRecord& r, c
   }
   const uint64_t storage_elements = data->second.size / esize;
   if (static_cast<uint64_t>(last) >= storage_elements)
-    zip.fail_("the tensor reaches element " + std::to_string(last) + " of a storage of " + std::to_string(storage_elements) +
-              " " + dtype + " elements");
+    zip.fail_("the tensor reaches element " + std::to_string(last) + " of a storage of " +
+              std::to_string(storage_elements) + " " + dtype + " elements");
   // Bounded memory: never more output than stored bytes, even for stride-0 (expanded) tensors.
   if (static_cast<uint64_t>(numel) > data->second.size / esize)
     zip.fail_("the tensor has more elements (" + std::to_string(numel) + ") than its storage holds");
@@ -472,12 +505,11 @@ std::vector<double> read_elements(const RecordZip& zip, const TensorRecord& r, c
   return gather(r, dtype, bytes, r.storage_offset);
 }
 
-
 std::string join_path(const std::string& dir, const std::string& file) { return dir + "/" + file; }
 
 void check_relative_path(const std::string& file, const Where& where) {
-  if (file.empty() || file[0] == '/' || file == ".." || file.rfind("../", 0) == 0 || file.find("/../") != std::string::npos ||
-      (file.size() >= 3 && file.compare(file.size() - 3, 3, "/..") == 0))
+  if (file.empty() || file[0] == '/' || file == ".." || file.rfind("../", 0) == 0 ||
+      file.find("/../") != std::string::npos || (file.size() >= 3 && file.compare(file.size() - 3, 3, "/..") == 0))
     where.fail("relative_path '" + file + "' leaves the step folder");
 }
 
@@ -525,7 +557,8 @@ std::vector<uint8_t> FileReader::read(uint64_t offset, uint64_t length, const st
   std::vector<uint8_t> out(static_cast<size_t>(length));
   uint64_t done = 0;
   while (done < length) {
-    const ssize_t n = ::pread(fd_, out.data() + done, static_cast<size_t>(length - done), static_cast<off_t>(offset + done));
+    const ssize_t n =
+        ::pread(fd_, out.data() + done, static_cast<size_t>(length - done), static_cast<off_t>(offset + done));
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) fail(what + ": reading " + path_ + " failed: " + std::strerror(errno));
     if (n == 0) fail(what + ": " + path_ + " ended early (truncated while reading?)");
@@ -536,8 +569,8 @@ std::vector<uint8_t> FileReader::read(uint64_t offset, uint64_t length, const st
 
 size_t element_size(const std::string& dtype) {
   static const std::map<std::string, size_t> sizes = {
-      {"float32", 4}, {"float64", 8}, {"float16", 2}, {"bfloat16", 2}, {"int64", 8}, {"int32", 4},
-      {"int16", 2}, {"int8", 1}, {"uint8", 1}, {"bool", 1}, {"uint16", 2}, {"uint32", 4}, {"uint64", 8}};
+      {"float32", 4}, {"float64", 8}, {"float16", 2}, {"bfloat16", 2}, {"int64", 8},  {"int32", 4}, {"int16", 2},
+      {"int8", 1},    {"uint8", 1},   {"bool", 1},    {"uint16", 2},   {"uint32", 4}, {"uint64", 8}};
   auto it = sizes.find(dtype);
   return it == sizes.end() ? 0 : it->second;
 }
@@ -630,19 +663,23 @@ void check_chunk_records(const std::string& step_dir, const Item& item) {
   std::map<std::string, uint64_t> file_sizes;
   for (const Chunk& c : item.chunks) {
     if (!c.has_record)
-      fail(meta + ": " + key_label(item.key) + ": chunk at offsets " + dims_text(c.offsets) + " has no storage_data record");
+      fail(meta + ": " + key_label(item.key) + ": chunk at offsets " + dims_text(c.offsets) +
+           " has no storage_data record");
     check_relative_path(c.record.file, Where{meta, key_label(item.key)});
     const std::string label = record_label(step_dir, item.key, c.record);
-    if (!c.record.transforms.empty()) fail(label + ": transform_descriptors " + c.record.transforms + " are not supported");
+    if (!c.record.transforms.empty())
+      fail(label + ": transform_descriptors " + c.record.transforms + " are not supported");
     auto it = file_sizes.find(c.record.file);
-    if (it == file_sizes.end()) it = file_sizes.emplace(c.record.file, FileReader(join_path(step_dir, c.record.file)).size()).first;
+    if (it == file_sizes.end())
+      it = file_sizes.emplace(c.record.file, FileReader(join_path(step_dir, c.record.file)).size()).first;
     if (c.record.offset > it->second || c.record.length > it->second - c.record.offset)
       fail(label + " lies beyond the end of the file (size " + std::to_string(it->second) + ")");
     uint64_t needed = 0;
     if (__builtin_mul_overflow(static_cast<uint64_t>(numel_of(c.sizes)), esize, &needed))
       fail(label + ": its " + dims_text(c.sizes) + " " + item.dtype + " chunk is too large to address");
     if (c.record.length < needed)
-      fail(label + " is too short for its " + dims_text(c.sizes) + " " + item.dtype + " chunk (" + std::to_string(needed) + " bytes)");
+      fail(label + " is too short for its " + dims_text(c.sizes) + " " + item.dtype + " chunk (" +
+           std::to_string(needed) + " bytes)");
   }
 }
 
@@ -652,8 +689,8 @@ void check_record_path(const std::string& step_dir, const std::string& file) {
 
 std::vector<double> read_chunk(const std::string& step_dir, const Item& item, const Chunk& chunk) {
   if (!chunk.has_record)
-    fail(join_path(step_dir, ".metadata") + ": " + key_label(item.key) + ": chunk at offsets " + dims_text(chunk.offsets) +
-         " has no storage_data record");
+    fail(join_path(step_dir, ".metadata") + ": " + key_label(item.key) + ": chunk at offsets " +
+         dims_text(chunk.offsets) + " has no storage_data record");
   check_relative_path(chunk.record.file, Where{join_path(step_dir, ".metadata"), key_label(item.key)});
   const std::string label = record_label(step_dir, item.key, chunk.record);
   const FileReader file(join_path(step_dir, chunk.record.file));
@@ -664,7 +701,8 @@ std::vector<double> read_chunk(const std::string& step_dir, const Item& item, co
 
   const auto* pkl = find_entry(zip, "data.pkl");
   if (!pkl) zip.fail_("no data.pkl entry: not a torch.save record");
-  if (pkl->second.size > (64u << 20)) zip.fail_("data.pkl is implausibly large (" + std::to_string(pkl->second.size) + " bytes)");
+  if (pkl->second.size > (64u << 20))
+    zip.fail_("data.pkl is implausibly large (" + std::to_string(pkl->second.size) + " bytes)");
   const std::vector<uint8_t> pkl_bytes = zip.read(pkl->first, pkl->second, 0, pkl->second.size);
   TensorRecord r;
   try {
@@ -678,7 +716,8 @@ std::vector<double> read_chunk(const std::string& step_dir, const Item& item, co
   }
   if (!r.storage_dtype.empty() && r.storage_dtype != item.dtype)
     zip.fail_("holds " + r.storage_dtype + " but .metadata says " + item.dtype);
-  if (r.size != chunk.sizes) zip.fail_("holds a " + dims_text(r.size) + " tensor but .metadata says " + dims_text(chunk.sizes));
+  if (r.size != chunk.sizes)
+    zip.fail_("holds a " + dims_text(r.size) + " tensor but .metadata says " + dims_text(chunk.sizes));
   return read_elements(zip, r, item.dtype);
 }
 

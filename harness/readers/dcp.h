@@ -49,7 +49,7 @@ struct Item {
 };
 
 struct Metadata {
-  std::string version;  // Metadata.version ("1.0.0"), "" when absent
+  std::string version;      // Metadata.version ("1.0.0"), "" when absent
   std::vector<Item> items;  // sorted by key
   std::vector<std::string> warnings;
 };

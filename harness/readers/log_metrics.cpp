@@ -80,8 +80,7 @@ class Warnings {
 };
 
 std::string too_long_message(std::size_t length) {
-  return "line of " + std::to_string(length) + " bytes skipped (longer than " + std::to_string(kMaxLogLineBytes) +
-         ")";
+  return "line of " + std::to_string(length) + " bytes skipped (longer than " + std::to_string(kMaxLogLineBytes) + ")";
 }
 
 // Records each step's metrics, the later line winning whole, with a warning naming both lines.
@@ -350,9 +349,7 @@ class GroupTranslator {
   const std::vector<std::pair<std::string, std::size_t>>& groups() const { return groups_; }
 
  private:
-  [[noreturn]] void fail(const std::string& why) const {
-    throw MetricsError("log pattern '" + in_ + "': " + why);
-  }
+  [[noreturn]] void fail(const std::string& why) const { throw MetricsError("log pattern '" + in_ + "': " + why); }
 
   void escape() {
     if (in_.compare(i_, 3, "\\k<") == 0) {
@@ -578,13 +575,13 @@ MetricSeries parse_torchtitan_log(std::istream& in, const std::string& file, std
     if (rank >= 0 && line_rank >= 0 && line_rank != rank) continue;
     TitanLine titan = read_titan_line(message, reader.number(), warn);
     if (titan.kind == TitanLine::kTraining) training.record(titan.step, std::move(titan.metrics), reader.number());
-    if (titan.kind == TitanLine::kValidation)
-      validation.record(titan.step, std::move(titan.metrics), reader.number());
+    if (titan.kind == TitanLine::kValidation) validation.record(titan.step, std::move(titan.metrics), reader.number());
   }
   MetricSeries series = std::move(training.series());
   for (auto& [step, metrics] : validation.series()) {
     auto& into = series[step];
-    for (auto& [name, value] : metrics) into["validation_" + name] = value;  // "validation_loss", as TensorBoard's and metrics.jsonl's
+    for (auto& [name, value] : metrics)
+      into["validation_" + name] = value;  // "validation_loss", as TensorBoard's and metrics.jsonl's
   }
   warn.finish();
   return series;

@@ -195,13 +195,15 @@ class Unpickler {
   size_t floor() const { return marks_.empty() ? 0 : marks_.back(); }
   void push(Value* v) { stack_.push_back(v); }
   Value* pop() {
-    if (stack_.size() <= floor()) fail("stack underflow: nothing to pop" + std::string(marks_.empty() ? "" : " above the MARK"));
+    if (stack_.size() <= floor())
+      fail("stack underflow: nothing to pop" + std::string(marks_.empty() ? "" : " above the MARK"));
     Value* v = stack_.back();
     stack_.pop_back();
     return v;
   }
   Value* top() {
-    if (stack_.size() <= floor()) fail("stack underflow: the stack is empty" + std::string(marks_.empty() ? "" : " above the MARK"));
+    if (stack_.size() <= floor())
+      fail("stack underflow: the stack is empty" + std::string(marks_.empty() ? "" : " above the MARK"));
     return stack_.back();
   }
   // The items pushed since the last MARK, removing them and the mark.
@@ -252,7 +254,8 @@ class Unpickler {
       case 'S': push(make_text(Kind::Str, decode_quoted(read_line()))); break;
       case 'C': push(make_text(Kind::Bytes, read_string(read_le(1)))); break;
       case 'B': push(make_text(Kind::Bytes, read_string(read_le(4)))); break;
-      case 0x8e: case 0x96: push(make_text(Kind::Bytes, read_string(read_le(8)))); break;
+      case 0x8e:
+      case 0x96: push(make_text(Kind::Bytes, read_string(read_le(8)))); break;
       case 'c': global_text(); break;
       case 0x93: stack_global(); break;
       case 0x94: memo_put(memo_.size()); break;
@@ -286,8 +289,11 @@ class Unpickler {
       case 'b': build(); break;
       case 'Q': persistent_id(pop()); break;
       case 'P': persistent_id(make_text(Kind::Str, read_line())); break;
-      case 0x82: case 0x83: case 0x84: fail("the extension registry (copyreg) is not supported");
-      case 0x97: case 0x98: fail("out-of-band buffers (protocol 5) are not supported");
+      case 0x82:
+      case 0x83:
+      case 0x84: fail("the extension registry (copyreg) is not supported");
+      case 0x97:
+      case 0x98: fail("out-of-band buffers (protocol 5) are not supported");
       default: fail("unknown opcode");
     }
   }
@@ -299,7 +305,8 @@ class Unpickler {
   void frame() {
     const uint64_t n = read_le(8);
     if (n > size_ - pos_)
-      fail("frame of " + std::to_string(n) + " bytes but only " + std::to_string(size_ - pos_) + " are left (truncated?)");
+      fail("frame of " + std::to_string(n) + " bytes but only " + std::to_string(size_ - pos_) +
+           " are left (truncated?)");
   }
   void push_bool(bool b) {
     Value* v = make(Kind::Bool);
@@ -326,7 +333,8 @@ class Unpickler {
     const bool negative = p[n - 1] & 0x80;
     for (uint64_t i = 8; i < n; ++i)
       if (p[i] != (negative ? 0xFF : 0x00)) fail("integer wider than 64 bits (" + std::to_string(n) + " bytes)");
-    if (n > 8 && (((p[7] & 0x80) != 0) != negative)) fail("integer wider than 64 bits (" + std::to_string(n) + " bytes)");
+    if (n > 8 && (((p[7] & 0x80) != 0) != negative))
+      fail("integer wider than 64 bits (" + std::to_string(n) + " bytes)");
     uint64_t v = negative ? ~uint64_t{0} : 0;
     const uint64_t used = n < 8 ? n : 8;
     for (uint64_t i = 0; i < used; ++i) {
@@ -401,10 +409,14 @@ class Unpickler {
       }
       if (++i + 1 > s.size() - 1) fail("STRING ends inside an escape");
       const char e = s[i];
-      if (e == 'n') out += '\n';
-      else if (e == 't') out += '\t';
-      else if (e == 'r') out += '\r';
-      else if (e == '\\' || e == '\'' || e == '"') out += e;
+      if (e == 'n')
+        out += '\n';
+      else if (e == 't')
+        out += '\t';
+      else if (e == 'r')
+        out += '\r';
+      else if (e == '\\' || e == '\'' || e == '"')
+        out += e;
       else if (e == 'x' && i + 2 < s.size() - 1 && hex_digit(s[i + 1]) >= 0 && hex_digit(s[i + 2]) >= 0) {
         out += static_cast<char>(hex_digit(s[i + 1]) * 16 + hex_digit(s[i + 2]));
         i += 2;
@@ -424,7 +436,8 @@ class Unpickler {
     Value* name = pop();
     Value* module = pop();
     if (!name->is(Kind::Str) || !module->is(Kind::Str))
-      fail(std::string("needs two str (module, name), got ") + kind_name(module->kind) + " and " + kind_name(name->kind));
+      fail(std::string("needs two str (module, name), got ") + kind_name(module->kind) + " and " +
+           kind_name(name->kind));
     // The memo could otherwise hand one huge string to every global: copies must stay small.
     if (module->text.size() + name->text.size() > 1024) fail("module and name longer than 1024 bytes");
     push(make_global(module->text, name->text));
@@ -528,7 +541,8 @@ class Unpickler {
   void build() {
     Value* state = pop();
     Value* target = top();
-    if (!target->is(Kind::Object)) fail(std::string("sets the state of a ") + kind_name(target->kind) + ", not an object");
+    if (!target->is(Kind::Object))
+      fail(std::string("sets the state of a ") + kind_name(target->kind) + ", not an object");
     target->state = state;
   }
   void persistent_id(Value* pid) {

@@ -30,18 +30,33 @@ class PickleError : public std::runtime_error {
 // One parsed value. Containers and records point at other values of the same Pickle; pointers
 // may be shared (the memo) and may form cycles, so walk them with a depth bound.
 struct Value {
-  enum class Kind { None, Bool, Int, Float, Str, Bytes, Tuple, List, Dict, Set, FrozenSet, Global, Object, PersistentId };
+  enum class Kind {
+    None,
+    Bool,
+    Int,
+    Float,
+    Str,
+    Bytes,
+    Tuple,
+    List,
+    Dict,
+    Set,
+    FrozenSet,
+    Global,
+    Object,
+    PersistentId
+  };
   Kind kind = Kind::None;
-  int64_t integer = 0;  // Bool (0/1), Int
-  double real = 0;      // Float
-  std::string text;     // Str (UTF-8), Bytes (raw); Global: its module
-  std::string name;     // Global: its name
+  int64_t integer = 0;                                       // Bool (0/1), Int
+  double real = 0;                                           // Float
+  std::string text;                                          // Str (UTF-8), Bytes (raw); Global: its module
+  std::string name;                                          // Global: its name
   std::vector<const Value*> items;                           // Tuple, List, Set; Object: appended items
   std::vector<std::pair<const Value*, const Value*>> pairs;  // Dict (in order); Object: set items
-  const Value* callable = nullptr;  // Object: what was called (usually a Global)
-  const Value* args = nullptr;      // Object: the argument tuple; PersistentId: the pid
-  const Value* kwargs = nullptr;    // Object made by NEWOBJ_EX
-  const Value* state = nullptr;     // Object: what BUILD gave it (a dict, a tuple, ...)
+  const Value* callable = nullptr;                           // Object: what was called (usually a Global)
+  const Value* args = nullptr;                               // Object: the argument tuple; PersistentId: the pid
+  const Value* kwargs = nullptr;                             // Object made by NEWOBJ_EX
+  const Value* state = nullptr;                              // Object: what BUILD gave it (a dict, a tuple, ...)
 
   bool is(Kind k) const { return kind == k; }
   // Object: the Global it was made from, or nullptr.

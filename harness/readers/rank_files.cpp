@@ -113,8 +113,7 @@ std::string ranks_not_arrived(const std::string& dir, int nproc, int* behind) {
 bool lost_port_race(const std::string& log_dir, int nproc) {
   for (int rank = 0; rank < nproc; ++rank) {
     const std::string tail = tail_of_file(rank_log_path(log_dir, rank), 40);
-    if (tail.find("Address already in use") != std::string::npos ||
-        tail.find("EADDRINUSE") != std::string::npos)
+    if (tail.find("Address already in use") != std::string::npos || tail.find("EADDRINUSE") != std::string::npos)
       return true;
   }
   return false;

@@ -131,10 +131,10 @@ double double_from_bits(uint64_t bits) {
 
 double half_from_bits(uint16_t bits) {
   int exponent = (bits >> 10) & 0x1f, mantissa = bits & 0x3ff;
-  double magnitude = exponent == 0    ? std::ldexp(mantissa, -24)
-                     : exponent == 31 ? (mantissa ? std::numeric_limits<double>::quiet_NaN()
-                                                  : std::numeric_limits<double>::infinity())
-                                      : std::ldexp(mantissa + 1024, exponent - 25);
+  double magnitude =
+      exponent == 0    ? std::ldexp(mantissa, -24)
+      : exponent == 31 ? (mantissa ? std::numeric_limits<double>::quiet_NaN() : std::numeric_limits<double>::infinity())
+                       : std::ldexp(mantissa + 1024, exponent - 25);
   return (bits & 0x8000) ? -magnitude : magnitude;
 }
 
@@ -142,8 +142,18 @@ double bfloat16_from_bits(uint16_t bits) { return float_from_bits(uint32_t(bits)
 
 // ---- TensorProto ---------------------------------------------------------------------
 
-enum DataType { kFloat = 1, kDouble = 2, kInt32 = 3, kUint8 = 4, kInt16 = 5, kInt8 = 6, kInt64 = 9,
-                kBfloat16 = 14, kUint16 = 17, kHalf = 19 };
+enum DataType {
+  kFloat = 1,
+  kDouble = 2,
+  kInt32 = 3,
+  kUint8 = 4,
+  kInt16 = 5,
+  kInt8 = 6,
+  kInt64 = 9,
+  kBfloat16 = 14,
+  kUint16 = 17,
+  kHalf = 19
+};
 
 // How many values a repeated field held, and the first (all a scalar needs).
 struct ValueList {
@@ -251,10 +261,16 @@ double decode_element(int dtype, const uint8_t* p) {
 
 size_t element_size(int dtype) {
   switch (dtype) {
-    case kFloat: case kInt32: return 4;
-    case kDouble: case kInt64: return 8;
-    case kInt16: case kUint16: case kHalf: case kBfloat16: return 2;
-    case kInt8: case kUint8: return 1;
+    case kFloat:
+    case kInt32: return 4;
+    case kDouble:
+    case kInt64: return 8;
+    case kInt16:
+    case kUint16:
+    case kHalf:
+    case kBfloat16: return 2;
+    case kInt8:
+    case kUint8: return 1;
     default: return 0;
   }
 }
@@ -265,7 +281,8 @@ const ValueList& values_of(const TensorFields& t) {
     case kFloat: return t.floats;
     case kDouble: return t.doubles;
     case kInt64: return t.int64s;
-    case kHalf: case kBfloat16: return t.halves;
+    case kHalf:
+    case kBfloat16: return t.halves;
     default: return t.ints;
   }
 }
@@ -388,8 +405,8 @@ class SeriesWriter {
   }
   void report(FileWarnings& warnings, const char* where) const {
     if (repeats_ > 0)
-      warnings.add(std::to_string(repeats_) + " (step, metric) pairs written again " + where + " (first: " +
-                   first_repeat_ + "); the later values win");
+      warnings.add(std::to_string(repeats_) + " (step, metric) pairs written again " + where +
+                   " (first: " + first_repeat_ + "); the later values win");
   }
 
  private:
@@ -492,8 +509,10 @@ void parse_events_into(const uint8_t* data, size_t size, const std::string& file
   SeriesWriter writer(series);
   size_t left_out = 0;
   for_each_event(data, size, file, warnings, [&](const EventValues& event) {
-    if (outside(event, window)) left_out += !event.values.empty();
-    else add_event(event, tags, writer, warnings);
+    if (outside(event, window))
+      left_out += !event.values.empty();
+    else
+      add_event(event, tags, writer, warnings);
     return true;
   });
   writer.report(warnings, "in this file");

@@ -107,8 +107,7 @@ struct FinishedPhase {
 
 std::optional<TimeWindow> window_of(const json& phase) {
   const json w = phase.value("metrics_window", json());
-  if (!w.is_object() || !w.value("from", json()).is_number() || !w.value("to", json()).is_number())
-    return std::nullopt;
+  if (!w.is_object() || !w.value("from", json()).is_number() || !w.value("to", json()).is_number()) return std::nullopt;
   return TimeWindow{w["from"].get<double>(), w["to"].get<double>()};
 }
 
@@ -132,8 +131,16 @@ int diff_cases(const std::string& dir, const std::string& a, const std::string& 
   const FinishedPhase pa = finished_phase(*find_case(summary, a), ""), pb = finished_phase(*find_case(summary, b), "");
   const std::string &da = pa.dir, &db = pb.dir;
   std::map<long long, double> la, lb;
-  try { la = read_loss_curve(da, pa.outputs, "loss", pa.window); } catch (const std::exception& e) { std::printf("%s: %s\n", a.c_str(), e.what()); }
-  try { lb = read_loss_curve(db, pb.outputs, "loss", pb.window); } catch (const std::exception& e) { std::printf("%s: %s\n", b.c_str(), e.what()); }
+  try {
+    la = read_loss_curve(da, pa.outputs, "loss", pa.window);
+  } catch (const std::exception& e) {
+    std::printf("%s: %s\n", a.c_str(), e.what());
+  }
+  try {
+    lb = read_loss_curve(db, pb.outputs, "loss", pb.window);
+  } catch (const std::exception& e) {
+    std::printf("%s: %s\n", b.c_str(), e.what());
+  }
   std::set<long long> steps;
   for (const auto& [s, v] : la) steps.insert(s);
   for (const auto& [s, v] : lb) steps.insert(s);
@@ -150,8 +157,10 @@ int diff_cases(const std::string& dir, const std::string& a, const std::string& 
   try {
     const auto ka = read_tensor_keys(da, pa.outputs), kb = read_tensor_keys(db, pb.outputs);
     for (const auto& [k, shape] : ka)
-      if (!kb.count(k)) std::printf("only in A: %s %s\n", k.c_str(), shape.c_str()), ++differ;
-      else if (kb.at(k) != shape) std::printf("shape: %s %s vs %s\n", k.c_str(), shape.c_str(), kb.at(k).c_str()), ++differ;
+      if (!kb.count(k))
+        std::printf("only in A: %s %s\n", k.c_str(), shape.c_str()), ++differ;
+      else if (kb.at(k) != shape)
+        std::printf("shape: %s %s vs %s\n", k.c_str(), shape.c_str(), kb.at(k).c_str()), ++differ;
     for (const auto& [k, shape] : kb)
       if (!ka.count(k)) std::printf("only in B: %s %s\n", k.c_str(), shape.c_str()), ++differ;
   } catch (const std::exception& e) {

@@ -13,7 +13,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "core/outcome.h"  // human_seconds
+#include "core/outcome.h"        // human_seconds
 #include "readers/rank_files.h"  // tail_of_file
 #include "report/html_assets.h"
 #include "report/html_text.h"
@@ -27,11 +27,11 @@ namespace meshtest {
 namespace {
 
 // Caps keep a hostile or huge summary (or a 20 MB binary log) from bloating the page.
-constexpr size_t kTextCap = 16 * 1024;        // messages and check details
+constexpr size_t kTextCap = 16 * 1024;  // messages and check details
 constexpr size_t kReproCap = 4096;
-constexpr size_t kLogReadBytes = 64 * 1024;   // read from the end of a log, at most
-constexpr size_t kLogShownCap = 32 * 1024;    // shown of those, at most
-constexpr int kMaxRankLinks = 256;            // per phase
+constexpr size_t kLogReadBytes = 64 * 1024;  // read from the end of a log, at most
+constexpr size_t kLogShownCap = 32 * 1024;   // shown of those, at most
+constexpr int kMaxRankLinks = 256;           // per phase
 constexpr size_t kMaxAttentionLinks = 200;
 
 // A list as "a, b": tags, matrices, device numbers.
@@ -40,8 +40,10 @@ std::string joined(const std::vector<T>& items) {
   std::string out;
   for (const auto& item : items) {
     if (!out.empty()) out += ", ";
-    if constexpr (std::is_arithmetic_v<T>) out += std::to_string(item);
-    else out += item;
+    if constexpr (std::is_arithmetic_v<T>)
+      out += std::to_string(item);
+    else
+      out += item;
   }
   return out;
 }
@@ -88,8 +90,8 @@ std::string colour_class(const CaseView& c) {
 
 // Context shared by the sections of one page.
 struct Page {
-  fs::path base;                           // the report's folder, for relative links
-  std::map<std::string, int> tag_index;    // tag → its number in the filter (t0, t1, ...)
+  fs::path base;                         // the report's folder, for relative links
+  std::map<std::string, int> tag_index;  // tag → its number in the filter (t0, t1, ...)
 };
 
 std::string tag_tokens(const CaseView& c, const Page& page) {
@@ -100,8 +102,8 @@ std::string tag_tokens(const CaseView& c, const Page& page) {
 
 // The attributes the filters read; every filterable element (section, chip) carries them.
 std::string filter_attrs(const CaseView& c, const Page& page) {
-  return " data-status=\"" + status_token(c) + "\" data-met=\"" + (c.met_expectation ? "1" : "0") +
-         "\" data-tags=\"" + tag_tokens(c, page) + "\"";
+  return " data-status=\"" + status_token(c) + "\" data-met=\"" + (c.met_expectation ? "1" : "0") + "\" data-tags=\"" +
+         tag_tokens(c, page) + "\"";
 }
 
 std::string badge(const CaseView& c) {
@@ -136,7 +138,8 @@ std::string history_strip(const CaseView& c) {
   std::string cells;
   for (const auto& h : c.history) {
     const std::string loss = h.final_loss ? float_text(*h.final_loss) : "-";
-    const std::string tip = h.commit.substr(0, 12) + ": " + h.status + ", final loss " + loss + ", " + human_seconds(h.duration_s);
+    const std::string tip =
+        h.commit.substr(0, 12) + ": " + h.status + ", final loss " + loss + ", " + human_seconds(h.duration_s);
     cells += "<span class=\"hist k-" + esc(h.status, 32) + "\" title=\"" + esc(tip) + "\"></span>";
   }
   const auto& last = c.history.back();
@@ -151,8 +154,8 @@ std::string history_strip(const CaseView& c) {
 // The facts a person checks first: verdict, expectation, layout, time, where it came from.
 std::string facts(const CaseView& c) {
   std::string out = "<dl class=\"facts\">";
-  out += dl_row("verdict", "<b>" + esc(c.verdict.kind, 64) + "</b><div class=\"msg\">" + esc(c.verdict.message, kTextCap) +
-                               "</div>");
+  out += dl_row("verdict", "<b>" + esc(c.verdict.kind, 64) + "</b><div class=\"msg\">" +
+                               esc(c.verdict.message, kTextCap) + "</div>");
   const std::string where = verdict_place(c.verdict);
   if (!where.empty()) out += dl_row("where", where);
   out += dl_row("expect", esc(c.expect));
@@ -166,8 +169,8 @@ std::string facts(const CaseView& c) {
     out += dl_row("world", "<b>simulated</b>: " + std::to_string(c.ngpu) +
                                " ranks on one device, collectives through shared memory in rank order (proves the "
                                "layout's numerics, not NCCL's streams, overlap or timeouts)");
-  const std::pair<const char*, std::string> more[] = {{"model", c.model}, {"seed", c.seed},  {"tags", joined(c.tags)},
-                                                      {"file", c.file},   {"dir", c.dir},    {"timestamp", c.timestamp}};
+  const std::pair<const char*, std::string> more[] = {{"model", c.model}, {"seed", c.seed}, {"tags", joined(c.tags)},
+                                                      {"file", c.file},   {"dir", c.dir},   {"timestamp", c.timestamp}};
   for (const auto& [key, value] : more)
     if (!value.empty()) out += dl_row(key, esc(value, kTextCap));
   if (!c.drift.empty()) out += dl_row("drift", "<b class=\"drift\">" + esc(c.drift, kTextCap) + "</b>");
@@ -182,16 +185,15 @@ std::string repro(const CaseView& c, size_t index) {
          "</code> <button type=\"button\" class=\"copy\" data-for=\"" + id + "\" hidden>Copy</button></div>";
 }
 
-
 std::string checks_table(const CaseView& c) {
   if (c.checks.empty()) return "";
-  std::string out = "<table class=\"checks\"><tr><th>check</th><th>result</th><th>phase</th><th>step</th><th>message</th></tr>";
+  std::string out =
+      "<table class=\"checks\"><tr><th>check</th><th>result</th><th>phase</th><th>step</th><th>message</th></tr>";
   for (const auto& k : c.checks) {
     const std::string result = !k.judged ? "not judged" : k.passed ? "passed" : "failed";
     out += "<tr class=\"r-" + (k.judged ? result : std::string("not-judged")) + "\"><td>" + esc(k.kind, 64) +
-           "</td><td>" + result + "</td><td>" + esc(k.phase) + "</td><td>" +
-           (k.step ? std::to_string(*k.step) : "") + "</td><td><div class=\"msg\">" + esc(k.message, kTextCap) +
-           "</div>";
+           "</td><td>" + result + "</td><td>" + esc(k.phase) + "</td><td>" + (k.step ? std::to_string(*k.step) : "") +
+           "</td><td><div class=\"msg\">" + esc(k.message, kTextCap) + "</div>";
     if (!k.details.empty()) out += "<pre>" + esc(k.details, kTextCap) + "</pre>";
     out += "</td></tr>";
   }
@@ -256,8 +258,8 @@ std::string earlier_attempts(const CaseView& c) {
 std::string log_tail(const CaseView& c, const Page& page) {
   const std::string& path = c.failing_log;
   if (path.empty()) return "";
-  const std::string title = "<h4>Last " + std::to_string(kLogTailLines) + " lines of <a href=\"" + file_href(path, page.base) +
-                            "\">" + esc(path) + "</a></h4>";
+  const std::string title = "<h4>Last " + std::to_string(kLogTailLines) + " lines of <a href=\"" +
+                            file_href(path, page.base) + "\">" + esc(path) + "</a></h4>";
   std::error_code ec;
   if (!fs::is_regular_file(path, ec))
     return title + "<p class=\"gone\">The log is gone (its folder was removed or moved since the run).</p>";
@@ -270,10 +272,10 @@ std::string case_section(const CaseView& c, size_t index, const Page& page) {
                     filter_attrs(c, page) + (missed ? " open" : "") + ">";
   out += "<summary>" + badge(c) + " <span class=\"case-id\">" + esc(c.id) + "</span> <span class=\"kind\">" +
          esc(c.verdict.kind, 64) + "</span>" + (missed ? " <span class=\"missed\">missed expectation</span>" : "") +
-         (c.drift.empty() ? "" : " <span class=\"drift\">drifted</span>") + " <span class=\"reason\">" +
-         esc(c.reason) + "</span></summary><div class=\"body\">";
-  out += facts(c) + repro(c, index) + case_charts_html(c) + checks_table(c) + phases_table(c, page) + earlier_attempts(c) +
-         log_tail(c, page);
+         (c.drift.empty() ? "" : " <span class=\"drift\">drifted</span>") + " <span class=\"reason\">" + esc(c.reason) +
+         "</span></summary><div class=\"body\">";
+  out += facts(c) + repro(c, index) + case_charts_html(c) + checks_table(c) + phases_table(c, page) +
+         earlier_attempts(c) + log_tail(c, page);
   return out + "</div></details>\n";
 }
 
@@ -305,8 +307,8 @@ std::string header(const RunView& run) {
   out += dl_row("host", esc(run.hostname));
   out += dl_row("matrices", esc(joined(run.matrices), kTextCap));
   if (!run.history_from.empty())
-    out += dl_row("history", "commits " + esc(run.history_from.substr(0, 12)) + ".." + esc(run.history_to.substr(0, 12)) +
-                                 " (each case's strip below)");
+    out += dl_row("history", "commits " + esc(run.history_from.substr(0, 12)) + ".." +
+                                 esc(run.history_to.substr(0, 12)) + " (each case's strip below)");
   if (run.format_version != 2)
     out += dl_row("format", "summary format_version " + std::to_string(run.format_version) +
                                 " (this page expects 2; some parts may be missing)");
@@ -320,8 +322,8 @@ std::string attention(const std::vector<CaseView>& cases) {
   for (const auto& c : cases) {
     if (c.met_expectation) continue;
     if (n++ < kMaxAttentionLinks)
-      items += "<li>" + badge(c) + " <a href=\"#" + anchor_of(c.id) + "\">" + esc(c.id) + "</a>: " + esc(c.reason) +
-               "</li>";
+      items +=
+          "<li>" + badge(c) + " <a href=\"#" + anchor_of(c.id) + "\">" + esc(c.id) + "</a>: " + esc(c.reason) + "</li>";
   }
   if (n == 0) return "";
   if (n > kMaxAttentionLinks) items += "<li>and " + std::to_string(n - kMaxAttentionLinks) + " more</li>";
@@ -347,15 +349,17 @@ std::string legend(const std::vector<CaseView>& cases) {
   for (const auto& c : cases) present.insert(colour_class(c));
   std::string out = "<ul class=\"legend\" id=\"legend\">";
   for (const auto& [kind, meaning] : kKinds)
-    if (present.count("k-" + kind)) out += "<li><span class=\"sw k-" + kind + "\"></span>" + kind + ": " + meaning + "</li>";
-  if (present.count("k-other")) out += "<li><span class=\"sw k-other\"></span>other: a status this page does not know</li>";
+    if (present.count("k-" + kind))
+      out += "<li><span class=\"sw k-" + kind + "\"></span>" + kind + ": " + meaning + "</li>";
+  if (present.count("k-other"))
+    out += "<li><span class=\"sw k-other\"></span>other: a status this page does not know</li>";
   return out + "</ul>";
 }
 
 std::string chip(const CaseView& c, const Page& page) {
   return "<a class=\"chip " + colour_class(c) + "\" href=\"#" + anchor_of(c.id) + "\"" + filter_attrs(c, page) +
-         " title=\"" + esc(c.id + " — " + c.verdict.kind + ": " + c.reason) + "\">" + esc(c.name.empty() ? c.id : c.name) +
-         "</a>";
+         " title=\"" + esc(c.id + " — " + c.verdict.kind + ": " + c.reason) + "\">" +
+         esc(c.name.empty() ? c.id : c.name) + "</a>";
 }
 
 std::string suite_grid(const std::string& suite, const std::vector<const CaseView*>& cases, const Page& page) {
@@ -424,8 +428,9 @@ std::string render(const RunView& run, const fs::path& base) {
   out += kHtmlReportCss;
   out += "</style></head><body>\n";
   out += header(run);
-  out += "<noscript><p class=\"note\">JavaScript is off: every case and its verdict is listed below; "
-         "only filtering and the Copy buttons need JavaScript.</p></noscript>\n<div id=\"js-errors\"></div>\n";
+  out +=
+      "<noscript><p class=\"note\">JavaScript is off: every case and its verdict is listed below; "
+      "only filtering and the Copy buttons need JavaScript.</p></noscript>\n<div id=\"js-errors\"></div>\n";
   out += filters(run.cases, page) + attention(run.cases) + overview(run.cases, page);
   out += "<section id=\"cases\"><h2>Cases</h2>\n";
   for (size_t i = 0; i < run.cases.size(); ++i) out += case_section(run.cases[i], i, page);

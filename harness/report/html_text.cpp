@@ -16,7 +16,6 @@ std::string float_text(double v) {
   return buf;
 }
 
-
 // Sanitized (valid UTF-8, ANSI and control characters gone, at most `cap` bytes) and then
 // escaped, so the result is safe both as text and inside a double- or single-quoted attribute.
 std::string esc(const std::string& raw, size_t cap) {

@@ -67,8 +67,8 @@ std::string counts_table(const std::vector<std::pair<std::string, int>>& counts)
 }
 
 std::string case_item(const CaseView& c) {
-  std::string out = "- **" + md_text(c.id, kReasonCap) + "** (" + md_text(c.status, 64) + "): " +
-                    md_text(c.reason, kReasonCap) + "\n";
+  std::string out = "- **" + md_text(c.id, kReasonCap) + "** (" + md_text(c.status, 64) +
+                    "): " + md_text(c.reason, kReasonCap) + "\n";
   if (!c.repro.empty()) out += "  " + md_code(c.repro, kMarkdownReproCap) + "\n";
   return out;
 }
@@ -78,7 +78,8 @@ std::string case_item(const CaseView& c) {
 std::string markdown_summary(const RunView& run, size_t max_cases) {
   const auto counts = ordered_counts(run.cases);
   std::string headline;
-  for (const auto& [status, n] : counts) headline += (headline.empty() ? "" : ", ") + std::to_string(n) + " " + md_text(status, 64);
+  for (const auto& [status, n] : counts)
+    headline += (headline.empty() ? "" : ", ") + std::to_string(n) + " " + md_text(status, 64);
   if (headline.empty()) headline = "no cases";
   std::string out = "### meshtest: " + headline + "\n\n" + counts_table(counts) + "\n";
 

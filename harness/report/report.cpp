@@ -19,9 +19,9 @@ namespace meshtest {
 
 namespace {
 
-constexpr size_t kMessageCap = 500;         // attribute: one line
-constexpr size_t kBodyCap = 64 * 1024;      // failure body
-constexpr size_t kOutputCap = 256 * 1024;   // system-out per case
+constexpr size_t kMessageCap = 500;        // attribute: one line
+constexpr size_t kBodyCap = 64 * 1024;     // failure body
+constexpr size_t kOutputCap = 256 * 1024;  // system-out per case
 
 std::string seconds(double s) {
   char buf[32];
@@ -79,7 +79,8 @@ JunitElement element_of(const CaseView& c) { return junit_element(verdict_of(c).
 
 // What a simulated verdict stands for, in one line (docs/simulation.md).
 std::string simulated_world(const CaseView& c) {
-  return std::to_string(c.ngpu) + " ranks on one device (simulated world: real collectives' math in rank order, "
+  return std::to_string(c.ngpu) +
+         " ranks on one device (simulated world: real collectives' math in rank order, "
          "not the real transport)";
 }
 
@@ -231,10 +232,14 @@ std::string xml_safe(const std::string& raw, size_t cap) {
     }
     unsigned cp = 0;
     size_t len = 0;
-    if (b < 0x80) cp = b, len = 1;
-    else if ((b & 0xE0) == 0xC0) cp = b & 0x1F, len = 2;
-    else if ((b & 0xF0) == 0xE0) cp = b & 0x0F, len = 3;
-    else if ((b & 0xF8) == 0xF0) cp = b & 0x07, len = 4;
+    if (b < 0x80)
+      cp = b, len = 1;
+    else if ((b & 0xE0) == 0xC0)
+      cp = b & 0x1F, len = 2;
+    else if ((b & 0xF0) == 0xE0)
+      cp = b & 0x0F, len = 3;
+    else if ((b & 0xF8) == 0xF0)
+      cp = b & 0x07, len = 4;
     bool valid = len > 0 && i + len <= text.size();
     for (size_t k = 1; valid && k < len; ++k) {
       const unsigned char cont = static_cast<unsigned char>(text[i + k]);
@@ -391,7 +396,10 @@ void print_report(const RunView& run, FILE* out) {
   }
   size_t drifted = 0;
   for (const auto& c : run.cases)
-    if (!c.drift.empty()) std::fprintf(out, "%s%s: %s\n", drifted++ ? "" : "\nDRIFT (passed, but left the band of its recent green runs; docs/history.md)\n", c.id.c_str(), c.drift.c_str());
+    if (!c.drift.empty())
+      std::fprintf(out, "%s%s: %s\n",
+                   drifted++ ? "" : "\nDRIFT (passed, but left the band of its recent green runs; docs/history.md)\n",
+                   c.id.c_str(), c.drift.c_str());
   std::string totals;
   for (const auto& [k, v] : counts) totals += (totals.empty() ? "" : ", ") + std::to_string(v) + " " + k;
   if (drifted) totals += " (" + std::to_string(drifted) + " drifted)";

@@ -23,8 +23,8 @@ nlohmann::json curve_json(const std::vector<PhaseOutcome::Point>& curve) {
 }
 
 nlohmann::json check_json(const CheckResult& k) {
-  nlohmann::json j = {{"kind", k.kind}, {"passed", k.passed}, {"judged", k.judged}, {"message", k.message},
-                      {"details", k.details}};
+  nlohmann::json j = {
+      {"kind", k.kind}, {"passed", k.passed}, {"judged", k.judged}, {"message", k.message}, {"details", k.details}};
   if (!k.passed) {
     // The numbers and place of the failure, without repeating kind or message.
     nlohmann::json f = verdict_to_json(k.finding);
@@ -48,8 +48,8 @@ nlohmann::json check_json(const CheckResult& k) {
 nlohmann::json phase_json(const CaseOutcome& o, size_t i) {
   const PhaseOutcome& p = o.phases[i];
   const Case& spec = *o.spec;
-  nlohmann::json jp = {{"name", p.name}, {"argv", p.argv}, {"nproc", p.nproc}, {"dir", p.dir},
-                       {"ran", p.ran}, {"attempts", p.attempts}, {"ok", p.ok()}};
+  nlohmann::json jp = {{"name", p.name}, {"argv", p.argv},         {"nproc", p.nproc}, {"dir", p.dir},
+                       {"ran", p.ran},   {"attempts", p.attempts}, {"ok", p.ok()}};
   if (!p.launch_error.empty()) jp["launch_error"] = p.launch_error;
   if (!p.curve.empty()) jp["curve"] = curve_json(p.curve);
   for (const auto& phase_spec : spec.phases)
@@ -66,10 +66,13 @@ nlohmann::json phase_json(const CaseOutcome& o, size_t i) {
     jp["killed"] = r.killed;
     jp["stopped_because"] = r.stopped_because;
     jp["exits"] = nlohmann::json::array();
-    for (const auto& e : r.exits) jp["exits"].push_back({{"rank", e.rank}, {"exit_code", e.exit_code}, {"signal", e.signal}});
+    for (const auto& e : r.exits)
+      jp["exits"].push_back({{"rank", e.rank}, {"exit_code", e.exit_code}, {"signal", e.signal}});
     if (r.first_failure.rank >= 0)
-      jp["first_failure"] = {{"rank", r.first_failure.rank}, {"exit_code", r.first_failure.exit_code},
-                             {"signal", r.first_failure.signal}, {"what", r.first_failure.describe()}};
+      jp["first_failure"] = {{"rank", r.first_failure.rank},
+                             {"exit_code", r.first_failure.exit_code},
+                             {"signal", r.first_failure.signal},
+                             {"what", r.first_failure.describe()}};
   }
   return jp;
 }
@@ -119,9 +122,11 @@ nlohmann::json case_json(const CaseOutcome& o) {
   for (const auto& k : o.checks) c["checks"].push_back(check_json(k));
   c["earlier_attempts"] = nlohmann::json::array();
   for (const auto& a : o.earlier_attempts)
-    c["earlier_attempts"].push_back(
-        {{"reason", a.verdict.message}, {"verdict", verdict_to_json(a.verdict)}, {"details", a.details},
-         {"failing_log", a.failing_log}, {"duration_s", a.duration_s}});
+    c["earlier_attempts"].push_back({{"reason", a.verdict.message},
+                                     {"verdict", verdict_to_json(a.verdict)},
+                                     {"details", a.details},
+                                     {"failing_log", a.failing_log},
+                                     {"duration_s", a.duration_s}});
   if (o.spec->phases.size() && o.phases.size()) add_meshes(c, *o.spec);
   return c;
 }

@@ -176,8 +176,8 @@ CaseView case_view(const json& c) {
   for (const auto& p : list(c, "phases")) out.phases.push_back(phase_view(p));
   for (const auto& k : list(c, "checks")) out.checks.push_back(check_view(k));
   for (const auto& a : list(c, "earlier_attempts"))
-    out.earlier_attempts.push_back(
-        {text(a, "reason"), text(a, "details"), text(a, "failing_log"), number(a, "duration_s"), verdict_view(field(a, "verdict"))});
+    out.earlier_attempts.push_back({text(a, "reason"), text(a, "details"), text(a, "failing_log"),
+                                    number(a, "duration_s"), verdict_view(field(a, "verdict"))});
   out.drift = text(field(c, "drift"), "message");
   for (const auto& h : list(c, "history")) {
     const json loss = field(h, "final_loss");

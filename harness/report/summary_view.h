@@ -79,8 +79,8 @@ struct HistoryPointView {
 struct CaseView {
   std::string id, suite, name, status, expect, reason, details;
   std::string model, seed, file, dir, timestamp, repro, failing_log;
-  std::string mesh;                  // the first phase's mesh, "" without one
-  std::vector<std::string> meshes;   // one per phase, "4 ranks" for a phase without a mesh
+  std::string mesh;                 // the first phase's mesh, "" without one
+  std::vector<std::string> meshes;  // one per phase, "4 ranks" for a phase without a mesh
   std::vector<std::string> tags;
   std::vector<long long> devices;
   int ngpu = 0;
@@ -104,7 +104,7 @@ struct RunView {
   double wall_s = 0;
   int interrupted_by_signal = 0;
   bool all_met = false;
-  std::vector<CaseView> cases;  // one per element of "cases", objects or not
+  std::vector<CaseView> cases;           // one per element of "cases", objects or not
   std::string history_from, history_to;  // the commits the cases' history strips span
 };
 

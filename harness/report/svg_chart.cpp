@@ -130,7 +130,8 @@ std::string axes(const Scale& sc) {
   for (const double v : {sc.y0(), (sc.y0() + sc.y1()) / 2, sc.y1()}) {
     const std::string y = fixed1(sc.y(v));
     out += "<line x1=\"" + fixed1(left) + "\" x2=\"" + fixed1(right) + "\" y1=\"" + y + "\" y2=\"" + y + "\"/>";
-    out += "<text x=\"" + fixed1(left - 4) + "\" y=\"" + y + "\" text-anchor=\"end\" dy=\"4\">" + short_number(v) + "</text>";
+    out += "<text x=\"" + fixed1(left - 4) + "\" y=\"" + y + "\" text-anchor=\"end\" dy=\"4\">" + short_number(v) +
+           "</text>";
   }
   const std::string ty = fixed1(bottom + 16);
   out += "<text x=\"" + fixed1(left) + "\" y=\"" + ty + "\">step " + short_number(sc.x0()) + "</text>";
@@ -142,8 +143,8 @@ std::string axes(const Scale& sc) {
 // A vertical line at the first step outside the band, and a dot on the subject there.
 std::string marker(const Chart& chart, const Scale& sc) {
   const std::string step_text = std::to_string(*chart.marker_step);
-  std::string out = "<g class=\"marker\" data-step=\"" + step_text + "\"><title>first step outside tolerance: " +
-                    step_text + "</title>";
+  std::string out = "<g class=\"marker\" data-step=\"" + step_text +
+                    "\"><title>first step outside tolerance: " + step_text + "</title>";
   const double s = static_cast<double>(*chart.marker_step);
   const std::string x = fixed1(sc.x(s));
   out += "<line x1=\"" + x + "\" x2=\"" + x + "\" y1=\"" + fixed1(Scale::kTop) + "\" y2=\"" +
@@ -151,8 +152,7 @@ std::string marker(const Chart& chart, const Scale& sc) {
   for (const auto& series : chart.series) {
     if (series.role != "subject") continue;
     for (const auto& p : series.points)
-      if (p.step == s && p.value)
-        out += "<circle cx=\"" + x + "\" cy=\"" + fixed1(sc.y(*p.value)) + "\" r=\"4\"/>";
+      if (p.step == s && p.value) out += "<circle cx=\"" + x + "\" cy=\"" + fixed1(sc.y(*p.value)) + "\" r=\"4\"/>";
   }
   return out + "</g>";
 }
@@ -161,8 +161,8 @@ std::string marker(const Chart& chart, const Scale& sc) {
 std::string svg_chart(const Chart& chart) {
   const Scale sc = scale_for(chart);
   std::string out = "<figure class=\"chart\"><figcaption>" + esc(chart.title) + "</figcaption>";
-  out += "<svg viewBox=\"0 0 640 200\" width=\"640\" height=\"200\" role=\"img\" aria-label=\"" +
-         esc(chart.title) + "\">" + axes(sc);
+  out += "<svg viewBox=\"0 0 640 200\" width=\"640\" height=\"200\" role=\"img\" aria-label=\"" + esc(chart.title) +
+         "\">" + axes(sc);
   if (chart.band)
     for (const auto& s : chart.series)
       if (s.role == "reference") out += band_path(s, *chart.band, sc);
@@ -184,7 +184,8 @@ std::string svg_chart(const Chart& chart) {
 
 // The phases' curves (loss at column 1, grad_norm at column 2) on one step axis: a resumed
 // phase's curve starts at its resume step, so it continues where the earlier one stopped.
-std::optional<Chart> phase_chart(const CaseView& c, std::vector<StepValue> PhaseView::*curve, const std::string& metric) {
+std::optional<Chart> phase_chart(const CaseView& c, std::vector<StepValue> PhaseView::*curve,
+                                 const std::string& metric) {
   Chart chart;
   chart.title = metric + " per step, by phase";
   size_t index = 0;
@@ -194,8 +195,7 @@ std::optional<Chart> phase_chart(const CaseView& c, std::vector<StepValue> Phase
     const size_t i = index++;
     if (pts.empty()) continue;
     for (const auto& p : pts) any_value |= p.value.has_value();
-    chart.series.push_back({"phase-" + std::to_string(i), "s-p" + std::to_string(i % 6),
-                            "phase " + phase.name, pts});
+    chart.series.push_back({"phase-" + std::to_string(i), "s-p" + std::to_string(i % 6), "phase " + phase.name, pts});
   }
   if (!any_value) return std::nullopt;
   return chart;

@@ -24,7 +24,6 @@ namespace fs = std::filesystem;
 
 namespace meshtest {
 
-
 struct RankGroup::Impl {
   bp::group group;
   std::vector<bp::child> children;
@@ -76,7 +75,8 @@ bp::environment rank_environment(const RankPlace& place, const std::string& log_
   // uncaught exception here; the harness quotes it (rank_error_message()).
   if (!log_dir.empty()) {
     env.set("TORCHELASTIC_ERROR_FILE", rank_error_file(log_dir, place.rank));
-    fs::remove(rank_error_file(log_dir, place.rank));  // an earlier attempt's (a lost port race) must not be quoted for this one
+    fs::remove(rank_error_file(log_dir,
+                               place.rank));  // an earlier attempt's (a lost port race) must not be quoted for this one
     env.set("MESHTEST_COLLECTIVE_FILE", rank_collective_file(log_dir, place.rank));
     fs::remove(rank_collective_file(log_dir, place.rank));
   }
@@ -119,8 +119,8 @@ RankGroup::RankGroup(LaunchSpec spec) : spec_(std::move(spec)), impl_(std::make_
     if (spec_.log_dir.empty()) {
       // Ranks share meshtest's stdout/stderr (limit_handles would close them).
       impl_->children.emplace_back(bp::exe = program, bp::args = args, env, bp::start_dir = work_dir,
-                                   bp::std_in < bp::null, impl_->group,
-                                   bp::extend::on_exec_setup = DieWithParent{}, ec);
+                                   bp::std_in < bp::null, impl_->group, bp::extend::on_exec_setup = DieWithParent{},
+                                   ec);
     } else {
       const std::string log = log_path(rank);
       std::ofstream(log, std::ios::trunc).close();  // Boost opens without O_TRUNC
@@ -187,7 +187,8 @@ RankExit run_placed_rank(const RankPlace& place, const std::string& log_dir, con
   bp::child child(bp::exe = program, bp::args = args, rank_environment(place, log_dir, {}),
                   (bp::std_out & bp::std_err) > log, bp::std_in < bp::null, bp::limit_handles,
                   bp::extend::on_exec_setup = DieWithParent{}, ec);
-  if (ec) throw LaunchError("cannot start '" + program + "' (rank " + std::to_string(place.rank) + "): " + ec.message());
+  if (ec)
+    throw LaunchError("cannot start '" + program + "' (rank " + std::to_string(place.rank) + "): " + ec.message());
   const pid_t pid = child.id();
   child.detach();  // reaped here, with the raw status
   *stopped = false;
@@ -202,17 +203,16 @@ RankExit run_placed_rank(const RankPlace& place, const std::string& log_dir, con
     if (w < 0 && errno != EINTR) throw LaunchError(std::string("waiting for the rank: ") + std::strerror(errno));
   }
   *stopped = *stopped || g_placed_rank_stop;  // a stop that came while it ended
-  if (WIFSIGNALED(status)) e.signal = WTERMSIG(status);
-  else if (WIFEXITED(status)) e.exit_code = WEXITSTATUS(status);
+  if (WIFSIGNALED(status))
+    e.signal = WTERMSIG(status);
+  else if (WIFEXITED(status))
+    e.exit_code = WEXITSTATUS(status);
   return e;
 }
-
 
 std::string RankGroup::error_file(int rank) const {
   return spec_.log_dir.empty() ? "" : rank_error_file(spec_.log_dir, rank);
 }
-
-
 
 std::string RankGroup::log_path(int rank) const {
   return spec_.log_dir.empty() ? "" : rank_log_path(spec_.log_dir, rank);
@@ -229,8 +229,8 @@ void RankGroup::stop(const std::string& reason) {
   stopping_ = true;
   result_.stopped_because = reason;
   ::killpg(impl_->group.native_handle(), SIGTERM);
-  kill_at_ = std::chrono::steady_clock::now() +
-             std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(spec_.grace_s));
+  kill_at_ = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                    std::chrono::duration<double>(spec_.grace_s));
 }
 
 bool RankGroup::poll() {
@@ -247,8 +247,10 @@ bool RankGroup::poll() {
     const int status = impl_->children[i].native_exit_code();
     RankExit& e = result_.exits[i];
     e.rank = static_cast<int>(i);
-    if (WIFSIGNALED(status)) e.signal = WTERMSIG(status);
-    else if (WIFEXITED(status)) e.exit_code = WEXITSTATUS(status);
+    if (WIFSIGNALED(status))
+      e.signal = WTERMSIG(status);
+    else if (WIFEXITED(status))
+      e.exit_code = WEXITSTATUS(status);
     if (!e.ok() && result_.first_failure.rank < 0 && !stopping_) {
       result_.first_failure = e;
       stop("rank " + std::to_string(i) + " failed first (" + e.describe() + ")");
@@ -272,7 +274,6 @@ bool lost_port_race(const RankGroup& group) {
   if (group.result().ok() || group.spec().log_dir.empty()) return false;
   return lost_port_race(group.spec().log_dir, group.spec().nproc);
 }
-
 
 std::string stop_reason(int signal) { return "meshtest received signal " + std::to_string(signal); }
 
@@ -320,6 +321,5 @@ int sweep_orphans(const std::set<pid_t>& tracked) {
   }
   return killed;
 }
-
 
 }  // namespace meshtest

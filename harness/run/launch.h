@@ -26,13 +26,13 @@ struct LaunchSpec {
   std::vector<std::string> argv;  // argv[0]: a path, or a program on PATH
   int nproc = 1;
   std::vector<std::pair<std::string, std::string>> env;  // on top of meshtest's environment
-  std::string work_dir;  // "" = meshtest's
-  std::string log_dir;   // rank<R>.log per rank; "" = ranks write to meshtest's stdout/stderr
+  std::string work_dir;                                  // "" = meshtest's
+  std::string log_dir;            // rank<R>.log per rank; "" = ranks write to meshtest's stdout/stderr
   std::vector<std::string> gpus;  // CUDA_VISIBLE_DEVICES (indices, UUIDs or MIG ids); empty = inherited
-  int master_port = 0;    // 0 = pick a free one
-  double timeout_s = 0;   // 0 = none
-  double grace_s = 30;    // SIGTERM to SIGKILL
-  std::string case_id;    // the case this phase belongs to (a batch launcher's allocation)
+  int master_port = 0;            // 0 = pick a free one
+  double timeout_s = 0;           // 0 = none
+  double grace_s = 30;            // SIGTERM to SIGKILL
+  std::string case_id;            // the case this phase belongs to (a batch launcher's allocation)
 };
 
 // Boost.Process's on_exec_setup handler for every program meshtest starts: the forked child
@@ -40,7 +40,9 @@ struct LaunchSpec {
 void die_with_parent();
 struct DieWithParent {
   template <class Executor>
-  void operator()(Executor&) const { die_with_parent(); }
+  void operator()(Executor&) const {
+    die_with_parent();
+  }
 };
 
 // Where one rank sits in a launch, in torchrun's terms.

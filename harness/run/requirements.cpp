@@ -61,7 +61,8 @@ for op, want in zip(sys.argv[2::2], sys.argv[3::2]):
 // bare name is looked up on PATH. "" and `why` when there is no such program.
 std::string resolve_program(const std::string& program, const std::string& dir, std::string* why) {
   if (program.find('/') != std::string::npos) {
-    const fs::path path = (fs::path(program).is_absolute() ? fs::path(program) : fs::path(dir) / program).lexically_normal();
+    const fs::path path =
+        (fs::path(program).is_absolute() ? fs::path(program) : fs::path(dir) / program).lexically_normal();
     if (::access(path.c_str(), X_OK) != 0) {
       *why = "cannot run " + path.string() + ": " + std::strerror(errno);
       return "";
@@ -132,7 +133,7 @@ struct Running {
   std::string dir;
   double timeout_s = 60;
   bool met = false;
-  std::string why;   // unmet: why
+  std::string why;  // unmet: why
   bool done = false;
   bp::group group;
   bp::child child;
@@ -147,8 +148,8 @@ void start(Running& p, const std::string& scratch, int index) {
   std::error_code ec;
   p.deadline = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                                                       std::chrono::duration<double>(p.timeout_s));
-  p.child = bp::child(bp::exe = p.argv.front(), bp::args = args, bp::start_dir = p.dir, bp::std_in < bp::null,
-                      bp::std_out > p.out_file, bp::std_err > p.err_file, p.group,
+  p.child = bp::child(bp::exe = p.argv.front(), bp::args = args, bp::start_dir = p.dir,
+                      bp::std_in<bp::null, bp::std_out> p.out_file, bp::std_err > p.err_file, p.group,
                       bp::extend::on_exec_setup = DieWithParent{}, ec);
   if (ec) p.done = true, p.why = "cannot run " + p.argv.front() + ": " + ec.message();
 }
@@ -168,8 +169,10 @@ bool poll(Running& p) {
   p.done = true;
   const int status = p.child.native_exit_code();
   RankExit e;
-  if (WIFSIGNALED(status)) e.signal = WTERMSIG(status);
-  else if (WIFEXITED(status)) e.exit_code = WEXITSTATUS(status);
+  if (WIFSIGNALED(status))
+    e.signal = WTERMSIG(status);
+  else if (WIFEXITED(status))
+    e.exit_code = WEXITSTATUS(status);
   if (e.ok()) {
     p.met = true;
     return true;
@@ -188,7 +191,9 @@ std::string gpus_unmet(const Requirement& r, const ProbeHost& host) {
   return "this run has " + std::to_string(host.devices) + " GPU" + (host.devices == 1 ? "" : "s");
 }
 
-std::string default_reason(const Requirement& r, const std::string& why) { return "requires " + r.describe() + ": " + why; }
+std::string default_reason(const Requirement& r, const std::string& why) {
+  return "requires " + r.describe() + ": " + why;
+}
 
 }  // namespace
 
@@ -205,7 +210,7 @@ ProbeReport probe_requirements(const std::vector<const Case*>& cases, const Prob
   struct Need {
     const Case* c;
     const Requirement* r;
-    long run;  // index into runs, -1 for gpus or a program that cannot be found
+    long run;         // index into runs, -1 for gpus or a program that cannot be found
     std::string why;  // gpus / not found: unmet now
   };
   std::vector<Need> needs;
@@ -235,7 +240,8 @@ ProbeReport probe_requirements(const std::vector<const Case*>& cases, const Prob
   if (!runs.empty()) {
     char tmpl[] = "/tmp/meshtest-probes-XXXXXX";
     const char* scratch = ::mkdtemp(tmpl);
-    if (!scratch) throw std::runtime_error(std::string("cannot make a folder for requirement probes: ") + std::strerror(errno));
+    if (!scratch)
+      throw std::runtime_error(std::string("cannot make a folder for requirement probes: ") + std::strerror(errno));
     for (size_t i = 0; i < runs.size(); ++i)
       if (!runs[i]->done) start(*runs[i], scratch, static_cast<int>(i)), ++report.probes_run;
     for (bool all = false; !all;) {
@@ -310,8 +316,8 @@ ProbeReport apply_requirements(std::vector<Suite>& suites, const std::vector<con
   ProbeReport report = probe_requirements(selected, host);
   const size_t skipped = skip_cases(suites, report.skips);
   if (log && (report.probes_run > 0 || !report.unmet.empty())) {
-    std::fprintf(log, "meshtest: requires: %d probe%s run in %.1f s; %zu unmet, %zu case%s skipped\n", report.probes_run,
-                 report.probes_run == 1 ? "" : "s", report.seconds, report.unmet.size(), skipped,
+    std::fprintf(log, "meshtest: requires: %d probe%s run in %.1f s; %zu unmet, %zu case%s skipped\n",
+                 report.probes_run, report.probes_run == 1 ? "" : "s", report.seconds, report.unmet.size(), skipped,
                  skipped == 1 ? "" : "s");
     for (const auto& line : report.unmet) std::fprintf(log, "  %s\n", line.c_str());
   }
@@ -323,7 +329,8 @@ size_t apply_program_problems(std::vector<Suite>& suites, const std::vector<cons
   for (const TrainerAdapter* adapter : trainer_adapters().all()) {
     const std::string problem = adapter->program_problem();
     if (problem.empty()) continue;
-    for (const auto& [placeholder, value] : adapter->placeholders()) problems.emplace_back("{" + placeholder + "}", problem);
+    for (const auto& [placeholder, value] : adapter->placeholders())
+      problems.emplace_back("{" + placeholder + "}", problem);
   }
   if (problems.empty()) return 0;
   std::map<std::string, std::string> reasons;
@@ -342,8 +349,7 @@ size_t apply_program_problems(std::vector<Suite>& suites, const std::vector<cons
     }
   }
   if (reasons.empty()) return 0;
-  if (runnable == 0)
-    throw std::runtime_error("every selected case " + reasons.begin()->second);
+  if (runnable == 0) throw std::runtime_error("every selected case " + reasons.begin()->second);
   const size_t skipped = skip_cases(suites, reasons);
   if (log)
     std::fprintf(log, "meshtest: %zu case%s skipped: %s\n", skipped, skipped == 1 ? "" : "s",

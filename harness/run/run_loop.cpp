@@ -37,8 +37,10 @@ void add_simulation_env(const Case& c, std::vector<std::pair<std::string, std::s
   const char* inherited = std::getenv("PYTHONPATH");
   const std::string rest = own != env.end() ? own->second : (inherited ? inherited : "");
   if (!rest.empty()) path += ":" + rest;
-  if (own != env.end()) own->second = path;
-  else env.emplace_back("PYTHONPATH", path);
+  if (own != env.end())
+    own->second = path;
+  else
+    env.emplace_back("PYTHONPATH", path);
 }
 
 // Pool slot i is the i-th GPU meshtest itself may use: CUDA_VISIBLE_DEVICES when set.
@@ -82,11 +84,14 @@ bool RunLoop::turn(double now_s, int stop_signal) {
   if (stop_signal != 0 && stopped_by_ == 0) stop(stop_signal);
   if (stopped_by_ == 0) {
     std::vector<Scheduler::Running> running;
-    for (const auto& [i, flight] : in_flight_) running.push_back({static_cast<int>(i), outcomes_[i].start_s + outcomes_[i].expected_s});
+    for (const auto& [i, flight] : in_flight_)
+      running.push_back({static_cast<int>(i), outcomes_[i].start_s + outcomes_[i].expected_s});
     std::vector<int> held;  // picked while the launcher has no room: back to the queue's head, in order
     for (int t : scheduler_.pick(now_s, pool_.free(), running)) {
-      if (launcher_.has_room && !launcher_.has_room()) held.push_back(t);
-      else start(static_cast<size_t>(t), now_s);
+      if (launcher_.has_room && !launcher_.has_room())
+        held.push_back(t);
+      else
+        start(static_cast<size_t>(t), now_s);
     }
     for (auto it = held.rbegin(); it != held.rend(); ++it) scheduler_.requeue(*it);
   }
@@ -101,17 +106,12 @@ void RunLoop::stop(int signal) {
   stopped_by_ = signal;
   for (size_t i = 0; i < outcomes_.size(); ++i) {
     switch (states_[i]) {
-      case CaseState::kPending:
-        finalize(i, Verdict::cancelled("not run: " + stop_reason(signal)));
-        break;
+      case CaseState::kPending: finalize(i, Verdict::cancelled("not run: " + stop_reason(signal))); break;
       case CaseState::kRunning:
         in_flight_.at(i).process->stop(stop_reason(signal));  // judged once its ranks are reaped
         break;
-      case CaseState::kAwaiting:
-        cancel_unjudged(i);
-        break;
-      case CaseState::kFinal:
-        break;
+      case CaseState::kAwaiting: cancel_unjudged(i); break;
+      case CaseState::kFinal: break;
     }
   }
 }
@@ -144,7 +144,8 @@ bool RunLoop::start_phase(size_t i) {
   ls.argv = po.argv;
   ls.nproc = spec.nproc;
   for (const auto& [key, value] : spec.env)  // run-time placeholders, as in the command
-    ls.env.emplace_back(key, resolve_argv({value}, {backend_of(*o.spec, opt_.backend), o.dir, po.dir, programs_}).front());
+    ls.env.emplace_back(key,
+                        resolve_argv({value}, {backend_of(*o.spec, opt_.backend), o.dir, po.dir, programs_}).front());
   if (o.spec->simulated) add_simulation_env(*o.spec, ls.env);
   ls.env.emplace_back("MESHTEST_CASE_ID", o.spec->id);
   ls.env.emplace_back("MESHTEST_PHASE", spec.name);
@@ -198,8 +199,10 @@ void RunLoop::judge_case(size_t i) {
   for (const auto& b : o.spec->baselines()) {
     auto it = index_of_.find(b);
     if (it != index_of_.end() && states_[it->second] != CaseState::kFinal) {
-      if (stopped_by_ != 0) cancel_unjudged(i);
-      else states_[i] = CaseState::kAwaiting;  // judged when that baseline is final
+      if (stopped_by_ != 0)
+        cancel_unjudged(i);
+      else
+        states_[i] = CaseState::kAwaiting;  // judged when that baseline is final
       return;
     }
   }
@@ -269,8 +272,7 @@ void RunLoop::finalize(size_t i) {
   std::fprintf(stderr, "[%zu/%zu] %-9s %s (%d %s%s, %s)%s%s\n", finals_, outcomes_.size(), status_name(o.status()),
                o.spec->id.c_str(), o.spec->devices(on_gpus(opt_)), plan_.unit.c_str(),
                o.spec->simulated ? (", " + std::to_string(o.spec->ngpu) + " ranks simulated").c_str() : "",
-               human_seconds(o.duration_s).c_str(),
-               o.reason().empty() ? "" : ": ", o.reason().c_str());
+               human_seconds(o.duration_s).c_str(), o.reason().empty() ? "" : ": ", o.reason().c_str());
   // Cases judged against this one may be ready now.
   if (stopped_by_ != 0) return;  // stop() cancels them
   for (size_t w = 0; w < outcomes_.size(); ++w)
@@ -287,8 +289,8 @@ std::string RunLoop::progress_line(double now_s) const {
   for (const auto& [i, flight] : in_flight_)
     eta = std::max(eta, outcomes_[i].start_s + outcomes_[i].expected_s - now_s);
   return std::to_string(finals_) + "/" + std::to_string(outcomes_.size()) + " done, " +
-         std::to_string(in_flight_.size()) + " running, elapsed " + human_seconds(now_s) + ", ETA >= " +
-         human_seconds(std::max(0.0, eta));
+         std::to_string(in_flight_.size()) + " running, elapsed " + human_seconds(now_s) +
+         ", ETA >= " + human_seconds(std::max(0.0, eta));
 }
 
 RunResult RunLoop::result(double wall_s) && {

@@ -47,7 +47,7 @@ class PhaseProcess {
 
 struct Launcher {
   std::function<std::unique_ptr<PhaseProcess>(const LaunchSpec&)> start;  // throws LaunchError
-  std::function<void(const std::set<pid_t>& keep)> sweep_orphans;       // after a phase ends
+  std::function<void(const std::set<pid_t>& keep)> sweep_orphans;         // after a phase ends
   // Optional, for a batch system: false holds new cases back (its queue is full), and
   // case_ended gives back what the case held between its phases.
   std::function<bool()> has_room;
@@ -92,7 +92,7 @@ class RunLoop {
   Plan plan_;
   RunOptions opt_;
   Launcher launcher_;
-  CheckSources sources_;  // what the checks read beyond a case: the other cases, the history
+  CheckSources sources_;                // what the checks read beyond a case: the other cases, the history
   std::vector<CaseOutcome>& outcomes_;  // plan_.cases
   std::vector<CaseState> states_;
   std::map<size_t, InFlight> in_flight_;  // running cases by index

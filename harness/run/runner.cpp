@@ -42,14 +42,12 @@ void install_stop_handlers() {
   for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &sa, nullptr);
 }
 
-
 RunResult run_cases(const Plan& plan, const RunOptions& opt, const HistorySource& history) {
   const auto t0 = std::chrono::steady_clock::now();
   auto now_s = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
-  Launcher launcher{[](const LaunchSpec& spec) -> std::unique_ptr<PhaseProcess> {
-                      return std::make_unique<RankGroupProcess>(spec);
-                    },
-                    [](const std::set<pid_t>& keep) { sweep_orphans(keep); }};
+  Launcher launcher{
+      [](const LaunchSpec& spec) -> std::unique_ptr<PhaseProcess> { return std::make_unique<RankGroupProcess>(spec); },
+      [](const std::set<pid_t>& keep) { sweep_orphans(keep); }};
   std::unique_ptr<SlurmLauncher> slurm;  // outlives the loop: its destructor cancels what is left
   if (opt.launcher == "slurm") {
     slurm = std::make_unique<SlurmLauncher>(plan, opt.slurm);

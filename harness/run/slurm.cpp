@@ -140,8 +140,8 @@ std::string first_node_address(const std::string& nodelist) {
 
 // A pending job's reasons that no amount of waiting clears: the request cannot be met as submitted.
 bool hopeless_reason(const std::string& reason) {
-  static const std::set<std::string> never = {"PartitionConfig",   "PartitionNodeLimit", "PartitionTimeLimit",
-                                              "BadConstraints",    "InvalidAccount",     "InvalidQOS",
+  static const std::set<std::string> never = {"PartitionConfig",   "PartitionNodeLimit",      "PartitionTimeLimit",
+                                              "BadConstraints",    "InvalidAccount",          "InvalidQOS",
                                               "AccountNotAllowed", "DependencyNeverSatisfied"};
   static const std::regex qos_per_job("QOSMax.*PerJob.*");
   return never.count(reason) > 0 || std::regex_match(reason, qos_per_job);
@@ -171,7 +171,8 @@ struct JobState {
   bool running() const { return state == "RUNNING"; }
   bool hit_time_limit() const { return state == "TIMEOUT" || reason == "TimeLimit"; }
   std::string describe(long job) const {
-    return "Slurm ended job " + std::to_string(job) + " (JobState=" + state + (reason.empty() ? "" : " Reason=" + reason) + ")";
+    return "Slurm ended job " + std::to_string(job) + " (JobState=" + state +
+           (reason.empty() ? "" : " Reason=" + reason) + ")";
   }
 };
 
@@ -223,9 +224,12 @@ namespace {
 // task's stdout, which srun carries back to meshtest (srun.log) even when a shared file
 // system is slow to show the file on the login node.
 void record_exit(const std::string& log_dir, int rank, const RankExit& e, bool stopped, const std::string& error) {
-  json record = {{"rank", rank},         {"node", env_or("SLURMD_NODENAME", "")},
-                 {"exit_code", e.exit_code}, {"signal", e.signal},
-                 {"stopped", stopped},   {"ended_ns", wall_ns()}};
+  json record = {{"rank", rank},
+                 {"node", env_or("SLURMD_NODENAME", "")},
+                 {"exit_code", e.exit_code},
+                 {"signal", e.signal},
+                 {"stopped", stopped},
+                 {"ended_ns", wall_ns()}};
   if (!error.empty()) record["error"] = error;
   std::printf("meshtest-exit %s\n", record.dump().c_str());
   std::fflush(stdout);
@@ -305,8 +309,8 @@ struct SlurmLauncher::State {
     auto a = std::make_shared<Allocation>();
     const CaseNeeds need = needs.count(case_id) ? needs.at(case_id) : CaseNeeds{};
     const SlurmShape shape = slurm_shape(need.nproc, opt.gpus_per_node);
-    std::vector<std::string> args{"--no-shell", "--job-name=meshtest/" + case_id, "--nodes=" + std::to_string(shape.nodes),
-                                  "--ntasks=" + std::to_string(need.nproc),
+    std::vector<std::string> args{"--no-shell", "--job-name=meshtest/" + case_id,
+                                  "--nodes=" + std::to_string(shape.nodes), "--ntasks=" + std::to_string(need.nproc),
                                   "--ntasks-per-node=" + std::to_string(shape.tasks_per_node)};
     if (opt.gpus) args.push_back("--gpus-per-node=" + std::to_string(shape.tasks_per_node));
     if (!opt.partition.empty()) args.push_back("--partition=" + opt.partition);
@@ -339,9 +343,12 @@ struct SlurmLauncher::State {
       const int rc = a.salloc->exit_code();
       a.salloc.reset();
       if (a.job == 0) a.job = job_in_log(a.log);
-      if (rc == 0 && a.job != 0) a.granted = true;
-      else if (rc == 0) a.refused = "salloc reported no job id: " + slurm_reason(a.log);
-      else a.refused = "Slurm refused the allocation: " + slurm_reason(a.log);
+      if (rc == 0 && a.job != 0)
+        a.granted = true;
+      else if (rc == 0)
+        a.refused = "salloc reported no job id: " + slurm_reason(a.log);
+      else
+        a.refused = "Slurm refused the allocation: " + slurm_reason(a.log);
       return;
     }
     if (a.job != 0 && Clock::now() >= a.next_check) {
@@ -352,8 +359,8 @@ struct SlurmLauncher::State {
       std::string state, reason;
       in >> state >> reason;
       if (state == "PENDING" && hopeless_reason(reason)) {
-        a.refused = "Slurm cannot start job " + std::to_string(a.job) + ": it waits for " + reason +
-                    ", which does not clear";
+        a.refused =
+            "Slurm cannot start job " + std::to_string(a.job) + ": it waits for " + reason + ", which does not clear";
         release(a);
       }
     }
@@ -403,8 +410,8 @@ class SlurmPhase : public PhaseProcess {
     std::error_code ec;
     if (srun_->running(ec)) {
       if (!stopping_)
-        if (const auto why = past_timeout(spec_.timeout_s, std::chrono::duration<double>(Clock::now() - started_).count(),
-                                          result_))
+        if (const auto why =
+                past_timeout(spec_.timeout_s, std::chrono::duration<double>(Clock::now() - started_).count(), result_))
           stop(*why);
       if (stopping_ && !result_.killed && Clock::now() >= kill_at_) {
         scancel(alloc_->job, "KILL");
@@ -422,12 +429,16 @@ class SlurmPhase : public PhaseProcess {
     stopping_ = true;
     result_.stopped_because = reason;
     kill_at_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(spec_.grace_s));
-    if (srun_) scancel(alloc_->job, "TERM");  // every rank of the step; the allocation stays until case_ended
-    else if (!alloc_->granted) state_->release(*alloc_);
+    if (srun_)
+      scancel(alloc_->job, "TERM");  // every rank of the step; the allocation stays until case_ended
+    else if (!alloc_->granted)
+      state_->release(*alloc_);
   }
 
   const RankGroup::Result& result() const override { return result_; }
-  bool lost_port_race() const override { return srun_ran_ && !ended_by_slurm_ && !result_.ok() && meshtest::lost_port_race(spec_.log_dir, spec_.nproc); }
+  bool lost_port_race() const override {
+    return srun_ran_ && !ended_by_slurm_ && !result_.ok() && meshtest::lost_port_race(spec_.log_dir, spec_.nproc);
+  }
   std::vector<pid_t> pids() const override {
     std::vector<pid_t> out;
     if (srun_) out.push_back(srun_->id());
@@ -457,13 +468,16 @@ class SlurmPhase : public PhaseProcess {
       return;
     }
     const SlurmShape shape = slurm_shape(spec_.nproc, state_->opt.gpus_per_node);
-    std::vector<std::string> args{"--jobid=" + std::to_string(alloc_->job), "--nodes=" + std::to_string(shape.nodes),
+    std::vector<std::string> args{"--jobid=" + std::to_string(alloc_->job),
+                                  "--nodes=" + std::to_string(shape.nodes),
                                   "--ntasks=" + std::to_string(spec_.nproc),
-                                  "--ntasks-per-node=" + std::to_string(shape.tasks_per_node), "--kill-on-bad-exit=1",
+                                  "--ntasks-per-node=" + std::to_string(shape.tasks_per_node),
+                                  "--kill-on-bad-exit=1",
                                   "--chdir=" + (spec_.work_dir.empty() ? fs::current_path().string() : spec_.work_dir)};
     if (state_->opt.gpus) args.push_back("--gpus-per-node=" + std::to_string(shape.tasks_per_node));
     args.insert(args.end(), state_->opt.srun_args.begin(), state_->opt.srun_args.end());
-    args.insert(args.end(), {"--", state_->meshtest_exe, "slurm-task", "--dir", fs::absolute(spec_.log_dir).string(), "--"});
+    args.insert(args.end(),
+                {"--", state_->meshtest_exe, "slurm-task", "--dir", fs::absolute(spec_.log_dir).string(), "--"});
     args.insert(args.end(), spec_.argv.begin(), spec_.argv.end());
     bp::environment env = client_environment();
     for (const auto& [k, v] : spec_.env) env.set(k, v);
@@ -478,8 +492,9 @@ class SlurmPhase : public PhaseProcess {
     result_.started_at = wall_clock_s();
     const std::string srun_log = (fs::path(spec_.log_dir) / "srun.log").string();
     std::ofstream(srun_log, std::ios::trunc).close();  // Boost opens without O_TRUNC; a port-race retry reuses it
-    srun_ = std::make_unique<bp::child>(program, bp::args = args, env, (bp::std_out & bp::std_err) > srun_log,
-                                        bp::std_in < bp::null, bp::extend::on_exec_setup = OwnGroupDieWithMeshtest{}, ec);
+    srun_ =
+        std::make_unique<bp::child>(program, bp::args = args, env, (bp::std_out & bp::std_err) > srun_log,
+                                    bp::std_in < bp::null, bp::extend::on_exec_setup = OwnGroupDieWithMeshtest{}, ec);
     if (ec) {
       srun_.reset();
       finish_unstarted("cannot start srun: " + ec.message());

@@ -160,10 +160,11 @@ std::optional<std::string> ask_torchtitan(const std::string& module, const std::
                  python.c_str(), why.empty() ? "" : (" (" + why + ")").c_str());
     return std::nullopt;
   }
-  const std::string id = python + "|" + package + "|" + std::to_string(sources_mtime(package)) + "|" + module + "|" + config;
+  const std::string id =
+      python + "|" + package + "|" + std::to_string(sources_mtime(package)) + "|" + module + "|" + config;
   std::error_code ec;
-  const fs::path cache =
-      fs::temp_directory_path(ec) / ("meshtest-torchtitan-help-" + std::to_string(std::hash<std::string>{}(id)) + ".txt");
+  const fs::path cache = fs::temp_directory_path(ec) /
+                         ("meshtest-torchtitan-help-" + std::to_string(std::hash<std::string>{}(id)) + ".txt");
   if (std::ifstream in(cache); in) {
     std::string first;
     std::getline(in, first);
@@ -173,10 +174,12 @@ std::optional<std::string> ask_torchtitan(const std::string& module, const std::
       return rest.str();
     }
   }
-  auto help = output_of({python, "-m", "torchtitan.train", "--module", module, "--config", config, "--help"}, 180, &why);
+  auto help =
+      output_of({python, "-m", "torchtitan.train", "--module", module, "--config", config, "--help"}, 180, &why);
   if (!help) {
-    std::fprintf(stderr, "meshtest: note: `%s -m torchtitan.train --module %s --config %s --help` failed (%s); "
-                         "torchtitan's flag names are not checked\n",
+    std::fprintf(stderr,
+                 "meshtest: note: `%s -m torchtitan.train --module %s --config %s --help` failed (%s); "
+                 "torchtitan's flag names are not checked\n",
                  python.c_str(), module.c_str(), config.c_str(), why.c_str());
     return std::nullopt;
   }
@@ -201,7 +204,9 @@ class TorchtitanAdapter : public TrainerAdapter {
 
   // meshtest starts the ranks itself (RANK, WORLD_SIZE, MASTER_ADDR, ...): the trainer module,
   // not run_train.sh, which would start torchrun.
-  std::vector<std::string> default_command() const override { return {"{torchtitan_python}", "-m", "torchtitan.train"}; }
+  std::vector<std::string> default_command() const override {
+    return {"{torchtitan_python}", "-m", "torchtitan.train"};
+  }
 
   std::vector<ReservedOption> reserved_options() const override {
     std::vector<ReservedOption> reserved = {{"module", "model"}, {"config", "model"}};
@@ -326,7 +331,8 @@ class TorchtitanAdapter : public TrainerAdapter {
     std::string looked;
     for (const auto& name : names) looked += (looked.empty() ? "--" : ", --") + name;
     throw std::invalid_argument("torchtitan (--module " + module + " --config " + config + ") has no flag for the " +
-                                meaning + " (looked for " + looked + "); is it a torchtitan this meshtest does not know?");
+                                meaning + " (looked for " + looked +
+                                "); is it a torchtitan this meshtest does not know?");
   }
 
   std::optional<std::set<std::string>> known_flags(const std::string& module, const std::string& config) const {
@@ -352,7 +358,9 @@ std::string torchtitan_python() {
   return "python3";
 }
 
-void register_torchtitan_adapter(AdapterRegistry& registry) { registry.add(std::make_unique<TorchtitanAdapter>(ask_torchtitan)); }
+void register_torchtitan_adapter(AdapterRegistry& registry) {
+  registry.add(std::make_unique<TorchtitanAdapter>(ask_torchtitan));
+}
 
 void register_torchtitan_adapter(AdapterRegistry& registry, TorchtitanHelp help) {
   registry.add(std::make_unique<TorchtitanAdapter>(std::move(help)));

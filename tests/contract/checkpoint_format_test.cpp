@@ -26,17 +26,18 @@ const std::string kPath = "/ck/step-3/.metadata";
 
 // A [3, 2] float32 tensor in two row chunks and one object, as meshtrain writes them.
 json sample_document() {
-  json chunk0 = {{"offsets", {0, 0}}, {"sizes", {2, 2}}, {"file", "__0_0.distcp"}, {"byte_offset", 0},
+  json chunk0 = {{"offsets", {0, 0}}, {"sizes", {2, 2}},  {"file", "__0_0.distcp"}, {"byte_offset", 0},
                  {"byte_length", 16}, {"leaf_bytes", 64}, {"hash_offset", 16}};
-  json chunk1 = {{"offsets", {2, 0}}, {"sizes", {1, 2}}, {"file", "__1_0.distcp"}, {"byte_offset", 0},
-                 {"byte_length", 8}, {"leaf_bytes", 64}, {"hash_offset", 8}};
-  return {{"format_version", 2},
-          {"step", 3},
-          {"writer_mesh", "pp=1,dp_replicate=1,dp_shard=2,cp=1,tp=1"},
-          {"key_style", "canonical"},
-          {"keys",
-           {{"model.w.weight", {{"kind", "tensor"}, {"dtype", "float32"}, {"shape", {3, 2}}, {"chunks", {chunk0, chunk1}}}},
-            {"train_state", {{"kind", "object"}, {"value", {{"step", 3}}}}}}}};
+  json chunk1 = {{"offsets", {2, 0}}, {"sizes", {1, 2}},  {"file", "__1_0.distcp"}, {"byte_offset", 0},
+                 {"byte_length", 8},  {"leaf_bytes", 64}, {"hash_offset", 8}};
+  return {
+      {"format_version", 2},
+      {"step", 3},
+      {"writer_mesh", "pp=1,dp_replicate=1,dp_shard=2,cp=1,tp=1"},
+      {"key_style", "canonical"},
+      {"keys",
+       {{"model.w.weight", {{"kind", "tensor"}, {"dtype", "float32"}, {"shape", {3, 2}}, {"chunks", {chunk0, chunk1}}}},
+        {"train_state", {{"kind", "object"}, {"value", {{"step", 3}}}}}}}};
 }
 
 // The error parse_metadata throws for `doc`, which must name every one of `parts`.
@@ -110,7 +111,9 @@ TEST(CheckpointFormat, ParseErrorsNameTheFileAndTheKey) {
                  {kPath, key, "byte_offset", "not a non-negative integer"});
   expect_refused(damaged([](json& k) { k["chunks"][0]["leaf_bytes"] = -8; }), {kPath, key, "leaf_bytes -8"});
   expect_refused(damaged([](json& k) { k["chunks"][0]["file"] = "../x"; }), {kPath, key, "leaves the step folder"});
-  expect_refused(damaged([](json& k) { k["chunks"][1]["offsets"] = {1000, 0}; }),
+  expect_refused(damaged([](json& k) {
+                   k["chunks"][1]["offsets"] = {1000, 0};
+                 }),
                  {kPath, key, "chunk at offsets [1000, 0] sizes [1, 2] lies outside the [3, 2] tensor"});
   expect_refused(damaged([](json& k) { k["chunks"][1]["sizes"] = {1}; }), {kPath, key, "2 dims"});
 }
@@ -153,14 +156,15 @@ TEST(CheckpointFormat, KeyStylesRoundTrip) {
 }
 
 TEST(CheckpointFormat, StateNamespaces) {
-  for (const char* key : {"model.norm.weight", "optimizer.state.x", "lr_scheduler", "dataloader.dp_rank_1", "train_state"})
+  for (const char* key :
+       {"model.norm.weight", "optimizer.state.x", "lr_scheduler", "dataloader.dp_rank_1", "train_state"})
     EXPECT_TRUE(has_state_namespace(key)) << key;
   for (const char* key : {"tok_embeddings.weight", "models.x", ""}) EXPECT_FALSE(has_state_namespace(key)) << key;
 }
 
 TEST(CheckpointFormat, LeavesAndTheirChecksums) {
-  EXPECT_EQ(leaf_bytes_for({65, 64}, 4), 64);      // tiny: 256-byte rows, 64-byte leaves
-  EXPECT_EQ(leaf_bytes_for({8, 2048}, 4), 1024);   // 8 KiB rows, 1 KiB leaves
+  EXPECT_EQ(leaf_bytes_for({65, 64}, 4), 64);     // tiny: 256-byte rows, 64-byte leaves
+  EXPECT_EQ(leaf_bytes_for({8, 2048}, 4), 1024);  // 8 KiB rows, 1 KiB leaves
   EXPECT_EQ(leaf_bytes_for({1, 1 << 20}, 4), 4096);
   EXPECT_EQ(leaf_bytes_for({}, 4), 64);
   EXPECT_EQ(leaf_count(0, 64), 0u);

@@ -24,7 +24,8 @@ TEST(Mesh, RejectsBadSpecsWithTheReason) {
     }
     return std::string("no error");
   };
-  EXPECT_EQ(message("dp_shard=2", 4), "--mesh 'dp_shard=2' has 2 ranks (pp=1,dp_replicate=1,dp_shard=2,cp=1,tp=1) but WORLD_SIZE is 4");
+  EXPECT_EQ(message("dp_shard=2", 4),
+            "--mesh 'dp_shard=2' has 2 ranks (pp=1,dp_replicate=1,dp_shard=2,cp=1,tp=1) but WORLD_SIZE is 4");
   EXPECT_NE(message("ep=2", 2).find("unknown dimension 'ep'"), std::string::npos);
   EXPECT_NE(message("dp_shard=two", 2).find("is not an integer"), std::string::npos);
   EXPECT_NE(message("dp_shard=0", 2).find("must be >= 1"), std::string::npos);
@@ -76,7 +77,7 @@ TEST(Mesh, CpSitsBetweenDpShardAndTp) {
 TEST(Mesh, PpIsOutermost) {
   MeshShape s = parse_mesh_sizes("pp=2,dp_shard=2,tp=2");
   EXPECT_EQ(s.world_size(), 8);
-  EXPECT_EQ(s.dp(), 2);  // stages are not data-parallel peers
+  EXPECT_EQ(s.dp(), 2);     // stages are not data-parallel peers
   auto c = coord_of(6, s);  // 6 = (pp 1, dp_shard 1, tp 0)
   EXPECT_EQ(c.pp, 1);
   EXPECT_EQ(c.dp_shard, 1);

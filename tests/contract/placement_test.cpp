@@ -66,7 +66,9 @@ TEST(Placement, TwoDimensionalChunksCoverEachElementOnce) {
 TEST(Placement, StridedShardWorkedTable) {
   // 8 rows on mesh (dp 2, tp 2). torchtitan's FSDP+TP: TP splits first, then FSDP splits
   // the TP-local piece (_StridedShard): rank (d, t) starts at t*8/2 + d*8/2/2.
-  struct Row { int64_t d, t, offset; };
+  struct Row {
+    int64_t d, t, offset;
+  };
   for (auto row : {Row{0, 0, 0}, Row{1, 0, 2}, Row{0, 1, 4}, Row{1, 1, 6}}) {
     auto c = local_chunk({8, 3}, {{0, 2, row.t}, {0, 2, row.d}});
     EXPECT_EQ(c.offsets, (std::vector<int64_t>{row.offset, 0})) << "d=" << row.d << " t=" << row.t;
@@ -85,8 +87,8 @@ TEST(Placement, BoxesOverlapOnlyWhenEveryExtentDoes) {
   EXPECT_FALSE(intersect(a, b).empty());
   EXPECT_EQ(intersect(a, b).lo, (std::vector<int64_t>{1, 3}));
   EXPECT_EQ(intersect(a, b).hi, (std::vector<int64_t>{2, 4}));
-  EXPECT_TRUE(intersect(a, c).empty());         // rows 0..1 and row 2 only touch
-  EXPECT_TRUE(box_of({5}, {0}).empty());        // an empty piece overlaps nothing
+  EXPECT_TRUE(intersect(a, c).empty());   // rows 0..1 and row 2 only touch
+  EXPECT_TRUE(box_of({5}, {0}).empty());  // an empty piece overlaps nothing
 }
 
 TEST(Placement, OneRankWritesEachReplicatedChunk) {

@@ -25,6 +25,6 @@ TEST(StateKeys, AModelKeyGivesBackItsModulePathAndNoOtherKeyDoes) {
   EXPECT_EQ(state_keys::model_fqn("model.norm.weight"), "norm.weight");
   EXPECT_EQ(state_keys::model_fqn(state_keys::optimizer("norm.weight", "exp_avg")), std::nullopt);
   EXPECT_EQ(state_keys::model_fqn(state_keys::kTrainState), std::nullopt);
-  EXPECT_EQ(state_keys::model_fqn("model"), std::nullopt);   // the prefix is "model." with its dot
+  EXPECT_EQ(state_keys::model_fqn("model"), std::nullopt);  // the prefix is "model." with its dot
   EXPECT_EQ(state_keys::model_fqn("modelx.w"), std::nullopt);
 }

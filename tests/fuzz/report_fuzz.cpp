@@ -47,24 +47,39 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string field[6];
   size_t f = 0;
   for (size_t i = 0; i < size && f < 6; ++i) {
-    if (data[i] == 0xFF) ++f;
-    else field[f] += static_cast<char>(data[i]);
+    if (data[i] == 0xFF)
+      ++f;
+    else
+      field[f] += static_cast<char>(data[i]);
   }
-  static const char* const kinds[] = {"check_failed", "crashed",   "exit_code", "timed_out",
-                                      "skipped",      "xfailed",   "passed",    "cancelled"};
+  static const char* const kinds[] = {"check_failed", "crashed", "exit_code", "timed_out",
+                                      "skipped",      "xfailed", "passed",    "cancelled"};
   const std::string kind = kinds[size ? data[0] % 8 : 0];
   const fs::path log = scratch() / "rank0.log";
   std::ofstream(log, std::ios::binary) << field[4];
   const nlohmann::json c = {
-      {"id", field[0] + "/" + field[1]}, {"suite", field[0]}, {"name", field[1]}, {"status", "failed"},
-      {"met_expectation", false}, {"expect", "pass"}, {"reason", field[2]}, {"details", field[3]},
+      {"id", field[0] + "/" + field[1]},
+      {"suite", field[0]},
+      {"name", field[1]},
+      {"status", "failed"},
+      {"met_expectation", false},
+      {"expect", "pass"},
+      {"reason", field[2]},
+      {"details", field[3]},
       {"verdict", {{"kind", kind}, {"message", field[2]}, {"check", field[5]}, {"phase", field[1]}}},
-      {"failing_log", log.string()}, {"duration_s", 1.5}, {"timestamp", "2026-01-01T00:00:00"},
-      {"earlier_attempts", {{{"reason", field[5]}, {"verdict", {{"kind", "exit_code"}, {"message", field[5]}}},
-                            {"failing_log", log.string()}, {"duration_s", 1.0}}}},
-      {"phases", nlohmann::json::array()}, {"checks", nlohmann::json::array()}, {"tags", {field[5]}}};
-  const nlohmann::json summary = {{"format_version", 2}, {"cases", {c}}, {"wall_s", 2.0}, {"hostname", field[5]},
-                                  {"backend", "gloo"}, {"all_met", false}};
+      {"failing_log", log.string()},
+      {"duration_s", 1.5},
+      {"timestamp", "2026-01-01T00:00:00"},
+      {"earlier_attempts",
+       {{{"reason", field[5]},
+         {"verdict", {{"kind", "exit_code"}, {"message", field[5]}}},
+         {"failing_log", log.string()},
+         {"duration_s", 1.0}}}},
+      {"phases", nlohmann::json::array()},
+      {"checks", nlohmann::json::array()},
+      {"tags", {field[5]}}};
+  const nlohmann::json summary = {{"format_version", 2},  {"cases", {c}},      {"wall_s", 2.0},
+                                  {"hostname", field[5]}, {"backend", "gloo"}, {"all_met", false}};
   meshtest::write_junit(meshtest::summary_view(summary), (scratch() / "junit.xml").string());
   fs::remove_all(scratch() / "surefire");
   meshtest::write_surefire(meshtest::summary_view(summary), (scratch() / "surefire").string());

@@ -16,7 +16,8 @@ std::string little_endian(uint64_t v, int bytes) {
 }
 
 std::string masked_crc(const std::string& b) {
-  return little_endian(meshtest::mask_crc32c(meshtest::crc32c(reinterpret_cast<const uint8_t*>(b.data()), b.size())), 4);
+  return little_endian(meshtest::mask_crc32c(meshtest::crc32c(reinterpret_cast<const uint8_t*>(b.data()), b.size())),
+                       4);
 }
 
 // Splits `payload` into records at every 0xff byte and frames each one.
@@ -28,8 +29,10 @@ std::string frame_records(const uint8_t* data, size_t size) {
     record.clear();
   };
   for (size_t i = 0; i < size; ++i) {
-    if (data[i] == 0xff) flush();
-    else record.push_back(static_cast<char>(data[i]));
+    if (data[i] == 0xff)
+      flush();
+    else
+      record.push_back(static_cast<char>(data[i]));
   }
   flush();
   return file;

@@ -125,7 +125,6 @@ TEST_F(Bisect, ChecksBothEndsAndRefusesADirtyTree) {
   EXPECT_EQ(o.rc, 2) << o.text;
   EXPECT_NE(o.text.find("has uncommitted changes to tracked files"), std::string::npos) << o.text;
   EXPECT_EQ(git("status --porcelain"), " M scale");
-
 }
 
 TEST_F(Bisect, AnUnbuildableCommitNextToTheRegressionLeavesBothAsCandidates) {
@@ -151,7 +150,8 @@ TEST_F(Bisect, SigintMidBisectStopsTheCaseAndRestoresTheRepository) {
   const std::string out = dir_ + "/out";
   // In a process group of its own, interrupted as a terminal's Ctrl-C does: SIGINT to the group.
   bp::group terminal;
-  bp::child c(kMeshtest, bp::args = {"bisect", "toy/train", "matrix.yaml", "--good", "HEAD~20", "--out", out, "--build", ""},
+  bp::child c(kMeshtest,
+              bp::args = {"bisect", "toy/train", "matrix.yaml", "--good", "HEAD~20", "--out", out, "--build", ""},
               bp::start_dir = repo_, env, (bp::std_out & bp::std_err) > (dir_ + "/log"), terminal);
   // Wait until the first case runs (its rank 0 sleeps in train.sh), then interrupt.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
@@ -160,7 +160,8 @@ TEST_F(Bisect, SigintMidBisectStopsTheCaseAndRestoresTheRepository) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     std::error_code ec;
     for (fs::recursive_directory_iterator it(out, ec), end; !ec && it != end; it.increment(ec))
-      if (it->path().filename() == "rank0.log" && it->path().string().find("/run/") != std::string::npos) running = true;
+      if (it->path().filename() == "rank0.log" && it->path().string().find("/run/") != std::string::npos)
+        running = true;
   }
   ASSERT_TRUE(running) << sh("cat " + dir_ + "/log").text;
   EXPECT_EQ(git("symbolic-ref -q --short HEAD"), "") << "bisect should be on a detached commit now";
@@ -174,7 +175,8 @@ TEST_F(Bisect, SigintMidBisectStopsTheCaseAndRestoresTheRepository) {
 // On meshtest's own history: a scratch clone of this repository gets six commits, and the
 // fourth plants a real distributed bug (TP's missing all-reduce) into the CPU matrix's 2d case.
 TEST_F(Bisect, OnMeshtestsOwnHistoryNamesTheCommitThatBrokeACase) {
-  if (std::string(MESHTRAIN_TEST_BACKEND) != "gloo") GTEST_SKIP() << "cpu.yaml runs meshtrain on Gloo; the CUDA build has NCCL only";
+  if (std::string(MESHTRAIN_TEST_BACKEND) != "gloo")
+    GTEST_SKIP() << "cpu.yaml runs meshtrain on Gloo; the CUDA build has NCCL only";
   if (sh("git -C " + std::string(MESHTEST_SOURCE_DIR) + " rev-parse HEAD").rc != 0)
     GTEST_SKIP() << "the sources are not a git work tree";
   const Output cloned = sh("git clone -q --shared " + std::string(MESHTEST_SOURCE_DIR) + " " + repo_ + " && cd " +
@@ -183,7 +185,8 @@ TEST_F(Bisect, OnMeshtestsOwnHistoryNamesTheCommitThatBrokeACase) {
   for (int i = 1; i <= 6; ++i) {
     std::string edit = "echo 'bisect note " + std::to_string(i) + "' >> docs/triage.md";
     if (i == 4)
-      edit = "sed -i '/^  - name: 2d$/{n;s/$/\\n    options: {inject-fault: tp-missing-allreduce}/}' test_matrix/cpu.yaml";
+      edit =
+          "sed -i '/^  - name: 2d$/{n;s/$/\\n    options: {inject-fault: tp-missing-allreduce}/}' test_matrix/cpu.yaml";
     const Output c = sh("cd " + repo_ + " && " + edit + " && git commit -qam 'scratch " + std::to_string(i) + "'");
     ASSERT_EQ(c.rc, 0) << c.text;
   }
@@ -209,8 +212,10 @@ TEST_F(Bisect, DriftFindsWhereTheNumbersMovedInsideEveryTolerance) {
   make_repo(14, 99, 99);
   std::ofstream(dir_ + "/loose.yaml") << "suite: toy\ncases:\n  - name: train\n    ngpu: 2\n"
                                          "    command: [sh, train.sh, \"{phase_dir}\"]\n"
-                                         "    checks: [{loss_matches: {golden: " + repo_ + "/golden.txt, rtol: 0.05}}]\n";
-  const std::string bisect = "(cd " + repo_ + " && " + kMeshtest + " bisect toy/train " + dir_ + "/loose.yaml --good HEAD~20 --build '' --json";
+                                         "    checks: [{loss_matches: {golden: " +
+                                             repo_ + "/golden.txt, rtol: 0.05}}]\n";
+  const std::string bisect = "(cd " + repo_ + " && " + kMeshtest + " bisect toy/train " + dir_ +
+                             "/loose.yaml --good HEAD~20 --build '' --json";
   const Output plain = sh(bisect + " --out " + dir_ + "/plain 2>/dev/null)");
   EXPECT_EQ(json::parse(plain.text)["outcome"], "not reproduced at bad") << plain.text;
   const Output drift = sh(bisect + " --drift --out " + dir_ + "/drift 2>/dev/null)");
@@ -219,7 +224,9 @@ TEST_F(Bisect, DriftFindsWhereTheNumbersMovedInsideEveryTolerance) {
   EXPECT_EQ(r["first_bad"]["subject"], "c14");
   const json c14 = commit_named(r, "c14");
   EXPECT_EQ(c14["judgement"], "bad");
-  EXPECT_NE(c14["why"].get<std::string>().find("loss of phase train at step 1: 6.06, good's 6 (band"), std::string::npos) << c14;
+  EXPECT_NE(c14["why"].get<std::string>().find("loss of phase train at step 1: 6.06, good's 6 (band"),
+            std::string::npos)
+      << c14;
   EXPECT_NE(c14["why"].get<std::string>().find("; the case passed"), std::string::npos) << c14;
   EXPECT_EQ(git("status --porcelain"), "");
 }

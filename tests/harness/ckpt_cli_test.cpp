@@ -19,7 +19,9 @@ using namespace meshtest;
 
 namespace {
 
-std::string fixture(const std::string& name) { return std::string(MESHTEST_SOURCE_DIR) + "/tests/fixtures/dcp-made/" + name; }
+std::string fixture(const std::string& name) {
+  return std::string(MESHTEST_SOURCE_DIR) + "/tests/fixtures/dcp-made/" + name;
+}
 
 // Runs `command` with a temporary file as its output; returns (status, what it printed).
 template <typename Command>
@@ -52,9 +54,15 @@ std::string fp32_copy_of_bf16(const std::string& dir, double nudge, double chang
     }
     const std::vector<float> f(values.begin(), values.end());
     data.write(reinterpret_cast<const char*>(f.data()), static_cast<std::streamsize>(f.size() * 4));
-    keys[key] = {{"kind", "tensor"}, {"dtype", "float32"}, {"shape", shape},
-                 {"chunks", {{{"offsets", std::vector<int64_t>(shape.size(), 0)}, {"sizes", shape},
-                              {"file", "__0_0.distcp"}, {"byte_offset", offset}, {"byte_length", f.size() * 4}}}}};
+    keys[key] = {{"kind", "tensor"},
+                 {"dtype", "float32"},
+                 {"shape", shape},
+                 {"chunks",
+                  {{{"offsets", std::vector<int64_t>(shape.size(), 0)},
+                    {"sizes", shape},
+                    {"file", "__0_0.distcp"},
+                    {"byte_offset", offset},
+                    {"byte_length", f.size() * 4}}}}};
     offset += f.size() * 4;
   }
   std::ofstream(step_dir + "/.metadata") << nlohmann::json{{"format_version", 2}, {"keys", keys}}.dump();
@@ -117,7 +125,8 @@ TEST(CkptCli, DiffValuesComparesABf16CheckpointWithAFp32One) {
   o.rtol = 4e-3;  // bfloat16's worst rounding is 2^-8
   const auto [status, text] = printed([&](std::FILE* out) { return ckpt_diff(fixture("bf16"), fp32, o, out); });
   EXPECT_EQ(status, 0) << text;
-  EXPECT_NE(text.find("same   model.norm: max |A-B| 0.000e+00 (dtype bfloat16 vs float32)\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("same   model.norm: max |A-B| 0.000e+00 (dtype bfloat16 vs float32)\n"), std::string::npos)
+      << text;
   EXPECT_NE(text.find("same   model.w: max |A-B| "), std::string::npos) << text;
   EXPECT_EQ(text.find("differs:"), std::string::npos) << text;
   EXPECT_NE(text.find("\nno differences; 2 tensors differ in dtype only\n"), std::string::npos) << text;
@@ -126,7 +135,8 @@ TEST(CkptCli, DiffValuesComparesABf16CheckpointWithAFp32One) {
   const auto [strict, strict_text] = printed([&](std::FILE* out) { return ckpt_diff(fixture("bf16"), fp32, o, out); });
   EXPECT_EQ(strict, 1) << strict_text;
   EXPECT_NE(strict_text.find("values model.w: max |A-B| "), std::string::npos) << strict_text;
-  EXPECT_NE(strict_text.find(" 24 of 24 outside tolerance (dtype bfloat16 vs float32)\n"), std::string::npos) << strict_text;
+  EXPECT_NE(strict_text.find(" 24 of 24 outside tolerance (dtype bfloat16 vs float32)\n"), std::string::npos)
+      << strict_text;
   EXPECT_NE(strict_text.find("\n1 differences; 1 tensors differ in dtype only\n"), std::string::npos) << strict_text;
 }
 
@@ -139,8 +149,10 @@ TEST(CkptCli, DiffValuesAcrossDtypesNamesAValueThatReallyDiffers) {
   const auto [status, text] = printed([&](std::FILE* out) { return ckpt_diff(fixture("bf16"), fp32, o, out); });
   EXPECT_EQ(status, 1) << text;
   EXPECT_NE(text.find("values model.w: max |A-B| 5.000e-01, 1 of 24 outside tolerance (dtype bfloat16 vs float32)\n"),
-            std::string::npos) << text;
-  EXPECT_NE(text.find("same   model.norm: max |A-B| 0.000e+00 (dtype bfloat16 vs float32)\n"), std::string::npos) << text;
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("same   model.norm: max |A-B| 0.000e+00 (dtype bfloat16 vs float32)\n"), std::string::npos)
+      << text;
   EXPECT_NE(text.find("\n1 differences; 1 tensors differ in dtype only\n"), std::string::npos) << text;
 }
 

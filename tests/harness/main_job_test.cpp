@@ -50,7 +50,8 @@ TEST_F(MainJob, TheSeedsThreeOutcomes) {
   const json& seed = by_id_["cpu/save[dp_shard=4]-load[tp=4]"];
   EXPECT_EQ(seed["status"], "xfailed");
   const std::string reason = seed["reason"];
-  EXPECT_NE(reason.find("keys_match: state-dict keys of phase load differ from phase save: missing 63 ("), std::string::npos)
+  EXPECT_NE(reason.find("keys_match: state-dict keys of phase load differ from phase save: missing 63 ("),
+            std::string::npos)
       << reason;
   EXPECT_NE(reason.find("parametrizations.weight.original"), std::string::npos) << reason;
   EXPECT_NE(reason.find("unexpected 63 (model.layers.0.attention.wk.weight"), std::string::npos) << reason;
@@ -67,7 +68,8 @@ TEST_F(MainJob, EveryCanaryCaughtByItsCheckWithAMargin) {
     EXPECT_EQ(c["status"], "passed") << id << ": " << c["reason"];
     const std::string check = c["expect"].get<std::string>().substr(6);  // "fail: <check>"
     const std::string caught = c["reason"];
-    EXPECT_TRUE(caught.rfind("canary caught by " + check + ":", 0) == 0 || caught.rfind("canary caught by " + check + " (", 0) == 0)
+    EXPECT_TRUE(caught.rfind("canary caught by " + check + ":", 0) == 0 ||
+                caught.rfind("canary caught by " + check + " (", 0) == 0)
         << id << ": " << caught;
     if (c["verdict"].contains("margin")) {
       ++with_margin;
@@ -99,16 +101,17 @@ TEST_F(MainJob, ReportHtmlAsABrowserDrawsIt) {
   fs::remove_all(kept);
   fs::create_directories(kept);
   fs::copy_file(page, kept + "/report.html", fs::copy_options::overwrite_existing);
-  const Output browser = sh("bash " + std::string(MESHTEST_SOURCE_DIR) + "/tests/report/browser_check.sh '" + page + "' '" + kMainJob +
-                            "/summary.json' '" + kept + "'");
+  const Output browser = sh("bash " + std::string(MESHTEST_SOURCE_DIR) + "/tests/report/browser_check.sh '" + page +
+                            "' '" + kMainJob + "/summary.json' '" + kept + "'");
   if (browser.rc == 77) GTEST_SKIP() << browser.text;  // chromium is not installed
   EXPECT_EQ(browser.rc, 0) << browser.text;
   EXPECT_TRUE(fs::exists(kept + "/report.png")) << browser.text;
   // A failing canary's chart: both series, and the marker at the step its check named.
   const json& canary = by_id_["cpu/canary/grad_sum_not_mean"];
   ASSERT_TRUE(canary["verdict"].contains("step")) << canary["verdict"];
-  const std::string chart = "chart: cpu/canary/grad_sum_not_mean loss_matches: subject and reference drawn, marker at step " +
-                            std::to_string(canary["verdict"]["step"].get<long long>());
+  const std::string chart =
+      "chart: cpu/canary/grad_sum_not_mean loss_matches: subject and reference drawn, marker at step " +
+      std::to_string(canary["verdict"]["step"].get<long long>());
   EXPECT_NE(browser.text.find(chart), std::string::npos) << chart << "\n" << browser.text;
 }
 

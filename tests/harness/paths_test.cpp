@@ -89,7 +89,8 @@ class Paths : public ::testing::TestWithParam<Form> {
 }  // namespace
 
 TEST_P(Paths, EveryCaseMeetsItsExpectationAndRecordsAbsolutePaths) {
-  if (std::string(MESHTRAIN_TEST_BACKEND) != "gloo") GTEST_SKIP() << "two ranks of meshtrain need Gloo; the CUDA build has NCCL only";
+  if (std::string(MESHTRAIN_TEST_BACKEND) != "gloo")
+    GTEST_SKIP() << "two ranks of meshtrain need Gloo; the CUDA build has NCCL only";
   const Form& f = GetParam();
   const fs::path dir = root_ / fs::u8path(f.matrix_dir);
   fs::create_directories(dir / "golden dir");
@@ -102,8 +103,8 @@ TEST_P(Paths, EveryCaseMeetsItsExpectationAndRecordsAbsolutePaths) {
   const std::string matrix = f.matrix.empty() ? (dir / "m.yaml").string() : f.matrix;
   const std::string out = f.out.empty() ? (root_ / "abs out").string() : f.out;
   // meshtrain named relative to the working directory too, where the form is relative.
-  const std::string meshtrain = f.out.empty() ? std::string(MESHTRAIN_BIN)
-                                              : fs::relative(MESHTRAIN_BIN, fs::canonical(cwd)).string();
+  const std::string meshtrain =
+      f.out.empty() ? std::string(MESHTRAIN_BIN) : fs::relative(MESHTRAIN_BIN, fs::canonical(cwd)).string();
   const Output o = sh("cd " + quote(cwd.string()) + " && CI=1 " + MESHTEST_BIN + " run " + quote(matrix) + " --out " +
                       quote(out) + " --meshtrain " + quote(meshtrain) + " --grace 5");
   EXPECT_EQ(o.rc, 0) << o.text.substr(o.text.size() > 6000 ? o.text.size() - 6000 : 0);
@@ -123,16 +124,16 @@ TEST_P(Paths, EveryCaseMeetsItsExpectationAndRecordsAbsolutePaths) {
     std::ifstream rank(e.path());
     const json r = json::parse(rank);
     if (r.contains("checkpoint_folder"))
-      EXPECT_TRUE(fs::path(r["checkpoint_folder"].get<std::string>()).is_absolute()) << e.path() << ": " << r["checkpoint_folder"];
+      EXPECT_TRUE(fs::path(r["checkpoint_folder"].get<std::string>()).is_absolute())
+          << e.path() << ": " << r["checkpoint_folder"];
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Forms, Paths,
-    ::testing::Values(Form{"relative", "m", "m", "m.yaml", "out"},
-                      Form{"absolute", "m", "/", "", ""},
-                      Form{"spaces_and_non_ascii", "dir with spaces/\xc3\xbcn\xc3\xaf", "", "dir with spaces/\xc3\xbcn\xc3\xaf/m.yaml",
-                           "rel out/\xc3\xb8"},
-                      Form{"symlink", "real", "link", "m.yaml", "out"},
-                      Form{"another_directory", "m", "elsewhere", "../m/m.yaml", "../out"}),
-    [](const auto& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(Forms, Paths,
+                         ::testing::Values(Form{"relative", "m", "m", "m.yaml", "out"},
+                                           Form{"absolute", "m", "/", "", ""},
+                                           Form{"spaces_and_non_ascii", "dir with spaces/\xc3\xbcn\xc3\xaf", "",
+                                                "dir with spaces/\xc3\xbcn\xc3\xaf/m.yaml", "rel out/\xc3\xb8"},
+                                           Form{"symlink", "real", "link", "m.yaml", "out"},
+                                           Form{"another_directory", "m", "elsewhere", "../m/m.yaml", "../out"}),
+                         [](const auto& info) { return info.param.name; });

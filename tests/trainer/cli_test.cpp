@@ -8,8 +8,9 @@ using namespace meshtrain_test;
 namespace {
 
 std::vector<std::string> train_args(const fs::path& dump, int steps) {
-  return {"train", "--model", "tiny", "--steps", std::to_string(steps), "--seed", "42",
-          "--dump-folder", dump.string(), "--backend", MESHTRAIN_TEST_BACKEND, "--deterministic", "--quiet"};
+  return {"train",  "--model",       "tiny",        "--steps",   std::to_string(steps),  "--seed",
+          "42",     "--dump-folder", dump.string(), "--backend", MESHTRAIN_TEST_BACKEND, "--deterministic",
+          "--quiet"};
 }
 
 // A user error: non-zero exit, exactly one line on stderr that says what is wrong.
@@ -72,8 +73,8 @@ TEST(MeshtrainCli, WritesTheHarnessContractFiles) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
 
   auto row = metrics(dump).front();
-  for (const char* field : {"step", "loss", "grad_norm", "lr", "tokens", "step_time_s", "tokens_per_s",
-                            "host_peak_rss_bytes"})
+  for (const char* field :
+       {"step", "loss", "grad_norm", "lr", "tokens", "step_time_s", "tokens_per_s", "host_peak_rss_bytes"})
     EXPECT_TRUE(row.contains(field)) << field;
 
   auto keys = json::parse(slurp(dump / "state_dict_keys.json"))["keys"];
@@ -111,8 +112,8 @@ TEST(MeshtrainCli, PrintsALossTable) {
 TEST(MeshtrainCli, HelpDocumentsTheFlags) {
   auto r = meshtrain({"train", "--help"});
   EXPECT_EQ(r.exit_code, 0);
-  for (const char* flag : {"--steps", "--seed", "--model", "--dump-folder", "--local-batch-size",
-                           "--global-batch-size", "--seq-len", "--backend"})
+  for (const char* flag : {"--steps", "--seed", "--model", "--dump-folder", "--local-batch-size", "--global-batch-size",
+                           "--seq-len", "--backend"})
     EXPECT_NE(r.out.find(flag), std::string::npos) << flag;
 }
 
@@ -131,8 +132,9 @@ TEST(MeshtrainCli, BadInputGetsOneLineErrors) {
   auto dump = fresh_dir("bad");
   expect_one_line_error(meshtrain({"train", "--bogus", "1"}), "--bogus");
   expect_one_line_error(meshtrain({"train", "--steps", "ten"}), "--steps");
-  expect_one_line_error(meshtrain({"train", "--model", "huge", "--dump-folder", dump.string()}),
-                        "unknown model flavor 'huge' (known: tiny, tiny_uneven, tiny_moe, debugmodel, debugmodel_moe, 1B, 1B_moe, 8B_short)");
+  expect_one_line_error(
+      meshtrain({"train", "--model", "huge", "--dump-folder", dump.string()}),
+      "unknown model flavor 'huge' (known: tiny, tiny_uneven, tiny_moe, debugmodel, debugmodel_moe, 1B, 1B_moe, 8B_short)");
   expect_one_line_error(meshtrain({"train", "--seq-len", "0", "--dump-folder", dump.string()}),
                         "seq_len must be positive");
   expect_one_line_error(meshtrain({"train", "--backend", "mpi", "--dump-folder", dump.string()}),
@@ -147,8 +149,9 @@ TEST(MeshtrainCli, BadInputGetsOneLineErrors) {
                         "cannot create dump folder");
   expect_one_line_error(meshtrain({"train", "--dump-folder", dump.string()}, {{"RANK", "3"}, {"WORLD_SIZE", "2"}}),
                         "RANK=3 is not below WORLD_SIZE=2");
-  expect_one_line_error(meshtrain({"train", "--mesh", "dp_shard=3", "--dump-folder", dump.string()}),
-                        "--mesh 'dp_shard=3' has 3 ranks (pp=1,dp_replicate=1,dp_shard=3,cp=1,tp=1) but WORLD_SIZE is 1");
+  expect_one_line_error(
+      meshtrain({"train", "--mesh", "dp_shard=3", "--dump-folder", dump.string()}),
+      "--mesh 'dp_shard=3' has 3 ranks (pp=1,dp_replicate=1,dp_shard=3,cp=1,tp=1) but WORLD_SIZE is 1");
   expect_one_line_error(meshtrain({"train", "--mesh", "dp=2", "--dump-folder", dump.string()}),
                         "unknown dimension 'dp' (known: pp, dp_replicate, dp_shard, cp, tp)");
   expect_one_line_error(meshtrain({"train", "--ac", "some", "--dump-folder", dump.string()}), "unknown --ac 'some'");
@@ -160,18 +163,18 @@ TEST(MeshtrainCli, BadInputGetsOneLineErrors) {
   expect_one_line_error(
       meshtrain({"train", "--model", "tiny_uneven", "--mesh", "tp=4", "--dump-folder", dump.string()}, rank0_of_4),
       "tp=4: n_kv_heads 2 of model 'tiny_uneven' is not divisible by tp 4");
-  expect_one_line_error(meshtrain({"train", "--mesh", "tp=4", "--sequence-parallel", "--seq-len", "30",
-                                   "--dump-folder", dump.string()},
-                                  rank0_of_4),
-                        "tp=4: --sequence-parallel needs seq_len divisible by tp, got seq_len 30");
+  expect_one_line_error(
+      meshtrain({"train", "--mesh", "tp=4", "--sequence-parallel", "--seq-len", "30", "--dump-folder", dump.string()},
+                rank0_of_4),
+      "tp=4: --sequence-parallel needs seq_len divisible by tp, got seq_len 30");
   expect_one_line_error(meshtrain({"train", "--reshard-after-forward", "maybe", "--dump-folder", dump.string()}),
                         "unknown --reshard-after-forward 'maybe'");
   expect_one_line_error(meshtrain({"train", "--fsdp.bucketing", "some", "--dump-folder", dump.string()}),
                         "unknown --fsdp.bucketing 'some' (known: none, block, auto)");
   expect_one_line_error(meshtrain({"train", "--optimizer.early-step-in-backward", "--dump-folder", dump.string()}),
                         "--optimizer.early-step-in-backward cannot clip gradients");
-  expect_one_line_error(meshtrain({"train", "--model", "tiny", "--ep", "2", "--mesh", "dp_shard=2", "--dump-folder",
-                                   dump.string()},
-                                  {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "1"}}),
-                        "ep=2: model 'tiny' has no experts");
+  expect_one_line_error(
+      meshtrain({"train", "--model", "tiny", "--ep", "2", "--mesh", "dp_shard=2", "--dump-folder", dump.string()},
+                {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "1"}}),
+      "ep=2: model 'tiny' has no experts");
 }

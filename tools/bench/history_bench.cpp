@@ -29,14 +29,18 @@ json run_summary(int run, int cases) {
   json s = {{"format_version", 4}, {"hostname", "bench"}, {"launcher", "local"}, {"cases", json::array()}};
   for (int c = 0; c < cases; ++c) {
     json curve = json::array();
-    for (int step = 1; step <= 10; ++step) curve.push_back({step, 6.0 - 0.3 * step + 1e-7 * ((run * 7 + c) % 5), 1.0 / step});
+    for (int step = 1; step <= 10; ++step)
+      curve.push_back({step, 6.0 - 0.3 * step + 1e-7 * ((run * 7 + c) % 5), 1.0 / step});
     const bool fails = c == 3 && run % 4 == 0;  // one flaky case
-    s["cases"].push_back({{"id", "bench/case-" + std::to_string(c)}, {"status", fails ? "failed" : "passed"},
-                          {"met_expectation", !fails}, {"duration_s", 2.0 + c % 17},
-                          {"earlier_attempts", json::array()},
-                          {"phases", json::array({{{"name", "train"}, {"ran", true}, {"duration_s", 2.0}, {"curve", curve}}})},
-                          {"checks", json::array({{{"kind", "loss_finite"}, {"passed", true}},
-                                                  {{"kind", "loss_matches"}, {"passed", !fails}, {"margin", 0.1}}})}});
+    s["cases"].push_back(
+        {{"id", "bench/case-" + std::to_string(c)},
+         {"status", fails ? "failed" : "passed"},
+         {"met_expectation", !fails},
+         {"duration_s", 2.0 + c % 17},
+         {"earlier_attempts", json::array()},
+         {"phases", json::array({{{"name", "train"}, {"ran", true}, {"duration_s", 2.0}, {"curve", curve}}})},
+         {"checks", json::array({{{"kind", "loss_finite"}, {"passed", true}},
+                                 {{"kind", "loss_matches"}, {"passed", !fails}, {"margin", 0.1}}})}});
   }
   return s;
 }

@@ -35,9 +35,9 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-constexpr double kPackingTarget = 1.10;   // makespan / lower bound
-constexpr double kLaunchTargetMs = 20;    // per case
-constexpr double kExpansionTargetS = 1;   // 10,000 cases
+constexpr double kPackingTarget = 1.10;  // makespan / lower bound
+constexpr double kLaunchTargetMs = 20;   // per case
+constexpr double kExpansionTargetS = 1;  // 10,000 cases
 constexpr int kGpus = 8;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
@@ -118,10 +118,12 @@ bool bench_packing() {
       {"torchtitan-like", 6, 200, {1, 2, 4, 8}, {0.05, 0.10, 0.40, 0.45}, 30, 300},
       {"mixed 1/2/4/8, small", 7, 20, {1, 2, 4, 8}, {1, 1, 1, 1}, 5, 300},
   };
-  std::printf("a) Simulated packing on %d GPUs: makespan / lower bound, lower bound = max(GPU-s / %d, longest case)\n\n",
-              kGpus, kGpus);
-  std::printf("| workload | seed | cases | GPU-s | lower bound s | meshtest s | meshtest / LB | one-at-a-time s | one-at-a-time / LB | target <= %.2f |\n",
-              kPackingTarget);
+  std::printf(
+      "a) Simulated packing on %d GPUs: makespan / lower bound, lower bound = max(GPU-s / %d, longest case)\n\n", kGpus,
+      kGpus);
+  std::printf(
+      "| workload | seed | cases | GPU-s | lower bound s | meshtest s | meshtest / LB | one-at-a-time s | one-at-a-time / LB | target <= %.2f |\n",
+      kPackingTarget);
   std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
   bool all_met = true;
   for (const auto& w : workloads) {
@@ -155,7 +157,8 @@ double time_meshtest_case(const std::string& program, int nproc, const std::stri
     spec.grace_s = 5;
     meshtest::RankGroup group(spec);
     while (!group.poll()) ::usleep(200);
-    if (!group.result().ok()) throw std::runtime_error("a rank of " + program + " failed: " + group.result().stopped_because);
+    if (!group.result().ok())
+      throw std::runtime_error("a rank of " + program + " failed: " + group.result().stopped_because);
   }
   meshtest::sweep_orphans({});
   return seconds_since(t0) * 1e3;
@@ -185,10 +188,13 @@ double time_posix_spawn(const std::string& program, int nproc) {
 // The two are interleaved launch by launch so both see the same machine noise.
 bool bench_launch(const std::string& program, int launches) {
   const fs::path logs = fs::temp_directory_path() / ("meshtest-bench-logs-" + std::to_string(::getpid()));
-  std::printf("b) Launch overhead per case: spawn N ranks of `%s` (exits at once), wait for all, tear down; "
-              "median of %d launches\n\n", fs::path(program).filename().c_str(), launches);
-  std::printf("| ranks | peer: posix_spawn + waitpid ms | meshtest RankGroup + sweep ms | ratio | meshtest's own ms | target <= %.0f ms |\n",
-              kLaunchTargetMs);
+  std::printf(
+      "b) Launch overhead per case: spawn N ranks of `%s` (exits at once), wait for all, tear down; "
+      "median of %d launches\n\n",
+      fs::path(program).filename().c_str(), launches);
+  std::printf(
+      "| ranks | peer: posix_spawn + waitpid ms | meshtest RankGroup + sweep ms | ratio | meshtest's own ms | target <= %.0f ms |\n",
+      kLaunchTargetMs);
   std::printf("|---|---|---|---|---|---|\n");
   bool all_met = true;
   for (int nproc : {1, 2, 4, 8}) {
@@ -225,7 +231,9 @@ std::string ten_thousand_case_yaml() {
          "defaults: {model: tiny, options: {steps: 5}}\n"
          "cases:\n"
          "  - name: c\n"
-         "    matrix: {a: [" + a + "], b: [" + b + "]}\n"
+         "    matrix: {a: [" +
+         a + "], b: [" + b +
+         "]}\n"
          "    mesh: {dp_shard: 2}\n";
 }
 
@@ -254,10 +262,11 @@ bool bench_expansion() {
   if (cases != 10000) throw std::runtime_error("the matrix expanded to " + std::to_string(cases) + " cases, not 10000");
   const double peer = median_seconds(repeats, [&] { YAML::Node root = YAML::Load(yaml); });
   const bool met = ours <= kExpansionTargetS;
-  std::printf("c) Matrix expansion: 1 case x matrix {a: 100 values, b: 100 values} = %zu cases, median of %d\n\n", cases,
-              repeats);
-  std::printf("| YAML bytes | peer: YAML::Load s | meshtest load_suite_text + validate_suites s | ratio | per case us | target <= %.0f s |\n",
-              kExpansionTargetS);
+  std::printf("c) Matrix expansion: 1 case x matrix {a: 100 values, b: 100 values} = %zu cases, median of %d\n\n",
+              cases, repeats);
+  std::printf(
+      "| YAML bytes | peer: YAML::Load s | meshtest load_suite_text + validate_suites s | ratio | per case us | target <= %.0f s |\n",
+      kExpansionTargetS);
   std::printf("|---|---|---|---|---|---|\n");
   std::printf("| %zu | %.6f | %.3f | %.0f | %.1f | %s |\n\n", yaml.size(), peer, ours, ours / peer,
               ours / static_cast<double>(cases) * 1e6, verdict(met));
@@ -271,15 +280,18 @@ int main(int argc, char** argv) {
   int launches = 50;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    if (arg == "--launches" && i + 1 < argc) launches = std::atoi(argv[++i]);
-    else if (program.empty() && arg[0] != '-') program = arg;
+    if (arg == "--launches" && i + 1 < argc)
+      launches = std::atoi(argv[++i]);
+    else if (program.empty() && arg[0] != '-')
+      program = arg;
     else {
       std::fprintf(stderr, "usage: meshtest_bench PATH/TO/fake_trainer [--launches N]\n");
       return 2;
     }
   }
   if (program.empty() || ::access(program.c_str(), X_OK) != 0 || launches < 1) {
-    std::fprintf(stderr, "usage: meshtest_bench PATH/TO/fake_trainer [--launches N]  (a program that exits 0 at once)\n");
+    std::fprintf(stderr,
+                 "usage: meshtest_bench PATH/TO/fake_trainer [--launches N]  (a program that exits 0 at once)\n");
     return 2;
   }
   try {

@@ -39,8 +39,7 @@ using Backend = c10d::ProcessGroup;
 // kernel reads shared kv heads itself (enable_gqa), for bf16/fp16 only: in fp32 that flag
 // would force the math kernel, so there, and before 2.5, the kv heads are repeated; 1.13
 // has no public SDPA, so the plain formula runs.
-inline torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k,
-                                      const torch::Tensor& v) {
+inline torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
   const bool grouped = k.size(1) != q.size(1);
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
   const bool half = q.scalar_type() == torch::kBFloat16 || q.scalar_type() == torch::kHalf;
@@ -80,13 +79,13 @@ constexpr bool kHasFusedAdamW = true;
 inline void fused_adamw(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs,
                         at::TensorList exp_avg_sqs, at::TensorList steps, double lr, double beta1, double beta2,
                         double weight_decay, double eps) {
-  at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, /*max_exp_avg_sqs=*/{}, steps, lr, beta1, beta2,
-                    weight_decay, eps, /*amsgrad=*/false, /*maximize=*/false);
+  at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, /*max_exp_avg_sqs=*/{}, steps, lr, beta1, beta2, weight_decay,
+                    eps, /*amsgrad=*/false, /*maximize=*/false);
 }
 #else
 constexpr bool kHasFusedAdamW = false;
-inline void fused_adamw(at::TensorList, at::TensorList, at::TensorList, at::TensorList, at::TensorList, double,
-                        double, double, double, double) {}
+inline void fused_adamw(at::TensorList, at::TensorList, at::TensorList, at::TensorList, at::TensorList, double, double,
+                        double, double, double) {}
 #endif
 
 // float8 GEMMs: `a` [M, K] row-major times `b` [K, N] column-major, both float8 (e4m3 or
@@ -133,8 +132,7 @@ inline torch::Tensor grouped_mm(const torch::Tensor&, const torch::Tensor&, cons
 // Peak bytes allocated on a CUDA device by the caching allocator; 0 on the CPU.
 inline int64_t device_peak_bytes(const torch::Device& device) {
 #ifdef MESHTEST_CUDA
-  if (device.is_cuda())
-    return c10::cuda::CUDACachingAllocator::getDeviceStats(device.index()).allocated_bytes[0].peak;
+  if (device.is_cuda()) return c10::cuda::CUDACachingAllocator::getDeviceStats(device.index()).allocated_bytes[0].peak;
 #endif
   (void)device;
   return 0;

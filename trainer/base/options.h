@@ -17,8 +17,9 @@ template <class T, class Parse>
 CLI::Option* add_parsed_option(CLI::App& cmd, const std::string& name, T& field, Parse parse,
                                const std::string& default_text, const std::string& help) {
   field = parse(default_text);
-  return cmd.add_option_function<std::string>(name, [&field, parse](const std::string& text) { field = parse(text); },
-                                              help)
+  return cmd
+      .add_option_function<std::string>(
+          name, [&field, parse](const std::string& text) { field = parse(text); }, help)
       ->default_str(default_text);
 }
 

@@ -109,7 +109,8 @@ void for_leaf_ranges(int64_t leaves, int64_t bytes, Fn fn) {
       1, std::min<int64_t>({8, std::max(1u, std::thread::hardware_concurrency()), 1 + bytes / (64 << 20), leaves}));
   const int64_t per = (leaves + threads - 1) / threads;
   std::vector<std::thread> pool;
-  for (int64_t t = 1; t < threads; ++t) pool.emplace_back(fn, std::min(leaves, t * per), std::min(leaves, (t + 1) * per));
+  for (int64_t t = 1; t < threads; ++t)
+    pool.emplace_back(fn, std::min(leaves, t * per), std::min(leaves, (t + 1) * per));
   fn(0, std::min(leaves, per));
   for (auto& th : pool) th.join();
 }
@@ -120,7 +121,8 @@ std::vector<uint64_t> leaf_sums(const char* p, int64_t length, int64_t leaf) {
   std::vector<uint64_t> sums(static_cast<size_t>(leaves));
   for_leaf_ranges(leaves, length, [&](int64_t first, int64_t last) {
     for (int64_t l = first; l < last; ++l)
-      sums[static_cast<size_t>(l)] = leaf_checksum(p + l * leaf, static_cast<size_t>(std::min(leaf, length - l * leaf)));
+      sums[static_cast<size_t>(l)] =
+          leaf_checksum(p + l * leaf, static_cast<size_t>(std::min(leaf, length - l * leaf)));
   });
   return sums;
 }
@@ -330,7 +332,8 @@ std::string CheckpointReader::saved_key(const std::string& key) const {
   std::string renamed = styled_key(key);  // "tok_embeddings" loses its last letter
   const std::string_view embedding = contract::model_names::kEmbedding;
   const auto at = renamed.find(embedding);
-  return at == std::string::npos ? renamed : renamed.replace(at, embedding.size(), embedding.substr(0, embedding.size() - 1));
+  return at == std::string::npos ? renamed
+                                 : renamed.replace(at, embedding.size(), embedding.substr(0, embedding.size() - 1));
 }
 
 std::string CheckpointReader::styled_key(const std::string& canonical) const {
@@ -364,7 +367,8 @@ void Checkpointer::save(int64_t step, const std::vector<CheckpointTensor>& tenso
   write_own_chunks(tmp, tensors, objects, dtype, step);
   groups_.world->barrier();
   if (rank_ == 0) {
-    write_file(tmp + "/" + kMetadata, to_json(metadata(step, merge_plans(tmp))).dump(1));  // last: it marks the folder whole
+    write_file(tmp + "/" + kMetadata,
+               to_json(metadata(step, merge_plans(tmp))).dump(1));  // last: it marks the folder whole
     publish(tmp, step);
     if (config_.keep_latest_k > 0) remove_old_steps();
   }
@@ -405,8 +409,14 @@ void Checkpointer::write_own_chunks(const std::string& tmp, const std::vector<Ch
     const int64_t leaf = leaf_bytes_for(c.sizes, static_cast<int64_t>(data.element_size()));
     const auto sums = leaf_sums(p, length, leaf);
     const int64_t at = data_file.size();
-    SavedChunk saved{c.offsets, c.sizes, file, static_cast<uint64_t>(at), static_cast<uint64_t>(length),
-                     true, static_cast<uint64_t>(leaf), static_cast<uint64_t>(at + length)};
+    SavedChunk saved{c.offsets,
+                     c.sizes,
+                     file,
+                     static_cast<uint64_t>(at),
+                     static_cast<uint64_t>(length),
+                     true,
+                     static_cast<uint64_t>(leaf),
+                     static_cast<uint64_t>(at + length)};
     // The plan's entry: the chunk as the metadata will hold it, and its tensor's shape and dtype.
     json entry = to_json(saved);
     entry["shape"] = t.layout->global_shape, entry["dtype"] = dtype_name(dtype);
@@ -417,7 +427,8 @@ void Checkpointer::write_own_chunks(const std::string& tmp, const std::vector<Ch
   io_.bytes_written += data_file.size();
   io_.steps_saved.push_back(step);
   data_file.sync_and_close();
-  write_file(tmp + "/rank" + std::to_string(rank_) + ".plan.json", json{{"tensors", entries}, {"objects", objects}}.dump());
+  write_file(tmp + "/rank" + std::to_string(rank_) + ".plan.json",
+             json{{"tensors", entries}, {"objects", objects}}.dump());
 }
 
 // Merges the ranks' plans into the metadata's keys and checks every tensor is covered
@@ -429,7 +440,8 @@ std::map<std::string, SavedKey> Checkpointer::merge_plans(const std::string& tmp
     const json plan = json::parse(read_text(plan_path));
     for (const auto& [key, e] : plan["tensors"].items()) {
       SavedKey& k = keys[key];
-      k.kind = "tensor", k.dtype = e.at("dtype").get<std::string>(), k.shape = e.at("shape").get<std::vector<int64_t>>();
+      k.kind = "tensor", k.dtype = e.at("dtype").get<std::string>(),
+      k.shape = e.at("shape").get<std::vector<int64_t>>();
       k.chunks.push_back(parse_chunk(e, plan_path + ": " + key_label(key)));
     }
     for (const auto& [key, value] : plan["objects"].items()) {
@@ -530,7 +542,8 @@ std::map<std::string, SavedKey> CheckpointReader::mapped_keys(std::map<std::stri
 
 namespace {
 
-[[noreturn]] void missing_key(const std::map<std::string, SavedKey>& keys, const std::string& dir, const std::string& key) {
+[[noreturn]] void missing_key(const std::map<std::string, SavedKey>& keys, const std::string& dir,
+                              const std::string& key) {
   const auto train_state = keys.find("train_state");
   const bool model_only = train_state != keys.end() && train_state->second.value.is_object() &&
                           train_state->second.value.value("model_only", false);
@@ -543,7 +556,8 @@ namespace {
 
 // Every element is read exactly once (the buffer starts uninitialised): chunks that
 // overlap could make the count come out right with elements missing.
-void check_saved_chunks_disjoint(const std::vector<SavedChunk>& chunks, const std::string& meta_path, const std::string& key) {
+void check_saved_chunks_disjoint(const std::vector<SavedChunk>& chunks, const std::string& meta_path,
+                                 const std::string& key) {
   std::vector<Box> saved_boxes;
   for (const auto& c : chunks) {
     const Box box = box_of(c.offsets, c.sizes);
@@ -565,15 +579,17 @@ void CheckpointReader::load_tensor(const std::string& dir, const std::string& me
   const SavedKey& k = found->second;
   const std::vector<int64_t>& shape = k.shape;
   if (shape != t.layout->global_shape)
-    fail("checkpoint: '" + meta_path + "': size mismatch for " + key + ": saved " + dims_text(shape) +
-         ", current " + dims_text(t.layout->global_shape));
+    fail("checkpoint: '" + meta_path + "': size mismatch for " + key + ": saved " + dims_text(shape) + ", current " +
+         dims_text(t.layout->global_shape));
   const Chunk& want = t.layout->chunk;
   const Box mine = box_of(want.offsets, want.sizes);
   const std::string& dtype = k.dtype;
   if (dtype_bytes(dtype) == 0)
-    fail("checkpoint: '" + meta_path + "': " + key + " has dtype " + dtype + " (known: " + std::string(kKnownDtypes) + ")");
+    fail("checkpoint: '" + meta_path + "': " + key + " has dtype " + dtype + " (known: " + std::string(kKnownDtypes) +
+         ")");
   // Read in the saved dtype; copy_ below converts to the parameter's.
-  auto local = torch::empty(want.sizes, dtype == "bfloat16" ? torch::kBFloat16 : torch::kFloat32);  // every element is read below
+  auto local = torch::empty(want.sizes,
+                            dtype == "bfloat16" ? torch::kBFloat16 : torch::kFloat32);  // every element is read below
   const int64_t elem = static_cast<int64_t>(local.element_size());
   auto* out = static_cast<char*>(local.data_ptr());
   const auto local_strides = strides_of(want.sizes);

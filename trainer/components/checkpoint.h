@@ -31,13 +31,13 @@ using namespace contract;  // the mesh, placement and hash names meshtrain share
 // --checkpoint.*: what is saved, when, where, and what a run starts from.
 struct CheckpointConfig {
   bool enable = false;
-  std::string folder;             // holds step-<N>/ folders; meshtrain's default: <dump-folder>/checkpoint
-  int64_t interval = 0;           // save every N steps (and at the last step); 0: only the last
-  int64_t keep_latest_k = 0;      // 0: keep all
-  std::string key_style = "canonical";  // canonical | parametrize
-  std::string key_map = "none";         // none | parametrize-to-canonical
+  std::string folder;                          // holds step-<N>/ folders; meshtrain's default: <dump-folder>/checkpoint
+  int64_t interval = 0;                        // save every N steps (and at the last step); 0: only the last
+  int64_t keep_latest_k = 0;                   // 0: keep all
+  std::string key_style = "canonical";         // canonical | parametrize
+  std::string key_map = "none";                // none | parametrize-to-canonical
   std::set<std::string> exclude_from_loading;  // optimizer, lr_scheduler, dataloader
-  int64_t load_step = -1;         // -1: the latest complete step, if any
+  int64_t load_step = -1;                      // -1: the latest complete step, if any
   // The save after the last step: model weights only (no optimizer, schedule or data
   // position), in export_dtype, and with last_save_in_hf also as Hugging Face safetensors.
   bool last_save_model_only = false;
@@ -98,7 +98,8 @@ class CheckpointReader {
  private:
   std::string styled_key(const std::string& canonical) const;  // key-style applied
   contract::CheckpointMetadata read_metadata(const std::string& meta_path) const;
-  std::map<std::string, contract::SavedKey> mapped_keys(std::map<std::string, contract::SavedKey> keys) const;  // key-map applied
+  std::map<std::string, contract::SavedKey> mapped_keys(
+      std::map<std::string, contract::SavedKey> keys) const;  // key-map applied
   void load_tensor(const std::string& dir, const std::string& meta_path,
                    const std::map<std::string, contract::SavedKey>& keys, const CheckpointTensor& t);
 };

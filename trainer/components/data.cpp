@@ -66,8 +66,7 @@ DataLoader::DataLoader(std::vector<int32_t> tokens, int64_t seq_len, uint64_t se
   num_windows_ = (static_cast<int64_t>(tokens_.size()) - 1) / seq_len_;
   if (num_windows_ < 1)
     throw std::invalid_argument("corpus of " + std::to_string(tokens_.size()) +
-                                " tokens is shorter than one sequence of " +
-                                std::to_string(seq_len_ + 1));
+                                " tokens is shorter than one sequence of " + std::to_string(seq_len_ + 1));
 }
 
 int64_t DataLoader::window_of_sample(int64_t k) const {
@@ -87,8 +86,8 @@ int64_t DataLoader::window_of_sample(int64_t k) const {
   return perm_[k % num_windows_];
 }
 
-Batch DataLoader::micro_batch(int64_t global_batch, int64_t dp_rank, int64_t dp_degree,
-                              int64_t micro, int64_t n_micro) const {
+Batch DataLoader::micro_batch(int64_t global_batch, int64_t dp_rank, int64_t dp_degree, int64_t micro,
+                              int64_t n_micro) const {
   if (global_batch % (dp_degree * n_micro) != 0)
     throw std::invalid_argument("global batch " + std::to_string(global_batch) +
                                 " is not divisible by dp degree x micro-batches " +
@@ -111,18 +110,16 @@ Batch DataLoader::micro_batch(int64_t global_batch, int64_t dp_rank, int64_t dp_
 }
 
 nlohmann::json DataLoader::state() const {
-  return {{"samples_consumed", samples_consumed_}, {"seed", seed_}, {"seq_len", seq_len_},
-          {"tokens", tokens_.size()}};
+  return {{"samples_consumed", samples_consumed_}, {"seed", seed_}, {"seq_len", seq_len_}, {"tokens", tokens_.size()}};
 }
 
 void DataLoader::load_state(const nlohmann::json& s) {
   if (s.at("seed").get<uint64_t>() != seed_ || s.at("seq_len").get<int64_t>() != seq_len_ ||
       s.at("tokens").get<size_t>() != tokens_.size())
-    throw std::invalid_argument("dataloader state was saved with seed " + s.at("seed").dump() +
-                                ", seq_len " + s.at("seq_len").dump() + ", corpus of " +
-                                s.at("tokens").dump() + " tokens; this run has seed " +
-                                std::to_string(seed_) + ", seq_len " + std::to_string(seq_len_) +
-                                ", " + std::to_string(tokens_.size()) + " tokens");
+    throw std::invalid_argument("dataloader state was saved with seed " + s.at("seed").dump() + ", seq_len " +
+                                s.at("seq_len").dump() + ", corpus of " + s.at("tokens").dump() +
+                                " tokens; this run has seed " + std::to_string(seed_) + ", seq_len " +
+                                std::to_string(seq_len_) + ", " + std::to_string(tokens_.size()) + " tokens");
   samples_consumed_ = s.at("samples_consumed").get<int64_t>();
 }
 

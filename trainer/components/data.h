@@ -64,8 +64,7 @@ class DataLoader {
   int64_t window_of_sample(int64_t k) const;
   // Micro-batch `micro` of `n_micro` for data-parallel rank `dp_rank` of `dp_degree`,
   // out of the current step's global batch of `global_batch` samples.
-  Batch micro_batch(int64_t global_batch, int64_t dp_rank, int64_t dp_degree, int64_t micro,
-                    int64_t n_micro) const;
+  Batch micro_batch(int64_t global_batch, int64_t dp_rank, int64_t dp_degree, int64_t micro, int64_t n_micro) const;
   // Moves to the next step's global batch.
   void advance(int64_t global_batch) { samples_consumed_ += global_batch; }
   int64_t samples_consumed() const { return samples_consumed_; }

@@ -12,17 +12,20 @@ void add_options(CLI::App& cmd, GenerateConfig& c) {
   cmd.add_option("--max-new-tokens", c.max_new_tokens, "Tokens to generate at most")->capture_default_str();
 }
 
-void check_can_generate(bool has_weights, const std::string& checkpoint_folder, bool sequence_parallel, bool pipelined) {
+void check_can_generate(bool has_weights, const std::string& checkpoint_folder, bool sequence_parallel,
+                        bool pipelined) {
   if (!has_weights)
     throw std::runtime_error("generate: no complete checkpoint in '" + checkpoint_folder +
                              "' (or weights from --checkpoint.initial-load-path)");
   if (sequence_parallel) throw std::invalid_argument("generate: --sequence-parallel needs a fixed seq_len");
   if (pipelined)
-    throw std::invalid_argument("generate: pp > 1 is not supported; generate under a mesh without pp (checkpoints "
-                                "load under any mesh)");
+    throw std::invalid_argument(
+        "generate: pp > 1 is not supported; generate under a mesh without pp (checkpoints "
+        "load under any mesh)");
 }
 
-Generation generate(Transformer& model, const torch::Device& device, const std::string& prompt, int64_t max_new_tokens) {
+Generation generate(Transformer& model, const torch::Device& device, const std::string& prompt,
+                    int64_t max_new_tokens) {
   // Every cp rank decodes the whole prefix itself (the weights stay sharded over dp_shard x cp).
   for (int64_t id : model->layer_ids()) model->block(id)->attention->core = nullptr;
   torch::NoGradGuard no_grad;
@@ -35,8 +38,9 @@ Generation generate(Transformer& model, const torch::Device& device, const std::
     auto logits = model(tokens).to(torch::kFloat32).squeeze(0);  // [T, V]
     const int64_t T = tokens.size(1);
     if (T > 1)
-      g.prompt_loss = torch::nn::functional::cross_entropy(logits.narrow(0, 0, T - 1), tokens.squeeze(0).narrow(0, 1, T - 1))
-                          .item<double>();
+      g.prompt_loss =
+          torch::nn::functional::cross_entropy(logits.narrow(0, 0, T - 1), tokens.squeeze(0).narrow(0, 1, T - 1))
+              .item<double>();
   }
   for (int64_t i = 0; i < max_new_tokens; ++i) {
     auto tokens = torch::tensor(ids, torch::kInt64).view({1, -1}).to(device);

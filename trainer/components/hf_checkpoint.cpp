@@ -25,7 +25,6 @@ namespace {
 
 [[noreturn]] void fail(const std::string& what) { throw std::runtime_error(what); }
 
-
 struct DtypeInfo {
   const char* name;
   torch::ScalarType type;
@@ -47,7 +46,8 @@ class SafetensorsFile {
     uint64_t n = 0;
     for (int i = 7; i >= 0; --i) n = (n << 8) | le[i];
     const auto file_size = static_cast<uint64_t>(fs::file_size(path_));
-    if (n > file_size - 8) fail("initial load: '" + path_ + "' is not a safetensors file (header length " + std::to_string(n) + ")");
+    if (n > file_size - 8)
+      fail("initial load: '" + path_ + "' is not a safetensors file (header length " + std::to_string(n) + ")");
     std::string text(n, '\0');
     read_at(8, static_cast<int64_t>(n), text.data(), "the header");
     header_ = json::parse(text, nullptr, false);
@@ -163,13 +163,22 @@ torch::Tensor to_half_split_rope(const torch::Tensor& w, int64_t head_dim) {
 }
 
 json config_json(const ModelArgs& a, torch::ScalarType dtype) {
-  return {{"architectures", {"LlamaForCausalLM"}}, {"model_type", "llama"},
-          {"hidden_size", a.dim}, {"intermediate_size", a.ffn_hidden_dim()},
-          {"num_hidden_layers", a.n_layers}, {"num_attention_heads", a.n_heads},
-          {"num_key_value_heads", a.n_kv_heads}, {"head_dim", a.head_dim()},
-          {"vocab_size", a.vocab_size}, {"rms_norm_eps", a.norm_eps}, {"rope_theta", a.rope_theta},
-          {"max_position_embeddings", 8192}, {"tie_word_embeddings", false},
-          {"hidden_act", "silu"}, {"attention_bias", false}, {"mlp_bias", false},
+  return {{"architectures", {"LlamaForCausalLM"}},
+          {"model_type", "llama"},
+          {"hidden_size", a.dim},
+          {"intermediate_size", a.ffn_hidden_dim()},
+          {"num_hidden_layers", a.n_layers},
+          {"num_attention_heads", a.n_heads},
+          {"num_key_value_heads", a.n_kv_heads},
+          {"head_dim", a.head_dim()},
+          {"vocab_size", a.vocab_size},
+          {"rms_norm_eps", a.norm_eps},
+          {"rope_theta", a.rope_theta},
+          {"max_position_embeddings", 8192},
+          {"tie_word_embeddings", false},
+          {"hidden_act", "silu"},
+          {"attention_bias", false},
+          {"mlp_bias", false},
           {"torch_dtype", dtype == torch::kBFloat16 ? "bfloat16" : "float32"}};
 }
 
@@ -200,7 +209,8 @@ void write_safetensors(const std::string& path, const std::vector<std::pair<std:
     for (int i = 0; i < 8; ++i) le[i] = static_cast<unsigned char>(n >> (8 * i));
     out.write(reinterpret_cast<const char*>(le), 8);
     out << text;
-    for (const auto& t : data) out.write(static_cast<const char*>(t.data_ptr()), static_cast<std::streamsize>(t.nbytes()));
+    for (const auto& t : data)
+      out.write(static_cast<const char*>(t.data_ptr()), static_cast<std::streamsize>(t.nbytes()));
     out.flush();
     if (!out) fail("safetensors: writing '" + tmp + "' failed");
   }
@@ -229,7 +239,8 @@ int64_t load(const std::string& path, const ModelArgs& args, const std::vector<C
     const DtypeInfo* info = nullptr;
     for (const auto& d : safetensors_dtypes())
       if (d.name == dtype) info = &d;
-    if (info == nullptr) fail("initial load: '" + file.path() + "': '" + name + "' has dtype " + dtype + " (known: F32, BF16, F16)");
+    if (info == nullptr)
+      fail("initial load: '" + file.path() + "': '" + name + "' has dtype " + dtype + " (known: F32, BF16, F16)");
     const auto shape = e.at("shape").get<std::vector<int64_t>>();
     if (shape != t.layout->global_shape)
       fail("initial load: '" + file.path() + "': '" + name + "' has shape " + shape_text(shape) + ", meshtrain's " +

@@ -35,12 +35,14 @@ void MetricsLogger::log(const StepFacts& f) {
                         {m::kStepTimeS, f.step_time_s},
                         {m::kTokensPerS, f.tokens / f.step_time_s},
                         {m::kHostPeakRssBytes, host_peak_rss_bytes()},
-                        {m::kCommBytes, {{"all_gather", v.all_gather_bytes},
-                                         {"reduce_scatter", v.reduce_scatter_bytes},
-                                         {"all_reduce", v.all_reduce_bytes}}},
-                        {m::kCommCalls, {{"all_gather", v.all_gather_calls},
-                                         {"reduce_scatter", v.reduce_scatter_calls},
-                                         {"all_reduce", v.all_reduce_calls}}}};
+                        {m::kCommBytes,
+                         {{"all_gather", v.all_gather_bytes},
+                          {"reduce_scatter", v.reduce_scatter_bytes},
+                          {"all_reduce", v.all_reduce_bytes}}},
+                        {m::kCommCalls,
+                         {{"all_gather", v.all_gather_calls},
+                          {"reduce_scatter", v.reduce_scatter_calls},
+                          {"all_reduce", v.all_reduce_calls}}}};
   if (device_.is_cuda()) row[m::kDevicePeakBytes] = compat::device_peak_bytes(device_);
   if (f.validation) row[m::kValidationLoss] = *f.validation;
   writer_->write(row);

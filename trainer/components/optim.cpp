@@ -25,7 +25,8 @@ AdamW::AdamW(std::vector<std::pair<std::string, torch::Tensor>> named_params, Ad
   // weights (LibTorch 2.x's CPU kernel runs over --threads cores).
   fused_ = compat::kHasFusedAdamW && !params_.empty();
   for (const auto& [name, p] : params_)
-    fused_ = fused_ && p.device().type() == params_.front().second.device().type() && p.scalar_type() == torch::kFloat32;
+    fused_ =
+        fused_ && p.device().type() == params_.front().second.device().type() && p.scalar_type() == torch::kFloat32;
   if (fused_) step_tensor_ = torch::zeros({}, params_.front().second.options());
   for (size_t i = 0; i < params_.size(); ++i) index_of_[params_[i].second.unsafeGetTensorImpl()] = i;
 }
@@ -58,8 +59,8 @@ void AdamW::update(double lr, const std::vector<torch::Tensor>& which) {
     }
     if (ps.empty()) return;  // the fused kernel needs at least one tensor
     step_tensor_.fill_(static_cast<double>(step_));
-    compat::fused_adamw(ps, grads, exp_avgs, exp_avg_sqs, steps, lr, config_.beta1, config_.beta2,
-                        config_.weight_decay, config_.eps);
+    compat::fused_adamw(ps, grads, exp_avgs, exp_avg_sqs, steps, lr, config_.beta1, config_.beta2, config_.weight_decay,
+                        config_.eps);
     return;
   }
   for (auto& [name, p] : chosen) {
@@ -83,8 +84,7 @@ void AdamW::zero_grad() {
 
 int64_t AdamW::state_bytes() const {
   int64_t bytes = 0;
-  for (const auto& [name, s] : state_)
-    bytes += s.exp_avg.nbytes() + s.exp_avg_sq.nbytes();
+  for (const auto& [name, s] : state_) bytes += s.exp_avg.nbytes() + s.exp_avg_sq.nbytes();
   return bytes;
 }
 

@@ -71,8 +71,11 @@ nlohmann::json local_digest(const torch::Tensor& piece, const std::vector<int64_
   std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
   auto d = t.to(torch::kFloat64);
   namespace f = dump_files::rank_file;
-  return {{f::kPieceOffsets, offsets}, {f::kPieceSizes, sizes}, {f::kPieceSum, d.sum().item<double>()},
-          {f::kPieceL2, d.norm().item<double>()}, {f::kPieceFnv1a64, hex}};
+  return {{f::kPieceOffsets, offsets},
+          {f::kPieceSizes, sizes},
+          {f::kPieceSum, d.sum().item<double>()},
+          {f::kPieceL2, d.norm().item<double>()},
+          {f::kPieceFnv1a64, hex}};
 }
 
 void write_param_digest(const std::string& path, int64_t step, const std::vector<Digest>& digests) {
@@ -130,15 +133,14 @@ void write_rank_report(const std::string& dump_folder, const RankReport& r) {
 }
 
 void write_generate_report(const std::string& dump_folder, const GenerateReport& g) {
-  write_json(dump_folder + "/" + dump_files::kGenerateFile,
-             {{"format_version", kOutputsFormatVersion},
-              {"checkpoint", g.checkpoint},
-              {"mesh", g.mesh},
-              {"prompt", g.prompt},
-              {"prompt_ids", g.prompt_ids},
-              {"generated_ids", g.generated_ids},
-              {"text", g.text},
-              {"prompt_loss", g.prompt_loss}});
+  write_json(dump_folder + "/" + dump_files::kGenerateFile, {{"format_version", kOutputsFormatVersion},
+                                                             {"checkpoint", g.checkpoint},
+                                                             {"mesh", g.mesh},
+                                                             {"prompt", g.prompt},
+                                                             {"prompt_ids", g.prompt_ids},
+                                                             {"generated_ids", g.generated_ids},
+                                                             {"text", g.text},
+                                                             {"prompt_loss", g.prompt_loss}});
 }
 
 }  // namespace meshtrain

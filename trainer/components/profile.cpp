@@ -46,7 +46,8 @@ void StepTrace::begin(int64_t step) {
 }
 
 void StepTrace::end(int64_t step) {
-  if (step == step_) stop_trace(folder_ + "/trace_step" + std::to_string(step) + "_rank" + std::to_string(rank_) + ".json");
+  if (step == step_)
+    stop_trace(folder_ + "/trace_step" + std::to_string(step) + "_rank" + std::to_string(rank_) + ".json");
 }
 
 }  // namespace meshtrain

@@ -40,8 +40,9 @@ std::optional<double> Validator::validate_if_due(int64_t step, ParallelModel& pm
   for (int64_t s = 0; s < steps; ++s, data.advance(global_batch)) {
     for (int64_t micro = 0; micro < accum_steps; ++micro) {
       const DeviceBatch b = to_device(pm, data.micro_batch(global_batch, dp_rank, dp_degree, micro, accum_steps));
-      sum += pipeline.stages ? pp::pipeline_forward(pm, *pipeline.stages, pipeline.options, b.inputs, b.targets, b.positions)
-                             : pm.loss(pm.model(b.inputs, b.positions), b.targets);
+      sum += pipeline.stages
+                 ? pp::pipeline_forward(pm, *pipeline.stages, pipeline.options, b.inputs, b.targets, b.positions)
+                 : pm.loss(pm.model(b.inputs, b.positions), b.targets);
     }
   }
   auto loss = sum / static_cast<double>(steps * accum_steps);

@@ -154,13 +154,14 @@ void scale_to_float8(const void* x, Source type, int64_t rows, int64_t cols, con
   const float largest = format == Float8::kE4m3 ? 448.0f : 57344.0f;
   if (rows % 8 == 0 && cols % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0) {
     if ((rows + kWide - 1) / kWide > 65535) throw std::invalid_argument("float8 cast: more than 2^22 rows");
-    const dim3 grid(static_cast<unsigned>((cols + kWide - 1) / kWide), static_cast<unsigned>((rows + kWide - 1) / kWide));
+    const dim3 grid(static_cast<unsigned>((cols + kWide - 1) / kWide),
+                    static_cast<unsigned>((rows + kWide - 1) / kWide));
     if (type == Source::kBFloat16)
       scale_kernel_wide<<<grid, 256, 0, stream>>>(static_cast<const __nv_bfloat16*>(x), rows, cols, amax, largest,
                                                   format, out, out_t, inverse_scale);
     else
-      scale_kernel_wide<<<grid, 256, 0, stream>>>(static_cast<const float*>(x), rows, cols, amax, largest, format,
-                                                  out, out_t, inverse_scale);
+      scale_kernel_wide<<<grid, 256, 0, stream>>>(static_cast<const float*>(x), rows, cols, amax, largest, format, out,
+                                                  out_t, inverse_scale);
     check(cudaGetLastError(), "float8 cast kernel");
     return;
   }

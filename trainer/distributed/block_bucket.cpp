@@ -127,7 +127,8 @@ void BlockBucket::unpack(const torch::Tensor& gathered, const std::vector<torch:
     auto dst = into[i].view({-1});
     if (even()) {  // one strided copy per weight
       const int64_t n = layouts_[i]->shard_rows.front() * row_numel(i);
-      dst.view({static_cast<int64_t>(ranks), n}).copy_(gathered.view({static_cast<int64_t>(ranks), w}).narrow(1, offset(i, 0), n));
+      dst.view({static_cast<int64_t>(ranks), n})
+          .copy_(gathered.view({static_cast<int64_t>(ranks), w}).narrow(1, offset(i, 0), n));
       continue;
     }
     int64_t at = 0;
@@ -147,7 +148,6 @@ std::vector<torch::Tensor> BlockBucket::gather_new() {
   unpack(gathered, full);
   return full;
 }
-
 
 // ---- the block's forward ----------------------------------------------------------
 
@@ -230,7 +230,9 @@ void BlockBucket::reduce(const std::vector<torch::Tensor>& grads) {
     const auto grad = grads[i].reshape({-1});
     if (even()) {
       const int64_t n = layouts_[i]->shard_rows.front() * row_numel(i);
-      flat.view({static_cast<int64_t>(ranks), w}).narrow(1, offset(i, 0), n).copy_(grad.view({static_cast<int64_t>(ranks), n}));
+      flat.view({static_cast<int64_t>(ranks), w})
+          .narrow(1, offset(i, 0), n)
+          .copy_(grad.view({static_cast<int64_t>(ranks), n}));
       continue;
     }
     int64_t at = 0;
@@ -274,8 +276,10 @@ void BlockBucket::finish_reduce() {
     auto grad = mine.narrow(0, at, n).view(pieces_[i].sizes()).to(pieces_[i].options());
     at += n;
     auto& slot = pieces_[i].mutable_grad();
-    if (slot.defined()) slot.add_(grad);
-    else slot = grad;
+    if (slot.defined())
+      slot.add_(grad);
+    else
+      slot = grad;
   }
   if (on_gradients_ready) on_gradients_ready(pieces_);
 }

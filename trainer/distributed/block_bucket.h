@@ -37,9 +37,9 @@ using namespace contract;  // the mesh, placement and hash names meshtrain share
 // they travel in. Every weight of a bucket shares them (data_parallel.cpp gives expert-parallel
 // experts buckets of their own).
 struct DataParallelWiring {
-  Comm* shard_group = nullptr;      // all-gathers the pieces, reduce-scatters the gradients
-  Comm* replicate_group = nullptr;  // HSDP and DDP: gradients are summed over the replicas
-  double grad_divisor = 1.0;        // gradients are averaged over the dp degree
+  Comm* shard_group = nullptr;                       // all-gathers the pieces, reduce-scatters the gradients
+  Comm* replicate_group = nullptr;                   // HSDP and DDP: gradients are summed over the replicas
+  double grad_divisor = 1.0;                         // gradients are averaged over the dp degree
   torch::ScalarType param_dtype = torch::kFloat32;   // what the gathered weights compute in
   torch::ScalarType reduce_dtype = torch::kFloat32;  // what gradients are reduced in
 };

@@ -33,8 +33,7 @@ class Comm {
   // every rank gets the pieces concatenated along dim 0.
   virtual torch::Tensor all_gather_dim0(const torch::Tensor& local, const std::vector<int64_t>& sizes) = 0;
   // `full` has sum(sizes) rows; returns this rank's rows of the element-wise sum over ranks.
-  virtual torch::Tensor reduce_scatter_sum_dim0(const torch::Tensor& full,
-                                                const std::vector<int64_t>& sizes) = 0;
+  virtual torch::Tensor reduce_scatter_sum_dim0(const torch::Tensor& full, const std::vector<int64_t>& sizes) = 0;
   virtual void barrier() = 0;
   // Variable all-to-all along dim 0: `x`'s first send_rows[0] rows go to group rank 0, the
   // next send_rows[1] to rank 1, ...; the result holds recv_rows[i] rows from each rank i,

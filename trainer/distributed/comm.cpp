@@ -73,7 +73,9 @@ class SelfComm : public Comm {
   InFlight start_send(const torch::Tensor&, int, int) override {
     throw std::logic_error("a one-rank group has no peer to send to");
   }
-  void recv(torch::Tensor&, int, int) override { throw std::logic_error("a one-rank group has no peer to receive from"); }
+  void recv(torch::Tensor&, int, int) override {
+    throw std::logic_error("a one-rank group has no peer to receive from");
+  }
 };
 
 class C10dComm : public Comm {
@@ -82,8 +84,13 @@ class C10dComm : public Comm {
   // type"), so such tensors travel as float32 and come back in their own dtype.
   C10dComm(c10::intrusive_ptr<compat::Backend> backend, std::string name, int global_rank, int rank, int size,
            bool wire_float32, int64_t cuda_device = -1)
-      : backend_(std::move(backend)), name_(std::move(name)), global_rank_(global_rank), rank_(rank), size_(size),
-        wire_float32_(wire_float32), cuda_device_(cuda_device) {}
+      : backend_(std::move(backend)),
+        name_(std::move(name)),
+        global_rank_(global_rank),
+        rank_(rank),
+        size_(size),
+        wire_float32_(wire_float32),
+        cuda_device_(cuda_device) {}
   ~C10dComm() override {
     try {
       compat::shutdown(*backend_);
@@ -124,7 +131,7 @@ class C10dComm : public Comm {
 #else
     // Gloo in LibTorch 1.13 gathers into a list only.
     std::vector<torch::Tensor> inputs{input};
-    std::vector<std::vector<torch::Tensor>> output(1);
+    std::vector<std::vector<torch::Tensor> > output(1);
     for (int i = 0; i < size_; ++i) output[0].push_back(torch::empty_like(input));
     backend_->allgather(output, inputs)->wait();
     comm_volume().all_gather_bytes += static_cast<int64_t>(input.nbytes()) * size_;
@@ -137,8 +144,7 @@ class C10dComm : public Comm {
 
   torch::Tensor reduce_scatter_sum_dim0(const torch::Tensor& full, const std::vector<int64_t>& sizes) override {
     enter("reduce_scatter");
-    if (needs_wire_cast(full))
-      return reduce_scatter_sum_dim0(full.to(torch::kFloat32), sizes).to(full.scalar_type());
+    if (needs_wire_cast(full)) return reduce_scatter_sum_dim0(full.to(torch::kFloat32), sizes).to(full.scalar_type());
     int64_t offset = 0;
     for (int i = 0; i < rank_; ++i) offset += sizes[i];
 #ifdef MESHTEST_CUDA
@@ -197,7 +203,7 @@ class C10dComm : public Comm {
     };
 #else
     std::vector<torch::Tensor> inputs{input};
-    std::vector<std::vector<torch::Tensor>> outputs(1);
+    std::vector<std::vector<torch::Tensor> > outputs(1);
     for (int i = 0; i < size_; ++i) outputs[0].push_back(torch::empty_like(input));
     auto work = backend_->allgather(outputs, inputs);
     return [work, pieces = outputs[0], input] {
@@ -320,9 +326,7 @@ class C10dComm : public Comm {
  private:
   void enter(const char* op) { enter_collective(op, name_, global_rank_, size_); }
 
-  bool needs_wire_cast(const torch::Tensor& t) const {
-    return wire_float32_ && t.scalar_type() == torch::kBFloat16;
-  }
+  bool needs_wire_cast(const torch::Tensor& t) const { return wire_float32_ && t.scalar_type() == torch::kBFloat16; }
 
   void all_reduce(torch::Tensor& t, c10d::ReduceOp op) {
     if (needs_wire_cast(t)) {
@@ -352,8 +356,7 @@ class C10dComm : public Comm {
 
 std::shared_ptr<Comm> make_group(const c10::intrusive_ptr<c10d::Store>& root, const std::string& name,
                                  const std::vector<int64_t>& ranks, int global_rank, Backend backend,
-                                 std::chrono::milliseconds timeout, int64_t device_index,
-                                 bool single_rank_talks) {
+                                 std::chrono::milliseconds timeout, int64_t device_index, bool single_rank_talks) {
   if (ranks.size() == 1 && !single_rank_talks) return std::make_shared<SelfComm>();
   int group_rank = -1;
   std::string id;
@@ -370,8 +373,8 @@ std::shared_ptr<Comm> make_group(const c10::intrusive_ptr<c10d::Store>& root, co
 #ifdef MESHTEST_CUDA
     auto opts = c10d::ProcessGroupNCCL::Options::create();
     opts->timeout = timeout;
-    return std::make_shared<C10dComm>(c10::make_intrusive<c10d::ProcessGroupNCCL>(store, group_rank, size, opts),
-                                      name, global_rank, group_rank, size, /*wire_float32=*/false, device_index);
+    return std::make_shared<C10dComm>(c10::make_intrusive<c10d::ProcessGroupNCCL>(store, group_rank, size, opts), name,
+                                      global_rank, group_rank, size, /*wire_float32=*/false, device_index);
 #else
     throw std::invalid_argument("backend 'nccl' needs the CUDA build (this is the CPU build; use --backend gloo)");
 #endif
@@ -386,8 +389,8 @@ std::shared_ptr<Comm> make_group(const c10::intrusive_ptr<c10d::Store>& root, co
   const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
   opts->devices.push_back(ifname && *ifname ? c10d::ProcessGroupGloo::createDeviceForInterface(ifname)
                                             : c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
-  return std::make_shared<C10dComm>(c10::make_intrusive<c10d::ProcessGroupGloo>(store, group_rank, size, opts),
-                                    name, global_rank, group_rank, size, /*wire_float32=*/true);
+  return std::make_shared<C10dComm>(c10::make_intrusive<c10d::ProcessGroupGloo>(store, group_rank, size, opts), name,
+                                    global_rank, group_rank, size, /*wire_float32=*/true);
 #endif
 }
 
@@ -402,8 +405,8 @@ LaunchEnv LaunchEnv::from_environment() {
   if (env.world_size < 1) throw std::invalid_argument("WORLD_SIZE must be at least 1");
   if (env.local_world_size < 1) throw std::invalid_argument("LOCAL_WORLD_SIZE must be at least 1");
   if (env.rank >= env.world_size)
-    throw std::invalid_argument("RANK=" + std::to_string(env.rank) + " is not below WORLD_SIZE=" +
-                                std::to_string(env.world_size));
+    throw std::invalid_argument("RANK=" + std::to_string(env.rank) +
+                                " is not below WORLD_SIZE=" + std::to_string(env.world_size));
   if (env.master_port < 1 || env.master_port > 65535)
     throw std::invalid_argument("MASTER_PORT=" + std::to_string(env.master_port) + " is not a port");
   return env;
@@ -424,9 +427,8 @@ bool computes_on_cuda(Backend backend) {
   return false;
 }
 
-
-MeshGroups join_mesh(const LaunchEnv& env, const MeshShape& shape, Backend backend,
-                     std::chrono::milliseconds timeout, int64_t ep) {
+MeshGroups join_mesh(const LaunchEnv& env, const MeshShape& shape, Backend backend, std::chrono::milliseconds timeout,
+                     int64_t ep) {
   MeshGroups g;
   g.shape = shape;
   g.coord = coord_of(env.rank, shape);
@@ -472,7 +474,8 @@ MeshGroups join_mesh(const LaunchEnv& env, const MeshShape& shape, Backend backe
   g.dp_cp = group("dp_cp", {D::kDpReplicate, D::kDpShard, D::kCp});
   // dp_shard = ep_shard x ep, ep inner: an ep group is a run of ep consecutive dp_shard ranks.
   if (ep < 1 || shape.dp_shard % ep != 0)
-    throw std::invalid_argument("ep " + std::to_string(ep) + " does not divide dp_shard " + std::to_string(shape.dp_shard));
+    throw std::invalid_argument("ep " + std::to_string(ep) + " does not divide dp_shard " +
+                                std::to_string(shape.dp_shard));
   g.ep_degree = ep;
   const auto dp_shard_ranks = group_ranks(env.rank, shape, {D::kDpShard});
   const int64_t inner = g.coord.dp_shard % ep, outer = g.coord.dp_shard / ep;

@@ -88,7 +88,7 @@ std::shared_ptr<Comm> make_group(const c10::intrusive_ptr<c10d::Store>& store, c
 // Joins the job described by `env` (one TCPStore; each group under its own PrefixStore
 // prefix; single-rank jobs need no rendezvous) and builds the mesh's groups.
 // `ep` (expert parallel) must divide shape.dp_shard.
-MeshGroups join_mesh(const LaunchEnv& env, const MeshShape& shape, Backend backend,
-                     std::chrono::milliseconds timeout, int64_t ep = 1);
+MeshGroups join_mesh(const LaunchEnv& env, const MeshShape& shape, Backend backend, std::chrono::milliseconds timeout,
+                     int64_t ep = 1);
 
 }  // namespace meshtrain

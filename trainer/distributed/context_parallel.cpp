@@ -54,7 +54,7 @@ struct Partial {
 Partial attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, const torch::Tensor& q_pos,
                const torch::Tensor& k_pos) {
   auto scores = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(q.size(-1)));  // [B, H, Tq, Tk]
-  auto hidden = q_pos.unsqueeze(1) < k_pos.unsqueeze(0);                                                // [Tq, Tk]
+  auto hidden = q_pos.unsqueeze(1) < k_pos.unsqueeze(0);                                             // [Tq, Tk]
   // A finite floor rather than -inf: a block in which a query sees nothing (a later chunk
   // in the ring) must still give finite numbers; its weight below is exp(-1e30) = 0.
   scores = scores.masked_fill(hidden, -1e30);
@@ -112,7 +112,7 @@ torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const to
 void apply_cp(Transformer& model, Comm& cp_group, Rotate rotate) {
   for (int64_t id : model->layer_ids())
     model->block(id)->attention->core = [&cp_group, rotate](const torch::Tensor& q, const torch::Tensor& k,
-                                                      const torch::Tensor& v) {
+                                                            const torch::Tensor& v) {
       return cp::attention(q, k, v, cp_group, rotate);
     };
 }

@@ -123,8 +123,10 @@ std::vector<BucketUnit> bucket_units(Transformer& model, Bucketing mode, int64_t
     const std::string at = layer(id);
     if (mode == Bucketing::kNone) {  // forward order: attention, then feed-forward or MoE
       one_weight(path({at, kAttentionNorm}), *block->attention_norm, id);
-      for (auto [name, linear] : {std::pair{kWq, block->attention->wq}, {kWk, block->attention->wk},
-                                  {kWv, block->attention->wv}, {kWo, block->attention->wo}})
+      for (auto [name, linear] : {std::pair{kWq, block->attention->wq},
+                                  {kWk, block->attention->wk},
+                                  {kWv, block->attention->wv},
+                                  {kWo, block->attention->wo}})
         one_weight(path({at, kAttention, name}), *linear, id);
       one_weight(path({at, kFfnNorm}), *block->ffn_norm, id);
       if (auto moe = block->moe) {
@@ -176,8 +178,8 @@ std::vector<BucketUnit> bucket_units(Transformer& model, Bucketing mode, int64_t
       one_weight(kNorm, *model->norm, head);
       one_weight(kOutput, *model->output, head);
     } else {
-      units.push_back({{path({kNorm, kWeight}), path({kOutput, kWeight})}, &model->norm->hooks, &model->output->hooks,
-                       head, head});
+      units.push_back(
+          {{path({kNorm, kWeight}), path({kOutput, kWeight})}, &model->norm->hooks, &model->output->hooks, head, head});
     }
   }
   units.insert(units.end(), expert_units.begin(), expert_units.end());
@@ -255,13 +257,14 @@ std::vector<std::shared_ptr<BlockBucket>> apply_fsdp(Transformer& model, MeshGro
                                                      const std::map<std::string, const ParamLayout*>& layout_of,
                                                      const std::map<std::string, Transform>& weight_tp) {
   const MeshShape& shape = groups.shape;
-  const bool needs_dp_function =
-      data_parallel_mode(shape) != DataParallelMode::kNone || config.param_dtype != torch::kFloat32 || config.cpu_offload;
+  const bool needs_dp_function = data_parallel_mode(shape) != DataParallelMode::kNone ||
+                                 config.param_dtype != torch::kFloat32 || config.cpu_offload;
   const bool talks = shape.dp_shard_cp() > 1 || shape.dp_replicate > 1;
   std::vector<BucketUnit> units;
   if (needs_dp_function && talks)
-    units = bucket_units(model, config.bucketing, static_cast<int64_t>(config.bucket_mb * (1 << 20)), groups.ep_degree > 1,
-                         [ac](int64_t id) { return recomputed(ac, id); }, layout_of, config.param_dtype);
+    units = bucket_units(
+        model, config.bucketing, static_cast<int64_t>(config.bucket_mb * (1 << 20)), groups.ep_degree > 1,
+        [ac](int64_t id) { return recomputed(ac, id); }, layout_of, config.param_dtype);
   const auto buckets = make_buckets(units, model, groups, config, ac);
   std::map<std::string, std::shared_ptr<BlockBucket>> bucket_of;  // weight fqn -> its bucket
   for (size_t i = 0; i < units.size(); ++i)

@@ -3,7 +3,7 @@
 namespace meshtrain {
 
 std::map<std::string, std::pair<double, double>> global_sums(const ParallelModel& pm,
-                                                          const std::vector<std::string>& names) {
+                                                             const std::vector<std::string>& names) {
   // Row i: (sum, sum of squares) of names[i]; a pipeline stage fills the rows of the
   // parameters it holds and the sum over stages completes the table.
   auto table = torch::zeros({static_cast<int64_t>(names.size()), 2}, torch::kFloat64);
@@ -23,7 +23,8 @@ std::map<std::string, std::pair<double, double>> global_sums(const ParallelModel
   table = table.cpu();
   std::map<std::string, std::pair<double, double>> out;
   for (size_t i = 0; i < names.size(); ++i)
-    out[names[i]] = {table[static_cast<int64_t>(i)][0].item<double>(), table[static_cast<int64_t>(i)][1].item<double>()};
+    out[names[i]] = {table[static_cast<int64_t>(i)][0].item<double>(),
+                     table[static_cast<int64_t>(i)][1].item<double>()};
   return out;
 }
 

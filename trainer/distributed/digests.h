@@ -19,6 +19,6 @@ namespace meshtrain {
 // Per parameter of `names` (every parameter of the whole model, whichever pipeline stage
 // holds it): (sum, sum of squares) of the global tensor, in float64.
 std::map<std::string, std::pair<double, double>> global_sums(const ParallelModel& pm,
-                                                          const std::vector<std::string>& names);
+                                                             const std::vector<std::string>& names);
 
 }  // namespace meshtrain

@@ -30,7 +30,8 @@ torch::Tensor route_to_experts(const torch::Tensor& sorted, const torch::Tensor&
   const int64_t n = ep.size(), held = static_cast<int64_t>(counts.size()) / n;
   // First the counts: got[i * held + e] is how many copies rank i sends to local expert e.
   auto sent_counts = counts_on_device.to(torch::kLong);
-  const auto got_t = ep.all_to_all_dim0(sent_counts, std::vector<int64_t>(n, held), std::vector<int64_t>(n, held)).cpu();
+  const auto got_t =
+      ep.all_to_all_dim0(sent_counts, std::vector<int64_t>(n, held), std::vector<int64_t>(n, held)).cpu();
   const std::vector<int64_t> got(got_t.data_ptr<int64_t>(), got_t.data_ptr<int64_t>() + n * held);
   std::vector<int64_t> send_rows(n, 0), recv_rows(n, 0), local_counts(held, 0);
   for (int64_t i = 0; i < n; ++i)
@@ -55,7 +56,7 @@ torch::Tensor route_to_experts(const torch::Tensor& sorted, const torch::Tensor&
   const auto unperm = inverse_permutation(perm);
   const auto counts_here = torch::tensor(local_counts, torch::kLong).to(sorted.device());
   const auto out = experts(gather_rows(received, perm, unperm), counts_here);  // [sum(recv_rows), D]
-  const auto back = gather_rows(out, unperm, perm);                          // by source rank again
+  const auto back = gather_rows(out, unperm, perm);                            // by source rank again
   return ep::exchange_tokens(back, ep, recv_rows, send_rows);
 }
 

@@ -12,7 +12,8 @@ namespace {
 // issue the same collectives in the same order.
 double reduce_grad_norm(const ParallelModel& pm, std::map<std::vector<MeshDim>, torch::Tensor>& partial) {
   for (const auto& l : pm.layouts())  // a set a rank has no gradient for still takes part
-    if (!partial.count(l.sharded_over)) partial[l.sharded_over] = torch::zeros({}, torch::dtype(torch::kFloat64).device(pm.groups.device));
+    if (!partial.count(l.sharded_over))
+      partial[l.sharded_over] = torch::zeros({}, torch::dtype(torch::kFloat64).device(pm.groups.device));
   double total = 0.0;
   for (auto& [dims, sum] : partial) {
     sum = sum.to(pm.groups.device);  // gradients may live in host memory (CPU offload)

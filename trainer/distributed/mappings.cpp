@@ -55,8 +55,7 @@ struct GatherFromTp : torch::autograd::Function<GatherFromTp> {
   static variable_list backward(AutogradContext* ctx, variable_list g) {
     const auto dim = ctx->saved_data["dim"].toInt();
     const auto sizes = ctx->saved_data["sizes"].toIntVector();
-    return {reduce_scatter_along(saved_comm(ctx), g[0], dim, sizes), torch::Tensor(), torch::Tensor(),
-            torch::Tensor()};
+    return {reduce_scatter_along(saved_comm(ctx), g[0], dim, sizes), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -71,8 +70,7 @@ struct ReduceScatterToTp : torch::autograd::Function<ReduceScatterToTp> {
   static variable_list backward(AutogradContext* ctx, variable_list g) {
     const auto dim = ctx->saved_data["dim"].toInt();
     const auto sizes = ctx->saved_data["sizes"].toIntVector();
-    return {all_gather_along(saved_comm(ctx), g[0], dim, sizes), torch::Tensor(), torch::Tensor(),
-            torch::Tensor()};
+    return {all_gather_along(saved_comm(ctx), g[0], dim, sizes), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -94,8 +92,8 @@ struct GatherReplicatedFromTp : torch::autograd::Function<GatherReplicatedFromTp
 };
 
 struct VocabParallelCrossEntropy : torch::autograd::Function<VocabParallelCrossEntropy> {
-  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& logits, const torch::Tensor& targets,
-                               Comm* c, int64_t vocab_start) {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& logits, const torch::Tensor& targets, Comm* c,
+                               int64_t vocab_start) {
     const int64_t local_vocab = logits.size(1);
     // Subtract the global max for stability.
     auto max = std::get<0>(logits.max(1));  // [N]
@@ -129,9 +127,7 @@ struct VocabParallelCrossEntropy : torch::autograd::Function<VocabParallelCrossE
 
 torch::Tensor copy_to_tp(const torch::Tensor& x, Comm& c) { return c.size() == 1 ? x : CopyToTp::apply(x, &c); }
 
-torch::Tensor reduce_from_tp(const torch::Tensor& x, Comm& c) {
-  return c.size() == 1 ? x : ReduceFromTp::apply(x, &c);
-}
+torch::Tensor reduce_from_tp(const torch::Tensor& x, Comm& c) { return c.size() == 1 ? x : ReduceFromTp::apply(x, &c); }
 
 torch::Tensor gather_from_tp(const torch::Tensor& x, Comm& c, int64_t dim, const std::vector<int64_t>& sizes) {
   return c.size() == 1 ? x : GatherFromTp::apply(x, &c, dim, sizes);

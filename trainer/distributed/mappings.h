@@ -40,8 +40,8 @@ torch::Tensor masked_embedding(const torch::Tensor& ids, const torch::Tensor& we
 // holds vocabulary columns [vocab_start, vocab_start + V_local)) against targets [N],
 // without gathering the logits: all-reduce of the max, of the target logit and of the
 // sum of exponentials. Backward is local: softmax minus one-hot, scaled.
-torch::Tensor vocab_parallel_cross_entropy(const torch::Tensor& logits, const torch::Tensor& targets,
-                                           Comm& tp, int64_t vocab_start);
+torch::Tensor vocab_parallel_cross_entropy(const torch::Tensor& logits, const torch::Tensor& targets, Comm& tp,
+                                           int64_t vocab_start);
 
 }  // namespace meshtrain::tp
 

@@ -17,7 +17,9 @@ namespace meshtrain {
 
 struct OffloadedWeights::State {
   State(torch::Device device_, torch::ScalarType dtype_, int64_t bytes_ahead_)
-      : device(device_), dtype(dtype_), bytes_ahead(bytes_ahead_),
+      : device(device_),
+        dtype(dtype_),
+        bytes_ahead(bytes_ahead_),
         to_device(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device_.index())),
         to_host(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device_.index())) {}
 
@@ -125,8 +127,10 @@ struct OffloadedWeights::State {
     torch::NoGradGuard no_grad;
     for (auto& [i, host] : returning) {
       auto& slot = pieces[i].mutable_grad();
-      if (slot.defined()) slot.add_(host);
-      else slot = host;
+      if (slot.defined())
+        slot.add_(host);
+      else
+        slot = host;
     }
     returning.clear();
     landing_queued = false;
@@ -145,7 +149,8 @@ struct ToDevice : torch::autograd::Function<ToDevice> {
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
-    const auto* state = reinterpret_cast<const std::shared_ptr<OffloadedWeights::State>*>(ctx->saved_data["state"].toInt());
+    const auto* state =
+        reinterpret_cast<const std::shared_ptr<OffloadedWeights::State>*>(ctx->saved_data["state"].toInt());
     (*state)->send_back(static_cast<size_t>(ctx->saved_data["i"].toInt()), grads[0], *state);
     return {torch::Tensor(), torch::Tensor(), torch::Tensor()};  // the gradient lands in .grad itself
   }

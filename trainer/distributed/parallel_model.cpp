@@ -14,7 +14,8 @@ torch::Tensor ParallelModel::local_tokens(const torch::Tensor& batch) const {
 
 torch::Tensor ParallelModel::positions(int64_t seq_len) const {
   const int64_t n = groups.shape.cp;
-  if (injected(Fault::kCpLocalPositions)) return torch::arange(seq_len / n, torch::dtype(torch::kLong).device(groups.device));
+  if (injected(Fault::kCpLocalPositions))
+    return torch::arange(seq_len / n, torch::dtype(torch::kLong).device(groups.device));
   return cp::positions(seq_len, n, groups.coord.cp, groups.device);
 }
 

@@ -28,8 +28,11 @@ class ParallelModel {
  public:
   ParallelModel(Transformer model, MeshGroups& groups, std::vector<ParamLayout> layouts, DataParallelMode mode,
                 std::vector<ParamLayout> buffer_layouts = {})
-      : model(std::move(model)), groups(groups), layouts_(std::move(layouts)),
-        buffer_layouts_(std::move(buffer_layouts)), mode_(mode) {}
+      : model(std::move(model)),
+        groups(groups),
+        layouts_(std::move(layouts)),
+        buffer_layouts_(std::move(buffer_layouts)),
+        mode_(mode) {}
   Transformer model;
   MeshGroups& groups;
   LossFunction loss;  // loss.h

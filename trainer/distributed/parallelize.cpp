@@ -42,7 +42,8 @@ std::vector<ParamLayout> param_layouts(Transformer& model, const MeshGroups& gro
       l.splits.push_back(Split{tp_dim, shape.tp, groups.coord.tp});
       l.sharded_over.push_back(MeshDim::kTp);
     }
-    if (groups.ep_degree > 1 && is_routed_expert(l.name)) {  // each ep rank holds its experts; FSDP shards them over ep_shard (cp is 1)
+    if (groups.ep_degree > 1 &&
+        is_routed_expert(l.name)) {  // each ep rank holds its experts; FSDP shards them over ep_shard (cp is 1)
       const int64_t ep = groups.ep_degree;
       l.splits.push_back(Split{0, ep, groups.coord.dp_shard % ep});
       l.tp_local_shape = local_chunk(l.global_shape, l.splits).sizes;

@@ -76,7 +76,8 @@ std::vector<Action> schedule(Schedule s, int64_t pp, int64_t rank, int64_t micro
     for (int64_t m = 0; m < n; ++m) out.push_back({false, m, 0});
     return out;
   }
-  if (s == Schedule::k1F1B) chunks = 1;
+  if (s == Schedule::k1F1B)
+    chunks = 1;
   else if (n % pp != 0)
     throw std::invalid_argument("interleaved_1f1b needs --pp.microbatches divisible by pp (" + std::to_string(n) +
                                 " over pp " + std::to_string(pp) + ")");
@@ -86,8 +87,7 @@ std::vector<Action> schedule(Schedule s, int64_t pp, int64_t rank, int64_t micro
   const int64_t total = n * chunks, group = pp * chunks;
   auto forward = [&](int64_t k) { return Action{true, (k / group) * pp + k % pp, (k % group) / pp}; };
   auto backward = [&](int64_t k) { return Action{false, (k / group) * pp + k % pp, chunks - 1 - (k % group) / pp}; };
-  const int64_t warmup =
-      std::min(total, chunks == 1 ? pp - rank - 1 : (pp - rank - 1) * 2 + (chunks - 1) * pp);
+  const int64_t warmup = std::min(total, chunks == 1 ? pp - rank - 1 : (pp - rank - 1) * 2 + (chunks - 1) * pp);
   for (int64_t k = 0; k < warmup; ++k) out.push_back(forward(k));
   for (int64_t k = 0; k < total - warmup; ++k) {
     out.push_back(forward(warmup + k));
@@ -191,7 +191,8 @@ torch::Tensor pipeline_step(ParallelModel& pm, const StageMap& stages, const Pip
 }
 
 torch::Tensor pipeline_forward(ParallelModel& pm, const StageMap& stages, const PipelineOptions& options,
-                               const torch::Tensor& inputs, const torch::Tensor& targets, const torch::Tensor& positions) {
+                               const torch::Tensor& inputs, const torch::Tensor& targets,
+                               const torch::Tensor& positions) {
   torch::NoGradGuard no_grad;
   return run_schedule(pm, stages, options, inputs, targets, positions, 1.0, /*train=*/false);
 }
@@ -205,7 +206,8 @@ PipelinePlan plan_pipeline(const PipelineConfig& config, int64_t n_layers, const
   const bool interleaved = o.schedule == Schedule::kInterleaved1F1B;
   const int64_t chunks = config.virtual_stages > 0 ? config.virtual_stages : interleaved ? 2 : 1;
   if (chunks > 1 && !interleaved)
-    throw std::invalid_argument("--pp.virtual-stages " + std::to_string(chunks) + " needs --pp.schedule interleaved_1f1b");
+    throw std::invalid_argument("--pp.virtual-stages " + std::to_string(chunks) +
+                                " needs --pp.schedule interleaved_1f1b");
   o.microbatches = config.microbatches > 0 ? config.microbatches : shape.pp;
   if (local_batch_size % o.microbatches != 0)
     throw std::invalid_argument("--pp.microbatches " + std::to_string(o.microbatches) +

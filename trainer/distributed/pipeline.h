@@ -78,7 +78,8 @@ torch::Tensor pipeline_step(ParallelModel& pm, const StageMap& stages, const Pip
 // The forwards of pipeline_step alone, without gradients (validation): the mean loss over
 // the microbatches, on every pp rank.
 torch::Tensor pipeline_forward(ParallelModel& pm, const StageMap& stages, const PipelineOptions& options,
-                               const torch::Tensor& inputs, const torch::Tensor& targets, const torch::Tensor& positions);
+                               const torch::Tensor& inputs, const torch::Tensor& targets,
+                               const torch::Tensor& positions);
 
 // The --pp.* options as given on the command line.
 struct PipelineConfig {

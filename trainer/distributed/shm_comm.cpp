@@ -77,7 +77,9 @@ class ShmComm : public Comm {
       char tmpl[4096];
       std::snprintf(tmpl, sizeof tmpl, "%s/meshtrain-shm-XXXXXX", segment_folder(bytes).c_str());
       fd = ::mkstemp(tmpl);
-      if (fd < 0) throw std::runtime_error(std::string("shm backend: cannot create a segment in ") + tmpl + ": " + std::strerror(errno));
+      if (fd < 0)
+        throw std::runtime_error(std::string("shm backend: cannot create a segment in ") + tmpl + ": " +
+                                 std::strerror(errno));
       if (::ftruncate(fd, bytes) != 0) {
         ::close(fd);
         ::unlink(tmpl);
@@ -127,8 +129,9 @@ class ShmComm : public Comm {
   void all_reduce_max(torch::Tensor& t) override {
     enter("all_reduce_max");
     count(comm_volume().all_reduce_bytes, comm_volume().all_reduce_calls, t.nbytes());
-    t.copy_(reduce(t, 0, t.numel(), [](torch::Tensor& acc, const torch::Tensor& x) { acc.copy_(torch::maximum(acc, x)); })
-                .view(t.sizes()));
+    t.copy_(reduce(t, 0, t.numel(), [](torch::Tensor& acc, const torch::Tensor& x) {
+              acc.copy_(torch::maximum(acc, x));
+            }).view(t.sizes()));
   }
 
   torch::Tensor all_gather_dim0(const torch::Tensor& local, const std::vector<int64_t>& sizes) override {
@@ -151,7 +154,8 @@ class ShmComm : public Comm {
     int64_t offset = 0;
     for (int i = 0; i < rank_; ++i) offset += sizes[i];
     const int64_t row = full.dim() > 0 && full.size(0) > 0 ? full.numel() / full.size(0) : 0;
-    auto mine = reduce(full, offset * row, sizes[rank_] * row, [](torch::Tensor& acc, const torch::Tensor& x) { acc.add_(x); });
+    auto mine =
+        reduce(full, offset * row, sizes[rank_] * row, [](torch::Tensor& acc, const torch::Tensor& x) { acc.add_(x); });
     auto shape = full.sizes().vec();
     shape[0] = sizes[rank_];
     return mine.view(shape);
@@ -327,7 +331,9 @@ class ShmComm : public Comm {
     const int64_t per_round = kSlotBytes / elem, total = host.numel();
     for (int64_t at = 0; at == 0 || at < total; at += per_round) {
       const int64_t count = std::min(per_round, total - at);
-      if (count > 0) std::memcpy(slot(rank_), static_cast<const uint8_t*>(host.data_ptr()) + at * elem, static_cast<size_t>(count * elem));
+      if (count > 0)
+        std::memcpy(slot(rank_), static_cast<const uint8_t*>(host.data_ptr()) + at * elem,
+                    static_cast<size_t>(count * elem));
       barrier_wait("reduce");
       // The part of this round that falls in [first, first + n).
       const int64_t lo = std::max(at, first), hi = std::min(at + count, first + n);
@@ -335,8 +341,10 @@ class ShmComm : public Comm {
         auto part = acc.narrow(0, lo - first, hi - lo);
         for (int r = 0; r < size_; ++r) {
           auto x = torch::from_blob(slot(r), {count}, torch::dtype(dtype)).narrow(0, lo - at, hi - lo).to(acc_dtype);
-          if (r == 0) part.copy_(x);
-          else combine(part, x);
+          if (r == 0)
+            part.copy_(x);
+          else
+            combine(part, x);
         }
       }
       barrier_wait("reduce");
@@ -348,7 +356,8 @@ class ShmComm : public Comm {
   // Point to point through the store: one key per message, numbered per (from, to, tag).
   std::string message_key(int from, int to, int tag) {
     auto& seq = sequence_[{from, to, tag}];
-    return "p2p/" + std::to_string(from) + ">" + std::to_string(to) + "/" + std::to_string(tag) + "/" + std::to_string(seq++);
+    return "p2p/" + std::to_string(from) + ">" + std::to_string(to) + "/" + std::to_string(tag) + "/" +
+           std::to_string(seq++);
   }
 
   void post(const torch::Tensor& t, int to, int tag) {
@@ -364,8 +373,8 @@ class ShmComm : public Comm {
     auto host = torch::empty(t.sizes(), t.options().device(torch::kCPU));
     if (static_cast<int64_t>(bytes.size()) != static_cast<int64_t>(host.nbytes()))
       throw std::logic_error("shm backend: group " + name_ + ": rank " + std::to_string(from) + " sent " +
-                             std::to_string(bytes.size()) + " bytes where rank " + std::to_string(rank_) +
-                             " expects " + std::to_string(host.nbytes()));
+                             std::to_string(bytes.size()) + " bytes where rank " + std::to_string(rank_) + " expects " +
+                             std::to_string(host.nbytes()));
     std::memcpy(host.data_ptr(), bytes.data(), bytes.size());
     t.copy_(host);
   }

@@ -73,13 +73,13 @@ void apply_tp(Transformer& model, MeshGroups& groups, const TensorParallelConfig
   const bool sp = config.sequence_parallel;
   const auto seq_sizes = shard_sizes(seq_len / groups.shape.cp, groups.shape.tp);
   // Where a replicated (or sequence-sharded) activation enters a column-parallel region.
-  Transform enter = sp ? Transform([&tp, seq_sizes](const torch::Tensor& x) { return tp::gather_from_tp(x, tp, 1, seq_sizes); })
-                       : Transform([&tp](const torch::Tensor& x) { return tp::copy_to_tp(x, tp); });
+  Transform enter =
+      sp ? Transform([&tp, seq_sizes](const torch::Tensor& x) { return tp::gather_from_tp(x, tp, 1, seq_sizes); })
+         : Transform([&tp](const torch::Tensor& x) { return tp::copy_to_tp(x, tp); });
   // Where a row-parallel region's partial sums leave it.
-  Transform leave = sp ? Transform([&tp, seq_sizes](const torch::Tensor& y) {
-                           return tp::reduce_scatter_to_tp(y, tp, 1, seq_sizes);
-                         })
-                       : Transform([&tp](const torch::Tensor& y) { return tp::reduce_from_tp(y, tp); });
+  Transform leave =
+      sp ? Transform([&tp, seq_sizes](const torch::Tensor& y) { return tp::reduce_scatter_to_tp(y, tp, 1, seq_sizes); })
+         : Transform([&tp](const torch::Tensor& y) { return tp::reduce_from_tp(y, tp); });
 
   if (model->tok_embeddings) {  // a pipeline stage may not hold it
     const int64_t vocab_start = first_split_start(*layout_of.at(path({kEmbedding, kWeight})));

@@ -16,14 +16,16 @@ int64_t ModelArgs::num_parameters() const {
   const int64_t per_layer = dim * dim * 2 + dim * kv_dim * 2  // wq, wo, wk, wv
                             + 2 * dim;                        // two norms
   const int64_t dense_ffn = 3 * dim * ffn_hidden_dim();       // w1, w2, w3
-  const int64_t moe_ffn = moe_experts * dim                    // router gate
+  const int64_t moe_ffn = moe_experts * dim                   // router gate
                           + (moe_experts + moe_shared_experts) * 3 * dim * moe_hidden_dim;
   int64_t total = vocab_size * dim * 2 + n_layers * per_layer + dim;
   for (int64_t id = 0; id < n_layers; ++id) total += is_moe_layer(id) ? moe_ffn : dense_ffn;
   return total;
 }
 
-std::vector<std::string> model_flavor_names() { return {"tiny", "tiny_uneven", "tiny_moe", "debugmodel", "debugmodel_moe", "1B", "1B_moe", "8B_short"}; }
+std::vector<std::string> model_flavor_names() {
+  return {"tiny", "tiny_uneven", "tiny_moe", "debugmodel", "debugmodel_moe", "1B", "1B_moe", "8B_short"};
+}
 
 ModelArgs model_flavor(const std::string& name) {
   ModelArgs a;
@@ -61,38 +63,34 @@ ModelArgs model_flavor(const std::string& name) {
 
 std::string describe_json() {
   // Written by hand: this library has no JSON dependency, and the document is small and flat.
-  std::string out = "{\"format_version\": 1, \"trainer\": \"meshtrain\", "
-                    "\"mesh_dims\": [\"dp_replicate\", \"dp_shard\", \"tp\"], "
-                    "\"sequence_parallel_needs_seq_len_divisible_by_tp\": true, \"flavors\": {";
+  std::string out =
+      "{\"format_version\": 1, \"trainer\": \"meshtrain\", "
+      "\"mesh_dims\": [\"dp_replicate\", \"dp_shard\", \"tp\"], "
+      "\"sequence_parallel_needs_seq_len_divisible_by_tp\": true, \"flavors\": {";
   bool first = true;
   for (const auto& name : model_flavor_names()) {
     const ModelArgs a = model_flavor(name);
     out += std::string(first ? "" : ", ") + "\"" + name + "\": {\"dim\": " + std::to_string(a.dim) +
            ", \"n_layers\": " + std::to_string(a.n_layers) + ", \"n_heads\": " + std::to_string(a.n_heads) +
-           ", \"n_kv_heads\": " + std::to_string(a.n_kv_heads) + ", \"vocab_size\": " +
-           std::to_string(a.vocab_size) + ", \"ffn_hidden_dim\": " + std::to_string(a.ffn_hidden_dim()) +
+           ", \"n_kv_heads\": " + std::to_string(a.n_kv_heads) + ", \"vocab_size\": " + std::to_string(a.vocab_size) +
+           ", \"ffn_hidden_dim\": " + std::to_string(a.ffn_hidden_dim()) +
            ", \"num_parameters\": " + std::to_string(a.num_parameters()) +
-           ", \"moe_experts\": " + std::to_string(a.moe_experts) +
-           ", \"tp_must_divide\": [[\"n_heads\", " + std::to_string(a.n_heads) + "], [\"n_kv_heads\", " +
-           std::to_string(a.n_kv_heads) + "]]}";
+           ", \"moe_experts\": " + std::to_string(a.moe_experts) + ", \"tp_must_divide\": [[\"n_heads\", " +
+           std::to_string(a.n_heads) + "], [\"n_kv_heads\", " + std::to_string(a.n_kv_heads) + "]]}";
     first = false;
   }
   return out + "}}";
 }
 
 void validate(const ModelArgs& a, int64_t seq_len) {
-  auto fail = [&](const std::string& what) {
-    throw std::invalid_argument("model '" + a.flavor + "': " + what);
-  };
+  auto fail = [&](const std::string& what) { throw std::invalid_argument("model '" + a.flavor + "': " + what); };
   if (a.dim <= 0 || a.n_layers <= 0 || a.n_heads <= 0 || a.n_kv_heads <= 0 || a.vocab_size <= 0)
     fail("dim, n_layers, n_heads, n_kv_heads and vocab_size must be positive");
   if (a.dim % a.n_heads != 0)
     fail("dim " + std::to_string(a.dim) + " is not divisible by n_heads " + std::to_string(a.n_heads));
-  if (a.head_dim() % 2 != 0)
-    fail("head_dim " + std::to_string(a.head_dim()) + " must be even for RoPE");
+  if (a.head_dim() % 2 != 0) fail("head_dim " + std::to_string(a.head_dim()) + " must be even for RoPE");
   if (a.n_heads % a.n_kv_heads != 0)
-    fail("n_heads " + std::to_string(a.n_heads) + " is not divisible by n_kv_heads " +
-         std::to_string(a.n_kv_heads));
+    fail("n_heads " + std::to_string(a.n_heads) + " is not divisible by n_kv_heads " + std::to_string(a.n_kv_heads));
   if (seq_len <= 0) fail("seq_len must be positive, got " + std::to_string(seq_len));
   if (a.moe_experts > 0 && (a.moe_top_k < 1 || a.moe_top_k > a.moe_experts || a.moe_hidden_dim <= 0))
     fail("moe_top_k must be in [1, moe_experts] and moe_hidden_dim positive");
@@ -100,9 +98,7 @@ void validate(const ModelArgs& a, int64_t seq_len) {
 
 void validate_tp(const ModelArgs& a, const MeshShape& shape, bool sequence_parallel, int64_t seq_len) {
   const int64_t t = shape.tp;
-  auto fail = [&](const std::string& what) {
-    throw std::invalid_argument("tp=" + std::to_string(t) + ": " + what);
-  };
+  auto fail = [&](const std::string& what) { throw std::invalid_argument("tp=" + std::to_string(t) + ": " + what); };
   if (a.n_heads % t != 0)
     fail("n_heads " + std::to_string(a.n_heads) + " of model '" + a.flavor + "' is not divisible by tp " +
          std::to_string(t));

@@ -42,11 +42,10 @@ Float8Tensor cast_fused(const torch::Tensor& t, bool e4m3, bool transposed) {
                    torch::empty({}, f32)};
   auto amax = torch::empty({}, f32);
   kernels::abs_max(src.data_ptr(), source, src.numel(), amax.data_ptr<float>(), stream);
-  kernels::scale_to_float8(src.data_ptr(), source, rows, cols, amax.data_ptr<float>(),
-                           e4m3 ? kernels::Float8::kE4m3 : kernels::Float8::kE5m2,
-                           static_cast<uint8_t*>(out.data.data_ptr()),
-                           transposed ? static_cast<uint8_t*>(out.data_t.data_ptr()) : nullptr,
-                           out.inverse_scale.data_ptr<float>(), stream);
+  kernels::scale_to_float8(
+      src.data_ptr(), source, rows, cols, amax.data_ptr<float>(),
+      e4m3 ? kernels::Float8::kE4m3 : kernels::Float8::kE5m2, static_cast<uint8_t*>(out.data.data_ptr()),
+      transposed ? static_cast<uint8_t*>(out.data_t.data_ptr()) : nullptr, out.inverse_scale.data_ptr<float>(), stream);
   return out;
 }
 #endif
@@ -80,9 +79,8 @@ thread_local InputCast last_input;
 Float8Tensor quantize_input(const torch::Tensor& x2d, Mode mode) {
   const auto& held = last_input.input;
   if (held.defined() && held.storage().unsafeGetStorageImpl() == x2d.storage().unsafeGetStorageImpl() &&
-      held.storage_offset() == x2d.storage_offset() && held.sizes() == x2d.sizes() &&
-      held.strides() == x2d.strides() && held.scalar_type() == x2d.scalar_type() &&
-      last_input.version == x2d._version() && last_input.mode == mode)
+      held.storage_offset() == x2d.storage_offset() && held.sizes() == x2d.sizes() && held.strides() == x2d.strides() &&
+      held.scalar_type() == x2d.scalar_type() && last_input.version == x2d._version() && last_input.mode == mode)
     return last_input.cast;
   last_input = {x2d.detach(), x2d._version(), mode, quantize(x2d, true, mode, /*transposed=*/true)};
   return last_input.cast;
@@ -98,8 +96,8 @@ torch::Tensor gemm(const torch::Tensor& a, const torch::Tensor& a_inverse, const
 struct Float8Matmul : torch::autograd::Function<Float8Matmul> {
   // x2d [M, K], w [N, K] -> [M, N]. Each operand is cast once, with the transpose backward
   // needs written in the same pass; backward keeps only the transposes.
-  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x2d,
-                               const torch::Tensor& w, int64_t mode_id) {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x2d, const torch::Tensor& w,
+                               int64_t mode_id) {
     const auto mode = static_cast<Mode>(mode_id);
     const Float8Tensor x8 = quantize_input(x2d, mode), w8 = quantize(w, true, mode, /*transposed=*/true);
     ctx->saved_data["mode"] = mode_id;
@@ -162,7 +160,8 @@ torch::Tensor round_trip(const torch::Tensor& x, const torch::Tensor& scale, boo
   const double max = e4m3 ? kE4m3Max : kE5m2Max;
   auto v = (x.to(torch::kFloat32) * scale).clamp(-max, max);
   auto exponent = std::get<1>(torch::frexp(v)).to(torch::kFloat32) - 1;  // floor(log2 |v|) for v != 0
-  auto step = torch::pow(2.0, exponent.clamp_min(static_cast<double>(min_exponent)) - static_cast<double>(mantissa_bits));
+  auto step =
+      torch::pow(2.0, exponent.clamp_min(static_cast<double>(min_exponent)) - static_cast<double>(mantissa_bits));
   return (torch::round(v / step) * step).clamp(-max, max) / scale;  // round half to even, as the cast does
 }
 
@@ -183,7 +182,8 @@ torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, Mode mode, 
 void convert(Transformer& model, Mode mode) {
   if (mode == Mode::kOff) return;
   if (mode == Mode::kScaledMm && !compat::kHasFloat8)
-    throw std::invalid_argument("--float8 scaled_mm needs the CUDA build (LibTorch 2.x); --float8 emulate runs anywhere");
+    throw std::invalid_argument(
+        "--float8 scaled_mm needs the CUDA build (LibTorch 2.x); --float8 emulate runs anywhere");
   for (int64_t id : model->layer_ids()) {
     auto block = model->block(id);
     for (const auto& item : block->named_modules()) {

@@ -32,7 +32,8 @@ void add_options(CLI::App& cmd, Float8Config& config);
 
 // x [..., K] times W [N, K]^T in float8. For scaled_mm the tokens M, K and N must be
 // multiples of 16: otherwise std::invalid_argument names `name` and the dimensions.
-torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, Mode mode, const std::string& name = "a linear layer");
+torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, Mode mode,
+                     const std::string& name = "a linear layer");
 
 // A float8 cast of t [R, C] (tensorwise dynamic scaling): data [R, C] in e4m3 or e5m2, its
 // transpose data_t [C, R] (row-major, when asked for), and the float32 scalar that multiplies

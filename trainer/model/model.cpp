@@ -40,7 +40,7 @@ torch::Tensor apply_rope(const torch::Tensor& x, const torch::Tensor& cos, const
   const auto T = x.size(1);
   // torchtitan's form: each pair is a complex number, rotated by one complex multiply
   // (three kernels each way, where the real-arithmetic form took ten).
-  auto rotation = torch::complex(cos.slice(0, 0, T), sin.slice(0, 0, T)).unsqueeze(1);            // [T, 1, Dh/2]
+  auto rotation = torch::complex(cos.slice(0, 0, T), sin.slice(0, 0, T)).unsqueeze(1);           // [T, 1, Dh/2]
   auto pairs = torch::view_as_complex(at_least_float32(x).unflatten(-1, {-1, 2}).contiguous());  // [B, T, H, Dh/2]
   return torch::view_as_real(pairs * rotation).flatten(-2).to(x.scalar_type());
 }
@@ -66,9 +66,7 @@ torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
   return hooks.out(rms_norm(input, compute_weight(), eps));
 }
 
-LinearImpl::LinearImpl(int64_t in, int64_t out) {
-  weight = register_parameter(kWeight, torch::empty({out, in}));
-}
+LinearImpl::LinearImpl(int64_t in, int64_t out) { weight = register_parameter(kWeight, torch::empty({out, in})); }
 torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
   const auto input = hooks.in(x);
   return hooks.out(product ? product(input, compute_weight()) : torch::linear(input, compute_weight()));
@@ -90,8 +88,7 @@ AttentionImpl::AttentionImpl(const ModelArgs& a) : head_dim(a.head_dim()) {
   wo = register_module(kWo, Linear(a.n_heads * head_dim, a.dim));
 }
 
-torch::Tensor AttentionImpl::forward(const torch::Tensor& input, const torch::Tensor& cos,
-                                     const torch::Tensor& sin) {
+torch::Tensor AttentionImpl::forward(const torch::Tensor& input, const torch::Tensor& cos, const torch::Tensor& sin) {
   const auto x = hooks.in(input);
   const auto B = x.size(0), T = x.size(1);
   auto q = wq(x).view({B, T, -1, head_dim});  // [B, T, H, Dh]
@@ -100,7 +97,7 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& input, const torch::Te
   q = apply_rope(q, cos, sin);
   k = apply_rope(k, cos, sin);
   auto y = (core ? core(q, k, v) : gqa_attention(q, k, v)).reshape({B, T, -1});  // [B, T, H*Dh]
-  return hooks.out(wo(y));                               // [B, T, D]
+  return hooks.out(wo(y));                                                       // [B, T, D]
 }
 
 FeedForwardImpl::FeedForwardImpl(const ModelArgs& a) : FeedForwardImpl(a.dim, a.ffn_hidden_dim()) {}
@@ -111,7 +108,7 @@ FeedForwardImpl::FeedForwardImpl(int64_t dim, int64_t hidden) {
 }
 torch::Tensor FeedForwardImpl::forward(const torch::Tensor& input) {
   auto x = hooks.in(input);
-  auto gate = torch::silu(w1(x));  // w1 before w3, always: per-weight buckets prefetch in this order
+  auto gate = torch::silu(w1(x));      // w1 before w3, always: per-weight buckets prefetch in this order
   return hooks.out(w2(gate * w3(x)));  // swiglu(), with each layer's hooks
 }
 
@@ -182,10 +179,10 @@ torch::Tensor experts_grouped(const torch::Tensor& x, const torch::Tensor& count
   constexpr int64_t kAlign = 8;
   const int64_t M = x.size(0), E = counts.size(0);
   const int64_t M_pad = (M + E * (kAlign - 1) + kAlign - 1) / kAlign * kAlign;
-  const auto ends = counts.cumsum(0);                                            // [E]
-  const auto padded = (counts + (kAlign - 1)).div(kAlign, "floor") * kAlign;   // [E]
-  const auto padded_ends = padded.cumsum(0);                                   // [E]
-  const auto starts = ends - counts, padded_starts = padded_ends - padded;     // [E]
+  const auto ends = counts.cumsum(0);                                         // [E]
+  const auto padded = (counts + (kAlign - 1)).div(kAlign, "floor") * kAlign;  // [E]
+  const auto padded_ends = padded.cumsum(0);                                  // [E]
+  const auto starts = ends - counts, padded_starts = padded_ends - padded;    // [E]
   // Row p of the padded layout belongs to expert e (the last takes the slack) and holds x's
   // row starts[e] + (p - padded_starts[e]) if that is one of e's rows, else one of the zero
   // rows M, M + 1, ... (in order).
@@ -193,7 +190,8 @@ torch::Tensor experts_grouped(const torch::Tensor& x, const torch::Tensor& count
   const auto expert = torch::searchsorted(padded_ends, p, /*out_int32=*/false, /*right=*/true).clamp_max(E - 1);
   const auto within = p - padded_starts.index_select(0, expert);
   const auto is_pad = within >= counts.index_select(0, expert);
-  const auto source = torch::where(is_pad, M - 1 + is_pad.cumsum(0), starts.index_select(0, expert) + within);  // [M_pad]
+  const auto source =
+      torch::where(is_pad, M - 1 + is_pad.cumsum(0), starts.index_select(0, expert) + within);  // [M_pad]
   const auto place = inverse_permutation(source);  // [M_pad]: x's row r sits at padded row place[r]
   const auto x_pad = gather_rows(torch::cat({x, x.new_zeros({M_pad - M, x.size(1)})}), source, place);  // [M_pad, D]
   auto offsets = padded_ends.to(torch::kInt);
@@ -202,13 +200,13 @@ torch::Tensor experts_grouped(const torch::Tensor& x, const torch::Tensor& count
   const auto h = torch::silu(compat::grouped_mm(x_pad, w1.transpose(-2, -1), offsets)) *
                  compat::grouped_mm(x_pad, w3.transpose(-2, -1), offsets);
   const auto out_pad = compat::grouped_mm(h, w2.transpose(-2, -1), offsets);  // [M_pad, D]
-  return gather_rows(out_pad, place, source).narrow(0, 0, M);                  // [M, D]
+  return gather_rows(out_pad, place, source).narrow(0, 0, M);                 // [M, D]
 }
 
 }  // namespace
 
 torch::Tensor GroupedExpertsImpl::forward(const torch::Tensor& input, const torch::Tensor& counts) {
-  const auto x = hooks.in(input);                                      // [M, D]
+  const auto x = hooks.in(input);                                                                 // [M, D]
   const auto w1_ = w1->compute_weight(), w2_ = w2->compute_weight(), w3_ = w3->compute_weight();  // [E, ...]
   const bool grouped = compat::grouped_mm_runs(x, w1_) && x.size(0) > 0;
   return hooks.out(grouped ? experts_grouped(x, counts, w1_, w2_, w3_) : experts_loop(x, counts, w1_, w2_, w3_));
@@ -224,19 +222,20 @@ MoEImpl::MoEImpl(const ModelArgs& a) : top_k(a.moe_top_k) {
 
 torch::Tensor MoEImpl::forward(const torch::Tensor& input) {
   const auto x = hooks.in(input);
-  const auto tokens = x.reshape({-1, x.size(-1)});                        // [N, D]
+  const auto tokens = x.reshape({-1, x.size(-1)});  // [N, D]
   const int64_t n_experts = expert_bias.size(0);
-  const auto scores = torch::sigmoid(router(tokens).to(torch::kFloat32));  // [N, E]
+  const auto scores = torch::sigmoid(router(tokens).to(torch::kFloat32));                  // [N, E]
   const auto chosen = std::get<1>(torch::topk(scores.detach() + expert_bias, top_k, -1));  // [N, k]
-  auto gates = scores.gather(1, chosen);                                   // [N, k]
-  gates = gates / (gates.sum(-1, true) + 1e-20);                           // each token's weights sum to 1
+  auto gates = scores.gather(1, chosen);                                                   // [N, k]
+  gates = gates / (gates.sum(-1, true) + 1e-20);  // each token's weights sum to 1
   // Each token appears k times (copy n*k + j is token n's j-th choice), its copies sorted by
   // expert (stable: token order within one); position is where each copy went.
-  const auto expert_of_copy = chosen.flatten();                            // [N*k]
+  const auto expert_of_copy = chosen.flatten();                                                 // [N*k]
   const auto [sorted_experts, order] = torch::sort(expert_of_copy, /*stable=*/true, 0, false);  // [N*k] each
-  const auto position = inverse_permutation(order);                       // [N*k]
+  const auto position = inverse_permutation(order);                                             // [N*k]
   // Copies per expert, counted on the device (bincount would read its maximum on the host).
-  const auto experts_upto = torch::searchsorted(sorted_experts, torch::arange(1, n_experts + 1, sorted_experts.options()));
+  const auto experts_upto =
+      torch::searchsorted(sorted_experts, torch::arange(1, n_experts + 1, sorted_experts.options()));
   const auto per_expert = torch::diff(experts_upto, 1, 0, torch::zeros({1}, experts_upto.options()));  // [E]
   // Counted once per step's forward with gradients (an activation-checkpointed block's
   // first forward runs without them), never in validation or generation.
@@ -244,8 +243,8 @@ torch::Tensor MoEImpl::forward(const torch::Tensor& input) {
     torch::NoGradGuard no_grad;
     tokens_per_expert.add_(per_expert.to(tokens_per_expert.dtype()));
   }
-  const auto sorted = gather_rows(tokens, order.div(top_k, "floor"), position);  // [N*k, D]
-  const auto routed = route ? route(sorted, per_expert) : experts(sorted, per_expert);  // [N*k, D]
+  const auto sorted = gather_rows(tokens, order.div(top_k, "floor"), position);                  // [N*k, D]
+  const auto routed = route ? route(sorted, per_expert) : experts(sorted, per_expert);           // [N*k, D]
   const auto per_copy = gather_rows(routed, position, order).view({-1, top_k, routed.size(1)});  // [N, k, D]
   const auto out = (per_copy * gates.unsqueeze(-1).to(routed.scalar_type())).sum(1) + shared_experts(tokens);  // [N, D]
   return hooks.out(out.view(x.sizes()));
@@ -282,9 +281,8 @@ namespace {
 // through it (parameter gradients accumulate there, as in torch.utils.checkpoint's
 // reentrant mode).
 struct RecomputeBlock : torch::autograd::Function<RecomputeBlock> {
-  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
-                               const torch::Tensor& cos, const torch::Tensor& sin,
-                               TransformerBlockImpl* block) {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& cos,
+                               const torch::Tensor& sin, TransformerBlockImpl* block) {
     ctx->save_for_backward({x, cos, sin});
     // The block outlives the step; autograd contexts can only hold plain values.
     ctx->saved_data["block"] = reinterpret_cast<int64_t>(block);
@@ -355,8 +353,8 @@ torch::Tensor TransformerImpl::forward(const torch::Tensor& tokens, const torch:
   return forward_layers(tokens, positions, 0, args.n_layers);
 }
 
-torch::Tensor TransformerImpl::forward_layers(const torch::Tensor& input, const torch::Tensor& positions,
-                                              int64_t first, int64_t last) {
+torch::Tensor TransformerImpl::forward_layers(const torch::Tensor& input, const torch::Tensor& positions, int64_t first,
+                                              int64_t last) {
   const auto T = input.size(1);
   auto [cos, sin] = positions.defined() ? rope_tables(args.head_dim(), positions, args.rope_theta)
                                         : rope_tables(args.head_dim(), T, args.rope_theta);

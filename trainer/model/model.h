@@ -16,8 +16,6 @@
 
 namespace meshtrain {
 
-
-
 // ---- the building blocks, as plain functions (unit-tested against reference formulas)
 // x: [..., D], weight: [D]. Normalised in float32 (or wider) whatever x's dtype.
 torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps);
@@ -30,8 +28,7 @@ torch::Tensor apply_rope(const torch::Tensor& x, const torch::Tensor& cos, const
 // q: [B, T, H, Dh], k, v: [B, T, K, Dh] with H % K == 0 -> [B, T, H, Dh], causal.
 torch::Tensor gqa_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
 // x: [..., D]; w1, w3: [F, D]; w2: [D, F] -> [..., D].
-torch::Tensor swiglu(const torch::Tensor& x, const torch::Tensor& w1, const torch::Tensor& w2,
-                     const torch::Tensor& w3);
+torch::Tensor swiglu(const torch::Tensor& x, const torch::Tensor& w1, const torch::Tensor& w2, const torch::Tensor& w3);
 // Rows of x [R, ...] by index [R*c] -> [R*c, ...], when every row of x is picked exactly c
 // times, by the rows inverse[r*c .. r*c + c); backward gathers by inverse (no scatter-add).
 torch::Tensor gather_rows(const torch::Tensor& x, const torch::Tensor& index, const torch::Tensor& inverse);
@@ -181,8 +178,7 @@ struct TransformerImpl : torch::nn::Module {
   // followed by the final norm and output when last == n_layers. A pipeline stage's part:
   // it takes hidden states [B, T, D] instead of tokens when first > 0 and returns hidden
   // states instead of logits when last < n_layers.
-  torch::Tensor forward_layers(const torch::Tensor& input, const torch::Tensor& positions, int64_t first,
-                               int64_t last);
+  torch::Tensor forward_layers(const torch::Tensor& input, const torch::Tensor& positions, int64_t first, int64_t last);
   // Drops every layer outside `kept` (global ids) and, unless asked to keep them, the
   // embedding and the head (norm + output). Names stay global: layer 7 is "layers.7" wherever it lives.
   void keep_only(const std::vector<int64_t>& kept, bool embedding, bool head);

@@ -88,7 +88,8 @@ suite: s
 cases:
   - {name: a, model: tiny, mesh: {tp: 2, dp_shard: 2}}
   - {name: b, command: [./train.sh, "{mesh}"], mesh: {x: 2, y: 3}}
-)", "m.yaml");
+)",
+                                  "m.yaml");
   EXPECT_EQ(s.cases[0].adapter, "meshtrain");
   EXPECT_EQ(s.cases[0].phases[0].argv[5], "dp_shard=2,tp=2");  // the adapter's axis order
   EXPECT_EQ(s.cases[1].adapter, "command");
@@ -113,7 +114,8 @@ TEST(AdapterRegistry, TheAdaptersAxesAndReservedFlagsAreEnforcedWhereWritten) {
   const std::string text = error_lines_of("suite: s\ncases:\n  - {name: g, adapter: grid, mesh: \"rows=2,tp=2\"}\n");
   EXPECT_NE(text.find("unknown dimension 'tp' (known: rows, cols)"), std::string::npos) << text;
   const std::string reserved = error_lines_of("suite: s\ncases:\n  - {name: g, adapter: grid, options: {layout: x}}\n");
-  EXPECT_NE(reserved.find("option 'layout' is set by meshtest for grid; use the case's 'mesh' key"), std::string::npos) << reserved;
+  EXPECT_NE(reserved.find("option 'layout' is set by meshtest for grid; use the case's 'mesh' key"), std::string::npos)
+      << reserved;
   // The same flag is the user's own under another adapter.
   EXPECT_EQ(error_lines_of("suite: s\ncases:\n  - {name: c, command: [t], options: {layout: x}}\n"), "");
 }
@@ -135,10 +137,13 @@ TEST(AdapterRegistry, AWrongMeshtrainPathIsNamedAsTheOneToCorrect) {
   const std::string saved = before ? before : "";
   ::setenv("MESHTEST_MESHTRAIN", "/no/such/meshtrain", 1);
   const std::string problem = meshtrain->program_problem();
-  if (before) ::setenv("MESHTEST_MESHTRAIN", saved.c_str(), 1);
-  else ::unsetenv("MESHTEST_MESHTRAIN");
+  if (before)
+    ::setenv("MESHTEST_MESHTRAIN", saved.c_str(), 1);
+  else
+    ::unsetenv("MESHTEST_MESHTRAIN");
   EXPECT_NE(problem.find("not at /no/such/meshtrain (named by --meshtrain or $MESHTEST_MESHTRAIN): correct that path"),
-            std::string::npos) << problem;
+            std::string::npos)
+      << problem;
   EXPECT_EQ(problem.find("set $MESHTEST_MESHTRAIN"), std::string::npos) << problem;
 }
 

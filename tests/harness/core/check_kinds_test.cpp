@@ -28,7 +28,8 @@ TEST(CheckKinds, EveryKindHasOneNameAndItsParameters) {
     // Every check but `exit` and `drift` (every phase against the history) looks at one
     // phase, which the matrix may name.
     EXPECT_EQ(params.count("phase"), kind == CheckKind::kExit || kind == CheckKind::kDrift ? 0u : 1u) << name;
-    for (const auto& one : sig.needs_one_of) EXPECT_TRUE(params.count(one)) << name << " needs " << one << ", not a parameter";
+    for (const auto& one : sig.needs_one_of)
+      EXPECT_TRUE(params.count(one)) << name << " needs " << one << ", not a parameter";
   }
   EXPECT_EQ(check_kind_names().size(), std::size(kAllCheckKinds));
   EXPECT_EQ(check_kind_named("loss_match"), std::nullopt);
@@ -53,7 +54,7 @@ TEST(CheckKinds, TheTolerancesDefaults) {
   EXPECT_EQ(defaults(CheckKind::kKeysMatch).shapes, true);
   EXPECT_EQ(defaults(CheckKind::kKeysMatch).prefix, "");
   EXPECT_EQ(defaults(CheckKind::kTensorsMatch).prefix, "");
-  EXPECT_EQ(defaults(CheckKind::kLogContains).rank, std::nullopt);  // any rank
+  EXPECT_EQ(defaults(CheckKind::kLogContains).rank, std::nullopt);   // any rank
   EXPECT_EQ(defaults(CheckKind::kLossMatches).phase, std::nullopt);  // the case's last phase
   EXPECT_EQ(defaults(CheckKind::kDrift).window, 8);
   EXPECT_EQ(defaults(CheckKind::kDrift).min_runs, 3);

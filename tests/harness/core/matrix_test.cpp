@@ -92,9 +92,22 @@ cases:
   ASSERT_EQ(a.phases.size(), 1u);
   EXPECT_EQ(a.phases[0].name, "train");
   EXPECT_EQ(a.phases[0].timeout_s, 120);
-  const std::vector<std::string> want = {"{meshtrain}", "train", "--model", "tiny", "--mesh", "dp_shard=4",
-                                         "--backend", "{backend}", "--dump-folder", "{phase_dir}",
-                                         "--checkpoint.folder", "{case_dir}/checkpoint", "--steps", "10", "--seed", "3"};
+  const std::vector<std::string> want = {"{meshtrain}",
+                                         "train",
+                                         "--model",
+                                         "tiny",
+                                         "--mesh",
+                                         "dp_shard=4",
+                                         "--backend",
+                                         "{backend}",
+                                         "--dump-folder",
+                                         "{phase_dir}",
+                                         "--checkpoint.folder",
+                                         "{case_dir}/checkpoint",
+                                         "--steps",
+                                         "10",
+                                         "--seed",
+                                         "3"};
   EXPECT_EQ(a.phases[0].argv, want);  // false flags are left out
   EXPECT_EQ(a.seed, "3");
 
@@ -204,24 +217,27 @@ cases:
 }
 
 TEST(MatrixLoad, MatrixDirIsTheMatrixFilesAbsoluteFolder) {
-  const Suite s = load_suite_text("suite: s\ncases:\n  - name: a\n    command: [\"{matrix_dir}/run.sh\", \"{phase_dir}\"]\n",
-                                  "/opt/ci/matrices/m.yaml");
+  const Suite s =
+      load_suite_text("suite: s\ncases:\n  - name: a\n    command: [\"{matrix_dir}/run.sh\", \"{phase_dir}\"]\n",
+                      "/opt/ci/matrices/m.yaml");
   EXPECT_EQ(s.cases[0].phases[0].argv[0], "/opt/ci/matrices/run.sh");
   EXPECT_EQ(s.cases[0].phases[0].argv[1], "{phase_dir}");  // a run-time placeholder, filled at launch
 }
 
 // An option's value is on the command line too: the same placeholders, the same errors.
 TEST(MatrixLoad, OptionValuesTakeThePlaceholdersOfTheCommand) {
-  const Suite s = load_suite_text("suite: s\ncases:\n  - name: a\n    command: [t]\n"
-                                  "    options: {assets: \"{matrix_dir}/assets\", out: \"{case_dir}/x\", n: \"{nproc}\"}\n",
-                                  "/opt/ci/matrices/m.yaml");
-  EXPECT_EQ(s.cases[0].phases[0].argv,
-            (std::vector<std::string>{"t", "--assets", "/opt/ci/matrices/assets", "--out", "{case_dir}/x", "--n", "1"}));
+  const Suite s = load_suite_text(
+      "suite: s\ncases:\n  - name: a\n    command: [t]\n"
+      "    options: {assets: \"{matrix_dir}/assets\", out: \"{case_dir}/x\", n: \"{nproc}\"}\n",
+      "/opt/ci/matrices/m.yaml");
+  EXPECT_EQ(s.cases[0].phases[0].argv, (std::vector<std::string>{"t", "--assets", "/opt/ci/matrices/assets", "--out",
+                                                                 "{case_dir}/x", "--n", "1"}));
   try {
     load_suite_text("suite: s\ncases:\n  - {name: a, command: [t], options: {x: \"{phase_dri}\"}}\n", "m.yaml");
     ADD_FAILURE() << "a misspelt placeholder in an option loaded";
   } catch (const MatrixError& e) {
-    EXPECT_NE(std::string(e.what()).find("m.yaml:3:42: unknown placeholder {phase_dri} in command; did you mean {phase_dir}?"),
+    EXPECT_NE(std::string(e.what()).find(
+                  "m.yaml:3:42: unknown placeholder {phase_dri} in command; did you mean {phase_dir}?"),
               std::string::npos)
         << e.what();
   }
@@ -240,14 +256,15 @@ cases:
 )");
   const Case& c = s.cases[0];
   EXPECT_EQ(c.ngpu, 8);
-  const std::vector<std::string> want = {"./run_train.sh", "--nproc", "8", "--out", "{phase_dir}",
-                                         "--training.steps", "10", "--compile"};
+  const std::vector<std::string> want = {"./run_train.sh", "--nproc",          "8",  "--out",
+                                         "{phase_dir}",    "--training.steps", "10", "--compile"};
   EXPECT_EQ(c.phases[0].argv, want);
   EXPECT_EQ(c.expect.kind, Expectation::kSkip);
   EXPECT_EQ(c.expect.reason, "no 8 GPUs here");
   ASSERT_EQ(c.phases[0].env.size(), 2u);
   EXPECT_EQ(c.phases[0].env[1].second, "./llama3_debug.toml");
-  EXPECT_EQ(resolve_argv(c.phases[0].argv, {"gloo", "/o/c", "/o/c/train", {{"meshtrain", "/bin/mt"}}})[4], "/o/c/train");
+  EXPECT_EQ(resolve_argv(c.phases[0].argv, {"gloo", "/o/c", "/o/c/train", {{"meshtrain", "/bin/mt"}}})[4],
+            "/o/c/train");
 }
 
 TEST(MatrixValidate, UnknownKeyWithDidYouMeanAndPosition) {
@@ -321,21 +338,25 @@ TEST(MatrixValidate, MeshThatDoesNotFitTheModelWhereverItIsWritten) {
   // b inherits the defaults' mesh; a's own, read first, does not move it to a's place.
   const std::string from_defaults = errors_of(
       "suite: s\ndefaults: {model: tiny, mesh: {tp: 8}}\ncases:\n  - name: a\n    mesh: {tp: 2}\n  - name: b\n");
-  EXPECT_EQ(from_defaults, "m.yaml:2:31: mesh tp=8 does not fit the model: tp=8: n_kv_heads 4 of model 'tiny' is not "
-                           "divisible by tp 8");
-  const std::string inherited = errors_of("suite: s\ncases:\n  - name: a\n    model: tiny\n    mesh: {tp: 8}\n"
-                                          "    phases: [{name: save}, {name: load, mesh: {tp: 16}}, {name: gen}]\n");
-  EXPECT_EQ(inherited, "m.yaml:5:11: mesh tp=8 does not fit the model: tp=8: n_kv_heads 4 of model 'tiny' is not "
-                       "divisible by tp 8\n"
-                       "m.yaml:6:47: mesh tp=16 does not fit the model: tp=16: n_heads 8 of model 'tiny' is not "
-                       "divisible by tp 16");
+  EXPECT_EQ(from_defaults,
+            "m.yaml:2:31: mesh tp=8 does not fit the model: tp=8: n_kv_heads 4 of model 'tiny' is not "
+            "divisible by tp 8");
+  const std::string inherited = errors_of(
+      "suite: s\ncases:\n  - name: a\n    model: tiny\n    mesh: {tp: 8}\n"
+      "    phases: [{name: save}, {name: load, mesh: {tp: 16}}, {name: gen}]\n");
+  EXPECT_EQ(inherited,
+            "m.yaml:5:11: mesh tp=8 does not fit the model: tp=8: n_kv_heads 4 of model 'tiny' is not "
+            "divisible by tp 8\n"
+            "m.yaml:6:47: mesh tp=16 does not fit the model: tp=16: n_heads 8 of model 'tiny' is not "
+            "divisible by tp 16");
 }
 
 // The same for every key whose place an error names: a's own ngpu does not move the defaults' one
 // that b inherits (a YAML::Node's = writes through to the copies b starts from).
 TEST(MatrixValidate, AnInheritedValueIsBlamedWhereTheDefaultsWroteIt) {
-  const std::string e = errors_of("suite: s\ndefaults: {model: tiny, ngpu: 4}\ncases:\n  - name: a\n    ngpu: 2\n"
-                                  "    mesh: {dp_shard: 2}\n  - name: b\n    mesh: {dp_shard: 2}\n");
+  const std::string e = errors_of(
+      "suite: s\ndefaults: {model: tiny, ngpu: 4}\ncases:\n  - name: a\n    ngpu: 2\n"
+      "    mesh: {dp_shard: 2}\n  - name: b\n    mesh: {dp_shard: 2}\n");
   EXPECT_EQ(e.rfind("m.yaml:2:31: ngpu 4 disagrees with mesh", 0), 0u) << e;
 }
 
@@ -352,8 +373,9 @@ cases:
       - loss_matches: {rtol: big}
       - log_contains
 )");
-  const std::string b = errors_of("suite: s\ndefaults: {model: tiny}\ncases:\n  - name: fsdp\n  - name: tp\n"
-                                  "    checks: [{loss_matches: {baseline: fdsp}}]\n");
+  const std::string b = errors_of(
+      "suite: s\ndefaults: {model: tiny}\ncases:\n  - name: fsdp\n  - name: tp\n"
+      "    checks: [{loss_matches: {baseline: fdsp}}]\n");
   EXPECT_NE(b.find("m.yaml:6:14: check loss_matches: unknown baseline 'fdsp' (no case of that name in suite s); "
                    "did you mean 'fsdp'?"),
             std::string::npos)
@@ -367,9 +389,12 @@ cases:
 // matrix_fuzz found it: std::stod threw out_of_range (an uncaught exception, not an error) on a
 // tolerance beyond a double's range. Both ends are refused with the key and file:line:col.
 TEST(MatrixValidate, ANumberBeyondADoublesRangeIsAnErrorNotACrash) {
-  const std::string e = errors_of("suite: s\ndefaults: {model: tiny}\ncases:\n  - name: a\n  - name: b\n"
-                                  "    checks: [{loss_matches: {baseline: a, rtol: 5.0e-99999}}, {loss_matches: {baseline: a, atol: 1e999}}]\n");
-  EXPECT_NE(e.find("m.yaml:6:49: loss_matches.rtol is out of the range of a double, got '5.0e-99999'"), std::string::npos) << e;
+  const std::string e = errors_of(
+      "suite: s\ndefaults: {model: tiny}\ncases:\n  - name: a\n  - name: b\n"
+      "    checks: [{loss_matches: {baseline: a, rtol: 5.0e-99999}}, {loss_matches: {baseline: a, atol: 1e999}}]\n");
+  EXPECT_NE(e.find("m.yaml:6:49: loss_matches.rtol is out of the range of a double, got '5.0e-99999'"),
+            std::string::npos)
+      << e;
   EXPECT_NE(e.find("loss_matches.atol is out of the range of a double, got '1e999'"), std::string::npos) << e;
 }
 
@@ -456,30 +481,81 @@ TEST(ShippedMatrices, GpuSimSimulatesEveryMultiRankLayoutOnOneGpu) {
     layouts += c.simulated && c.ngpu > 1 && c.name.rfind("canary/", 0) != 0 && c.name.rfind("refused/", 0) != 0;
   }
   EXPECT_GE(layouts, 30);
-  for (const char* f : {"reshard_chain", "seed/save[dp_shard=4]-load[dp_shard=2,tp=2]", "seed/save[dp_shard=4]-load[tp=4]",
-                        "seed/save[dp_shard=4]-load[tp=4]-key_map", "pp_interleaved_1f1b", "cp_ring", "moe_ep2_etp2",
-                        "float8_fsdp", "hsdp+tp"})
+  for (const char* f : {"reshard_chain", "seed/save[dp_shard=4]-load[dp_shard=2,tp=2]",
+                        "seed/save[dp_shard=4]-load[tp=4]", "seed/save[dp_shard=4]-load[tp=4]-key_map",
+                        "pp_interleaved_1f1b", "cp_ring", "moe_ep2_etp2", "float8_fsdp", "hsdp+tp"})
     EXPECT_TRUE(has(sim, f)) << "gpu_sim.yaml lacks " << f;
 }
 
 TEST(ShippedMatrices, LoadAndListEveryReferenceFlavor) {
   const auto suites = shipped();
   // SimpleFSDP's CI, first and last versions (reference/torchtitan-integration-tests.md §7).
-  for (const char* f : {"1d", "1d_autobucketing", "1d_transformer_block_bucketing", "1d_sac_op", "1d_full_ac", "2d",
-                        "2d_asynctp", "full_checkpoint", "pp_dp_tp", "ddp", "hsdp", "hsdp+tp", "ddp+tp",
-                        "hsdp+cp_with_dp_shard", "fsdp+tp+cp", "optional_checkpoint", "fsdp+ep", "fsdp+tp+ep",
-                        "fsdp+tp+ep+etp", "fsdp+cp", "test_generate", "fsdp_reshard_always", "gradient_accumulation"})
+  for (const char* f : {"1d",
+                        "1d_autobucketing",
+                        "1d_transformer_block_bucketing",
+                        "1d_sac_op",
+                        "1d_full_ac",
+                        "2d",
+                        "2d_asynctp",
+                        "full_checkpoint",
+                        "pp_dp_tp",
+                        "ddp",
+                        "hsdp",
+                        "hsdp+tp",
+                        "ddp+tp",
+                        "hsdp+cp_with_dp_shard",
+                        "fsdp+tp+cp",
+                        "optional_checkpoint",
+                        "fsdp+ep",
+                        "fsdp+tp+ep",
+                        "fsdp+tp+ep+etp",
+                        "fsdp+cp",
+                        "test_generate",
+                        "fsdp_reshard_always",
+                        "gradient_accumulation"})
     EXPECT_TRUE(has(suites[1], f)) << "simplefsdp.yaml lacks " << f;
   // torchtitan's classic list (§4.1), 39 active flavors and the two commented out.
-  for (const char* f :
-       {"default", "1d_compile", "1d_compile_sac_op", "2d_eager", "2d_compile", "full_checkpoint",
-        "model_only_hf_checkpoint", "last_save_model_only_fp32", "last_save_model_only_bf16", "pp_looped_zero_bubble",
-        "pp_zbv", "pp_1f1b", "pp_gpipe", "pp_dp_1f1b", "pp_dp_gpipe", "pp_tp", "pp_dp_tp", "3d_compile",
-        "pp_looped_1f1b", "pp_custom_csv", "optimizer_foreach", "ddp", "hsdp", "fsdp+flex_attn",
-        "fsdp+flex_attn+per_op_sac", "cp_allgather", "cp_alltoall", "hsdp+tp", "fsdp+cp", "hsdp+cp_without_dp_shard",
-        "hsdp+cp_with_dp_shard", "fsdp+tp+cp", "cpu_offload+opt_in_bwd+TP+DP+CP", "test_generate", "fsdp_reshard_always",
-        "optional_checkpoint", "float8_emulation", "gradient_accumulation", "validation_tp_cp_pp", "2d_asynctp_compile",
-        "fsdp2_memory_estimation"})
+  for (const char* f : {"default",
+                        "1d_compile",
+                        "1d_compile_sac_op",
+                        "2d_eager",
+                        "2d_compile",
+                        "full_checkpoint",
+                        "model_only_hf_checkpoint",
+                        "last_save_model_only_fp32",
+                        "last_save_model_only_bf16",
+                        "pp_looped_zero_bubble",
+                        "pp_zbv",
+                        "pp_1f1b",
+                        "pp_gpipe",
+                        "pp_dp_1f1b",
+                        "pp_dp_gpipe",
+                        "pp_tp",
+                        "pp_dp_tp",
+                        "3d_compile",
+                        "pp_looped_1f1b",
+                        "pp_custom_csv",
+                        "optimizer_foreach",
+                        "ddp",
+                        "hsdp",
+                        "fsdp+flex_attn",
+                        "fsdp+flex_attn+per_op_sac",
+                        "cp_allgather",
+                        "cp_alltoall",
+                        "hsdp+tp",
+                        "fsdp+cp",
+                        "hsdp+cp_without_dp_shard",
+                        "hsdp+cp_with_dp_shard",
+                        "fsdp+tp+cp",
+                        "cpu_offload+opt_in_bwd+TP+DP+CP",
+                        "test_generate",
+                        "fsdp_reshard_always",
+                        "optional_checkpoint",
+                        "float8_emulation",
+                        "gradient_accumulation",
+                        "validation_tp_cp_pp",
+                        "2d_asynctp_compile",
+                        "fsdp2_memory_estimation"})
     EXPECT_TRUE(has(suites[2], f)) << "integration.yaml lacks " << f;
   // Resharding: 6 layouts x (5 others + 2 and 8 ranks), the seed's cases, the fix.
   int reshards = 0;
@@ -559,31 +635,36 @@ cases:
                    "tensorboard, metrics-jsonl; did you mean 'torchtitan-log'?"),
             std::string::npos)
       << e;
-  EXPECT_NE(e.find("m.yaml:7:53: log pattern 'loss=(?P<loss>\\S+)' has no (?P<step>...) group"), std::string::npos) << e;
+  EXPECT_NE(e.find("m.yaml:7:53: log pattern 'loss=(?P<loss>\\S+)' has no (?P<step>...) group"), std::string::npos)
+      << e;
   EXPECT_NE(e.find("m.yaml:9:50: outputs.metrics.rank applies to log sources (torchtitan-log, log-pattern)"),
             std::string::npos)
       << e;
   EXPECT_NE(e.find("outputs.checkpoint needs a path (a step folder or a folder of step-<N>)"), std::string::npos) << e;
   EXPECT_NE(e.find("outputs.checkpoint.rename: '([' is not a regular expression"), std::string::npos) << e;
   EXPECT_NE(e.find("m.yaml:13:15: unknown key 'metric' in outputs; did you mean 'metrics'?"), std::string::npos) << e;
-  EXPECT_NE(e.find("m.yaml:15:50: unknown placeholder {case_dri} in outputs.metrics.path; outputs paths take {case_dir} and {phase_dir}; "
-                   "did you mean {case_dir}?"),
-            std::string::npos)
+  EXPECT_NE(
+      e.find(
+          "m.yaml:15:50: unknown placeholder {case_dri} in outputs.metrics.path; outputs paths take {case_dir} and {phase_dir}; "
+          "did you mean {case_dir}?"),
+      std::string::npos)
       << e;
 }
 
 // env values take the command's placeholders (issue 47): load-time ones filled at load, an
 // unknown one an error with file:line:col, run-time ones left for the launch.
 TEST(MatrixEnv, EnvValuesTakeTheCommandsPlaceholders) {
-  const Suite s = load("suite: s\ncases:\n  - {name: c, command: [x], env: {PYTHONPATH: \"{matrix_dir}/src\", "
-                       "OUT: \"{case_dir}/o\", N: \"{nproc}\"}}\n");
+  const Suite s = load(
+      "suite: s\ncases:\n  - {name: c, command: [x], env: {PYTHONPATH: \"{matrix_dir}/src\", "
+      "OUT: \"{case_dir}/o\", N: \"{nproc}\"}}\n");
   const auto& env = s.cases.at(0).phases.at(0).env;
   const std::string dir = std::filesystem::absolute("m.yaml").parent_path().string();
   ASSERT_EQ(env.size(), 3u);
   EXPECT_EQ(env[0].second, dir + "/src");
   EXPECT_EQ(env[1].second, "{case_dir}/o");
   EXPECT_EQ(env[2].second, "1");
-  const std::string e = errors_of("suite: s\ncases:\n  - name: c\n    command: [x]\n    env: {A: \"{matrx_dir}/src\"}\n");
+  const std::string e =
+      errors_of("suite: s\ncases:\n  - name: c\n    command: [x]\n    env: {A: \"{matrx_dir}/src\"}\n");
   EXPECT_NE(e.find("m.yaml:5:14: unknown placeholder {matrx_dir} in env A; did you mean {matrix_dir}?"),
             std::string::npos)
       << e;

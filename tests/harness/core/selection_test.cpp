@@ -11,13 +11,14 @@ namespace {
 
 std::vector<Suite> suites() {
   std::vector<Suite> s;
-  s.push_back(load_suite_text("suite: s\n"
-                              "cases:\n"
-                              "  - {name: base, command: [t]}\n"
-                              "  - {name: fsdp, command: [t], tags: [gpu], checks: [{loss_matches: {baseline: base}}]}\n"
-                              "  - {name: tp, command: [t], tags: [gpu]}\n"
-                              "  - {name: other, command: [t]}\n",
-                              "m.yaml"));
+  s.push_back(
+      load_suite_text("suite: s\n"
+                      "cases:\n"
+                      "  - {name: base, command: [t]}\n"
+                      "  - {name: fsdp, command: [t], tags: [gpu], checks: [{loss_matches: {baseline: base}}]}\n"
+                      "  - {name: tp, command: [t], tags: [gpu]}\n"
+                      "  - {name: other, command: [t]}\n",
+                      "m.yaml"));
   validate_suites(s);
   return s;
 }
@@ -68,10 +69,11 @@ TEST(Selection, TheReproLineCarriesEveryOptionThatChangesTheRun) {
   r.options.slurm.max_pending = 3;
   r.options.slurm.partition = "a100";
   r.options.slurm.srun_args = {"--mpi=none"};
-  EXPECT_EQ(repro_prefix("meshtest", r),
-            "meshtest run 'my matrix.yaml' --backend gloo --ngpu 4 --grace 5.0 --retries 2 --skip-tag 'gpu=no GPU here' "
-            "--meshtrain /opt/meshtrain --launcher slurm --gpus-per-node 8 --max-pending 3 --partition a100 "
-            "--srun-arg=--mpi=none");
+  EXPECT_EQ(
+      repro_prefix("meshtest", r),
+      "meshtest run 'my matrix.yaml' --backend gloo --ngpu 4 --grace 5.0 --retries 2 --skip-tag 'gpu=no GPU here' "
+      "--meshtrain /opt/meshtrain --launcher slurm --gpus-per-node 8 --max-pending 3 --partition a100 "
+      "--srun-arg=--mpi=none");
   RunRequest plain;
   plain.options.devices = 8;
   EXPECT_EQ(repro_prefix("./meshtest", plain), "./meshtest run --backend gloo --ngpu 8");

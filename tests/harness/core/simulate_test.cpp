@@ -112,8 +112,8 @@ TEST(Simulate, AdapterThatCannotSimulateIsAnErrorAtLoad) {
 // the run's (nccl, which sim/python/sitecustomize.py maps), and the adapter names the Python
 // folder that its ranks load first (run_test.cpp checks that the ranks get it).
 TEST(Simulate, APytorchTrainerSimulatesThroughMeshtestSim) {
-  const Suite s = load_suite_text("suite: s\ncases:\n  - {name: c, command: [t, --backend, '{backend}'], ngpu: 4, simulate: true}\n",
-                                  "m.yaml");
+  const Suite s = load_suite_text(
+      "suite: s\ncases:\n  - {name: c, command: [t, --backend, '{backend}'], ngpu: 4, simulate: true}\n", "m.yaml");
   ASSERT_EQ(s.cases.size(), 1u);
   EXPECT_TRUE(s.cases[0].simulated);
   EXPECT_EQ(s.cases[0].devices(true), 1);
@@ -122,6 +122,7 @@ TEST(Simulate, APytorchTrainerSimulatesThroughMeshtestSim) {
   const auto world = trainer_adapters().find("command")->simulation();
   ASSERT_TRUE(world.has_value()) << "this meshtest was built from a checkout with sim/";
   EXPECT_EQ(world->python_path.substr(world->python_path.size() - 11), "/sim/python");
-  EXPECT_NE(std::find(world->env.begin(), world->env.end(), std::make_pair(std::string("MESHTEST_SIM"), std::string("1"))),
-            world->env.end());
+  EXPECT_NE(
+      std::find(world->env.begin(), world->env.end(), std::make_pair(std::string("MESHTEST_SIM"), std::string("1"))),
+      world->env.end());
 }

@@ -47,10 +47,14 @@ class HistoryTest : public ::testing::Test {
       for (int step = 1; step <= 5; ++step) curve.push_back({step, (7.0 - step) * scale, 1.0});
       json attempts = json::array();
       for (int i = 0; i < retries; ++i) attempts.push_back({{"reason", "flaked"}, {"duration_s", 1.0}});
-      s["cases"].push_back({{"id", id}, {"status", status}, {"met_expectation", status == "passed"},
-                            {"duration_s", duration}, {"earlier_attempts", attempts},
-                            {"phases", json::array({{{"name", "train"}, {"ran", true}, {"duration_s", duration}, {"curve", curve}}})},
-                            {"checks", json::array({{{"kind", "loss_matches"}, {"passed", status == "passed"}, {"margin", 0.25}}})}});
+      s["cases"].push_back(
+          {{"id", id},
+           {"status", status},
+           {"met_expectation", status == "passed"},
+           {"duration_s", duration},
+           {"earlier_attempts", attempts},
+           {"phases", json::array({{{"name", "train"}, {"ran", true}, {"duration_s", duration}, {"curve", curve}}})},
+           {"checks", json::array({{{"kind", "loss_matches"}, {"passed", status == "passed"}, {"margin", 0.25}}})}});
     }
     return s;
   }
@@ -135,7 +139,8 @@ TEST_F(HistoryTest, DriftNamesTheFirstCommitWhoseLossesLeftTheBandOfGreenRuns) {
   EXPECT_FALSE(drift[0].still);
   EXPECT_EQ(drift[0].finding.curve, "train/loss");
   EXPECT_EQ(drift[0].finding.step, 1);
-  EXPECT_NE(drift[0].finding.describe().find("loss of phase train at step 1: 6.00003 outside 6 \xc2\xb1 6.00e-06 (10 green runs"),
+  EXPECT_NE(drift[0].finding.describe().find(
+                "loss of phase train at step 1: 6.00003 outside 6 \xc2\xb1 6.00e-06 (10 green runs"),
             std::string::npos)
       << drift[0].finding.describe();
 }
@@ -153,7 +158,8 @@ TEST_F(HistoryTest, RecordingAPassingRunThatDriftedReturnsTheFindingForItsCase) 
   json s = summary({"s/a"});
   add_drift_notes(s, drift);
   EXPECT_EQ(s["cases"][0]["drift"]["step"], 1);
-  EXPECT_NE(s["cases"][0]["drift"]["message"].get<std::string>().find("drifted: loss of phase train"), std::string::npos);
+  EXPECT_NE(s["cases"][0]["drift"]["message"].get<std::string>().find("drifted: loss of phase train"),
+            std::string::npos);
 }
 
 TEST_F(HistoryTest, ADamagedDatabaseIsAWarningAndTheRunGoesOn) {
@@ -168,7 +174,8 @@ TEST_F(HistoryTest, ADamagedDatabaseIsAWarningAndTheRunGoesOn) {
   const auto drift = history.drift_of_recorded(s);
   std::fclose(log);
   EXPECT_TRUE(drift.empty());
-  EXPECT_NE(std::string(text).find("meshtest: warning: run not recorded in the history: history " + db_), std::string::npos)
+  EXPECT_NE(std::string(text).find("meshtest: warning: run not recorded in the history: history " + db_),
+            std::string::npos)
       << text;
   std::free(text);
 }
@@ -182,14 +189,23 @@ TEST_F(HistoryTest, ADatabaseOfANewerSchemaIsRefusedNotRewritten) {
     History h(db_);
     ADD_FAILURE() << "opened a schema 99 database";
   } catch (const HistoryError& e) {
-    EXPECT_NE(std::string(e.what()).find("schema version 99 was written by a newer meshtest"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("schema version 99 was written by a newer meshtest"), std::string::npos)
+        << e.what();
   }
 }
 
 TEST_F(HistoryTest, MergingHistoriesCountsEachRunOnce) {
   const std::string other = (dir_ / "other.db").string();
-  { History a(db_); a.record(summary({"s/a"}), at("r1", "c1", 1)); a.record(summary({"s/a"}), at("r2", "c2", 2)); }
-  { History b(other); b.record(summary({"s/a"}), at("r2", "c2", 2)); b.record(summary({"s/a"}), at("r3", "c3", 3)); }
+  {
+    History a(db_);
+    a.record(summary({"s/a"}), at("r1", "c1", 1));
+    a.record(summary({"s/a"}), at("r2", "c2", 2));
+  }
+  {
+    History b(other);
+    b.record(summary({"s/a"}), at("r2", "c2", 2));
+    b.record(summary({"s/a"}), at("r3", "c3", 3));
+  }
   History a(db_);
   EXPECT_EQ(a.merge_from(other), 1);
   EXPECT_EQ(a.merge_from(other), 0);
@@ -214,7 +230,8 @@ TEST_F(HistoryTest, TwoWritersAtOnceLoseNothing) {
 TEST_F(HistoryTest, MedianDurationsAreWhatTheSchedulerPacksBy) {
   History h(db_);
   const double seconds[] = {10, 12, 100, 11, 13};  // one slow outlier
-  for (int i = 0; i < 5; ++i) h.record(summary({"s/a"}, 1.0, "passed", 0, seconds[i]), at("r" + std::to_string(i), "c", i));
+  for (int i = 0; i < 5; ++i)
+    h.record(summary({"s/a"}, 1.0, "passed", 0, seconds[i]), at("r" + std::to_string(i), "c", i));
   EXPECT_DOUBLE_EQ(h.median_durations(5).at("s/a"), 12.0);
   ASSERT_EQ(h.slowest(5, 1).size(), 1u);
   EXPECT_DOUBLE_EQ(h.slowest(5, 1)[0].last_s, 13.0);
@@ -226,8 +243,10 @@ TEST_F(HistoryTest, MedianDurationsAreWhatTheSchedulerPacksBy) {
 TEST_F(HistoryTest, DriftNotesReadTheHistoryAndLeaveOutCasesThatDeclareDrift) {
   for (int i = 0; i < 5; ++i)
     History(db_).record(summary({"s/a", "s/b"}), at("r" + std::to_string(i), "c" + std::to_string(i), i));
-  const Suite suite = load_suite_text("suite: s\ncases:\n  - {name: a, command: [t]}\n"
-                                      "  - {name: b, command: [t], checks: [drift]}\n", "m.yaml");
+  const Suite suite = load_suite_text(
+      "suite: s\ncases:\n  - {name: a, command: [t]}\n"
+      "  - {name: b, command: [t], checks: [drift]}\n",
+      "m.yaml");
   std::vector<CaseOutcome> cases(2);
   for (size_t i = 0; i < 2; ++i) {
     cases[i].spec = &suite.cases[i];

@@ -15,8 +15,9 @@ TEST_F(Checks, KeysMatchListsMissingAndUnexpectedKeysLikeTheSeed) {
     phases: [{name: save}, {name: load}]
     checks: [{keys_match: {phase: load, against: save}}]
 )");
-  write("reshard/save/state_dict_keys.json",
-        R"({"format_version":1,"keys":{"model.tok_embeddings.parametrizations.weight.original":{"kind":"tensor","shape":[258,64]},
+  write(
+      "reshard/save/state_dict_keys.json",
+      R"({"format_version":1,"keys":{"model.tok_embeddings.parametrizations.weight.original":{"kind":"tensor","shape":[258,64]},
             "model.norm.weight":{"kind":"tensor","shape":[64]},"dataloader.dp_rank_3":{"kind":"object"}}})");
   write("reshard/load/state_dict_keys.json",
         R"({"format_version":1,"keys":{"model.tok_embeddings.weight":{"kind":"tensor","shape":[258,64]},
@@ -26,8 +27,9 @@ TEST_F(Checks, KeysMatchListsMissingAndUnexpectedKeysLikeTheSeed) {
   EXPECT_EQ(r.message,
             "state-dict keys of phase load differ from phase save: missing 1 "
             "(model.tok_embeddings.parametrizations.weight.original); unexpected 1 (model.tok_embeddings.weight)");
-  write("reshard/load/state_dict_keys.json",
-        R"({"format_version":1,"keys":{"model.tok_embeddings.parametrizations.weight.original":{"kind":"tensor","shape":[258,32]},
+  write(
+      "reshard/load/state_dict_keys.json",
+      R"({"format_version":1,"keys":{"model.tok_embeddings.parametrizations.weight.original":{"kind":"tensor","shape":[258,32]},
             "model.norm.weight":{"kind":"tensor","shape":[64]}}})");
   EXPECT_EQ(run(0, "keys_match").message,
             "state-dict keys of phase load differ from phase save: shape differs for 1 "
@@ -36,10 +38,15 @@ TEST_F(Checks, KeysMatchListsMissingAndUnexpectedKeysLikeTheSeed) {
 
 TEST_F(Checks, KeysMatchReadsPyTorchDcpMetadataAndMapsTheSeedsKeys) {
   if (!fs::exists(kDcpFixtures)) GTEST_SKIP() << "no " << kDcpFixtures;
-  load("  - name: canonical\n    outputs: {checkpoint: {path: '" + kDcpFixtures + "/canonical'}}\n"
-       "  - name: parametrize\n    outputs: {checkpoint: {path: '" + kDcpFixtures + "/parametrize/step-5'}}\n"
+  load("  - name: canonical\n    outputs: {checkpoint: {path: '" + kDcpFixtures +
+       "/canonical'}}\n"
+       "  - name: parametrize\n    outputs: {checkpoint: {path: '" +
+       kDcpFixtures +
+       "/parametrize/step-5'}}\n"
        "    checks: [{keys_match: {baseline: canonical}}]\n"
-       "  - name: mapped\n    outputs: {checkpoint: {path: '" + kDcpFixtures + "/parametrize', rename: "
+       "  - name: mapped\n    outputs: {checkpoint: {path: '" +
+       kDcpFixtures +
+       "/parametrize', rename: "
        "{'\\.parametrizations\\.weight\\.original$': '.weight'}}}\n"
        "    checks: [{keys_match: {baseline: canonical}}, {tensors_match: {baseline: canonical, rtol: 0, atol: 0}}]\n");
   const auto r = run(1, "keys_match");
@@ -71,19 +78,31 @@ TEST_F(Checks, TensorsMatchComparesADcpCheckpointWithAMeshtrainOneElementByEleme
     std::vector<float> f(values.begin(), values.end());
     data.write(reinterpret_cast<const char*>(f.data()), static_cast<std::streamsize>(f.size() * 4));
     const std::string key = e.key.rfind("model.", 0) == 0 ? e.key.substr(6) : e.key;
-    keys[key] = {{"kind", "tensor"}, {"dtype", "float32"}, {"shape", e.shape},
-                 {"chunks", {{{"offsets", std::vector<int64_t>(e.shape.size(), 0)}, {"sizes", e.shape},
-                              {"file", "__0_0.distcp"}, {"byte_offset", offset}, {"byte_length", f.size() * 4}}}}};
+    keys[key] = {{"kind", "tensor"},
+                 {"dtype", "float32"},
+                 {"shape", e.shape},
+                 {"chunks",
+                  {{{"offsets", std::vector<int64_t>(e.shape.size(), 0)},
+                    {"sizes", e.shape},
+                    {"file", "__0_0.distcp"},
+                    {"byte_offset", offset},
+                    {"byte_length", f.size() * 4}}}}};
     offset += f.size() * 4;
   }
   data.close();
   std::ofstream(dir_ + "/mt/step-5/.metadata") << nlohmann::json{{"format_version", 2}, {"keys", keys}}.dump();
-  load("  - name: ref\n    outputs: {checkpoint: {path: '" + kDcpFixtures + "/canonical'}}\n"
-       "  - name: titan\n    outputs: {checkpoint: {path: '" + dir_ + "/mt', model_prefix: model.}}\n"
-       "    checks: [{keys_match: {baseline: ref}}, {tensors_match: {baseline: ref}}, {params_match: {baseline: ref}}]\n"
-       "  - name: bare\n    checks: [{tensors_match: {baseline: ref}}]\n"
-       "  - name: same\n    outputs: {checkpoint: {path: '" + kDcpFixtures + "/canonical'}}\n"
-       "    checks: [{params_match: {baseline: ref}}]\n");
+  load(
+      "  - name: ref\n    outputs: {checkpoint: {path: '" + kDcpFixtures +
+      "/canonical'}}\n"
+      "  - name: titan\n    outputs: {checkpoint: {path: '" +
+      dir_ +
+      "/mt', model_prefix: model.}}\n"
+      "    checks: [{keys_match: {baseline: ref}}, {tensors_match: {baseline: ref}}, {params_match: {baseline: ref}}]\n"
+      "  - name: bare\n    checks: [{tensors_match: {baseline: ref}}]\n"
+      "  - name: same\n    outputs: {checkpoint: {path: '" +
+      kDcpFixtures +
+      "/canonical'}}\n"
+      "    checks: [{params_match: {baseline: ref}}]\n");
   EXPECT_TRUE(run(1, "keys_match").passed) << run(1, "keys_match").message;
   const auto r = run(1, "tensors_match");
   EXPECT_FALSE(r.passed);
@@ -92,7 +111,8 @@ TEST_F(Checks, TensorsMatchComparesADcpCheckpointWithAMeshtrainOneElementByEleme
   EXPECT_NE(r.message.find("(1 elements in 1 of 15 tensors differ)"), std::string::npos) << r.message;
   EXPECT_NE(r.details.find(dir_ + "/mt/step-5"), std::string::npos) << r.details;
   EXPECT_EQ(outcomes_[1].status(), Status::kFailed);
-  EXPECT_EQ(run(2, "tensors_match").message, "tensors_match needs outputs.checkpoint on phase train (where its checkpoint is)");
+  EXPECT_EQ(run(2, "tensors_match").message,
+            "tensors_match needs outputs.checkpoint on phase train (where its checkpoint is)");
   // params_match on phases that left no param_digest.json: each side digested from its DCP
   // checkpoint. The moved element shows in model.norm.weight's norm; the same checkpoint passes.
   const auto digest = run(1, "params_match");
@@ -108,10 +128,14 @@ TEST_F(Checks, SavedOnceReadsADcpCheckpointsRecordsWhereNoRankFilesAre) {
   if (!fs::exists(kDcpFixtures)) GTEST_SKIP() << "no " << kDcpFixtures;
   const std::string copy = dir_ + "/copy/step-5";
   fs::create_directories(copy);
-  for (const auto& f : fs::directory_iterator(kDcpFixtures + "/canonical/step-5")) fs::copy_file(f.path(), copy + "/" + f.path().filename().string());
-  for (const auto& f : fs::directory_iterator(copy)) fs::permissions(f.path(), fs::perms::owner_write, fs::perm_options::add);
-  load("  - name: real\n    outputs: {checkpoint: {path: '" + kDcpFixtures + "/canonical'}}\n    checks: [saved_once]\n"
-       "  - name: twice\n    outputs: {checkpoint: {path: '" + dir_ + "/copy', step: 5}}\n    checks: [saved_once]\n");
+  for (const auto& f : fs::directory_iterator(kDcpFixtures + "/canonical/step-5"))
+    fs::copy_file(f.path(), copy + "/" + f.path().filename().string());
+  for (const auto& f : fs::directory_iterator(copy))
+    fs::permissions(f.path(), fs::perms::owner_write, fs::perm_options::add);
+  load("  - name: real\n    outputs: {checkpoint: {path: '" + kDcpFixtures +
+       "/canonical'}}\n    checks: [saved_once]\n"
+       "  - name: twice\n    outputs: {checkpoint: {path: '" +
+       dir_ + "/copy', step: 5}}\n    checks: [saved_once]\n");
   EXPECT_TRUE(run(0, "saved_once").passed) << run(0, "saved_once").message;
   EXPECT_TRUE(run(1, "saved_once").passed) << run(1, "saved_once").message;
 

@@ -55,21 +55,25 @@ TEST_F(Checks, LossMatchesABaselineWithinTolerance) {
 }
 
 TEST_F(Checks, ValidationLossIsComparedOnTheStepsThatValidated) {
-  load("  - name: fsdp\n  - name: pp\n    checks: [{loss_matches: {baseline: fsdp, metric: validation_loss, rtol: 1.0e-4}}]\n");
-  const std::string both = "{\"step\":1,\"loss\":6,\"grad_norm\":1}\n{\"step\":2,\"loss\":5,\"grad_norm\":1,"
-                           "\"validation_loss\":5.5}\n";
+  load(
+      "  - name: fsdp\n  - name: pp\n    checks: [{loss_matches: {baseline: fsdp, metric: validation_loss, rtol: 1.0e-4}}]\n");
+  const std::string both =
+      "{\"step\":1,\"loss\":6,\"grad_norm\":1}\n{\"step\":2,\"loss\":5,\"grad_norm\":1,"
+      "\"validation_loss\":5.5}\n";
   write("fsdp/train/metrics.jsonl", both);
   write("pp/train/metrics.jsonl", both);
   auto r = run(1, "loss_matches");
   EXPECT_TRUE(r.passed) << r.message;
   ASSERT_EQ(r.series.size(), 2u);
   EXPECT_EQ(r.series[0].points.size(), 1u);  // step 2 only
-  write("pp/train/metrics.jsonl", "{\"step\":1,\"loss\":6,\"grad_norm\":1}\n{\"step\":2,\"loss\":5,\"grad_norm\":1,"
-                                  "\"validation_loss\":5.6}\n");
+  write("pp/train/metrics.jsonl",
+        "{\"step\":1,\"loss\":6,\"grad_norm\":1}\n{\"step\":2,\"loss\":5,\"grad_norm\":1,"
+        "\"validation_loss\":5.6}\n");
   r = run(1, "loss_matches");
   EXPECT_FALSE(r.passed);
-  EXPECT_EQ(r.message, "step 2: validation_loss 5.6 in phase train vs 5.5 in baseline s/fsdp (phase train): |diff| "
-                       "1.00e-01 > atol 0 + rtol 0.0001 x |5.5| = 5.50e-04 (1 of 1 steps differ)");
+  EXPECT_EQ(r.message,
+            "step 2: validation_loss 5.6 in phase train vs 5.5 in baseline s/fsdp (phase train): |diff| "
+            "1.00e-01 > atol 0 + rtol 0.0001 x |5.5| = 5.50e-04 (1 of 1 steps differ)");
   write("pp/train/metrics.jsonl", curve({6.0, 5.0}));
   r = run(1, "loss_matches");
   EXPECT_FALSE(r.passed);
@@ -88,13 +92,13 @@ TEST_F(Checks, LossMatchesAGoldenFileAndExactMatching) {
   write("a/train/metrics.jsonl", curve({6.0, 5.00001}));
   const auto r = run(0, "loss_matches");
   EXPECT_FALSE(r.passed);
-  EXPECT_NE(r.message.find("step 2: loss 5.00001 in phase train vs 5 in golden " + dir_ + "/losses.txt: |diff| 1.00e-05 "
+  EXPECT_NE(r.message.find("step 2: loss 5.00001 in phase train vs 5 in golden " + dir_ +
+                           "/losses.txt: |diff| 1.00e-05 "
                            "(exact match required)"),
             std::string::npos)
       << r.message;
   write("a/train/metrics.jsonl", curve({6.0, 5.0, 4.0}));
-  EXPECT_EQ(run(0, "loss_matches").message,
-            "phase train has step 3 but golden " + dir_ + "/losses.txt has steps 1-2");
+  EXPECT_EQ(run(0, "loss_matches").message, "phase train has step 3 but golden " + dir_ + "/losses.txt has steps 1-2");
 }
 
 TEST_F(Checks, ResumeMatchesNeedsAResumeAndTheSameLosses) {
@@ -164,11 +168,13 @@ TEST_F(Checks, ValidationLossFromATorchtitanLogMatchesOneFromMetricsJsonl) {
     outputs: {metrics: {from: torchtitan-log, rank: 1}}
     checks: [{loss_matches: {baseline: base, metric: validation_loss, rtol: 1.0e-4}}]
 )");
-  write("base/train/metrics.jsonl", "{\"step\":1,\"loss\":6,\"grad_norm\":1}\n{\"step\":2,\"loss\":5,\"grad_norm\":1,"
-                                    "\"validation_loss\":5.5}\n");
-  const std::string validate = "[rank1]:[titan] 2026-05-18 16:04:47,001 - root - INFO - \033[33mvalidate step:  2  "
-                               "\033[32mloss:  5.5000  \033[38;2;54;234;195mmemory:  9.46GiB(64.99%)  "
-                               "\033[34mtps: 9,100\033[39m\n";
+  write("base/train/metrics.jsonl",
+        "{\"step\":1,\"loss\":6,\"grad_norm\":1}\n{\"step\":2,\"loss\":5,\"grad_norm\":1,"
+        "\"validation_loss\":5.5}\n");
+  const std::string validate =
+      "[rank1]:[titan] 2026-05-18 16:04:47,001 - root - INFO - \033[33mvalidate step:  2  "
+      "\033[32mloss:  5.5000  \033[38;2;54;234;195mmemory:  9.46GiB(64.99%)  "
+      "\033[34mtps: 9,100\033[39m\n";
   write("titan/train/rank1.log", titan_line(1, 6.0) + titan_line(2, 5.0) + validate);
   const auto r = run(1, "loss_matches");
   EXPECT_TRUE(r.passed) << r.message;

@@ -38,8 +38,10 @@ CheckResult crashed() {
 Expectation expect(Expectation::Kind kind, const std::string& what = "") {
   Expectation e;
   e.kind = kind;
-  if (kind == Expectation::kFail) e.check = check_kind_named(what).value();
-  else e.reason = what;
+  if (kind == Expectation::kFail)
+    e.check = check_kind_named(what).value();
+  else
+    e.reason = what;
   return e;
 }
 
@@ -67,8 +69,9 @@ TEST(Judge, PassIsPassedWhenEveryCheckPassedElseTheFirstFailureDecides) {
   EXPECT_EQ(bad.verdict.rank, 1);
   EXPECT_EQ(bad.reason(), "exit: phase train: rank 1 failed first with signal 11 (SIGSEGV)");
   // The body lists every failed check, with its details.
-  EXPECT_EQ(bad.details, "exit: phase train: rank 1 failed first with signal 11 (SIGSEGV)\ndetails of exit\n"
-                         "loss_finite: phase train: loss is nan at step 2\ndetails of loss_finite\n");
+  EXPECT_EQ(bad.details,
+            "exit: phase train: rank 1 failed first with signal 11 (SIGSEGV)\ndetails of exit\n"
+            "loss_finite: phase train: loss is nan at step 2\ndetails of loss_finite\n");
   const CaseOutcome blind = judged(pass, {passed("exit"), failed("keys_match", "cannot read k.json", false)});
   EXPECT_EQ(blind.verdict.kind, VerdictKind::kNotJudged);
   EXPECT_EQ(blind.status(), Status::kFailed);
@@ -81,7 +84,8 @@ TEST(Judge, AnXfailMustFailForItsReason) {
   EXPECT_EQ(x.verdict.kind, VerdictKind::kXfailed);
   EXPECT_EQ(x.reason(), "issue 7 (keys_match: state-dict keys differ)");
   EXPECT_EQ(x.status(), Status::kXfailed);
-  EXPECT_EQ(judged(xfail, {crashed()}).reason(), "issue 7 (exit: phase train: rank 1 failed first with signal 11 (SIGSEGV))");
+  EXPECT_EQ(judged(xfail, {crashed()}).reason(),
+            "issue 7 (exit: phase train: rank 1 failed first with signal 11 (SIGSEGV))");
   // A failed message check: it failed, but not the declared way.
   const CaseOutcome other = judged(xfail, {crashed(), failed("error_matches", "rank 1 failed but not with 'OOM'")});
   EXPECT_EQ(other.verdict.kind, VerdictKind::kXfailedDifferently);
@@ -108,12 +112,14 @@ TEST(Judge, ACanaryIsCaughtOnlyWhenItsCheckJudgedAndFailed) {
   far.margin = 34;
   const CaseOutcome caught = judged(canary, {passed("exit"), failed("loss_matches", "step 2: near"), far});
   EXPECT_EQ(caught.verdict.kind, VerdictKind::kCanaryCaught);
-  EXPECT_EQ(caught.reason(), "canary caught by loss_matches (margin 34x): step 2: loss 5.5 vs 5");  // the clearest catch
+  EXPECT_EQ(caught.reason(),
+            "canary caught by loss_matches (margin 34x): step 2: loss 5.5 vs 5");  // the clearest catch
   EXPECT_EQ(caught.status(), Status::kPassed);
   // A number check's canary must run to the end.
   const CaseOutcome crash = judged(canary, {crashed(), far});
   EXPECT_EQ(crash.verdict.kind, VerdictKind::kCanaryCrashed);
-  EXPECT_EQ(crash.reason(), "canary for loss_matches crashed instead: phase train: rank 1 failed first with signal 11 (SIGSEGV)");
+  EXPECT_EQ(crash.reason(),
+            "canary for loss_matches crashed instead: phase train: rank 1 failed first with signal 11 (SIGSEGV)");
   const CaseOutcome blind = judged(canary, {passed("exit"), failed("loss_matches", "cannot read m.jsonl", false)});
   EXPECT_EQ(blind.verdict.kind, VerdictKind::kCanaryCrashed);
   EXPECT_EQ(blind.reason(), "canary for loss_matches could not be judged: cannot read m.jsonl");
@@ -140,12 +146,14 @@ TEST_F(Checks, MissingOutputsAndMissingBaselinesAreFailuresThatSaySo) {
 }
 
 TEST_F(Checks, ACanaryIsCaughtOnlyByAJudgedFailureNotByAMissingBaseline) {
-  load("  - name: a\n  - name: canary\n    checks: [{loss_matches: {baseline: a}}]\n    expect: {fail: loss_matches}\n");
+  load(
+      "  - name: a\n  - name: canary\n    checks: [{loss_matches: {baseline: a}}]\n    expect: {fail: loss_matches}\n");
   write("canary/train/metrics.jsonl", curve({6.0, 5.5}));
   outcomes_[0].verdict = Verdict::skipped("no GPU");
   EXPECT_FALSE(run(1, "loss_matches").judged);
   EXPECT_EQ(outcomes_[1].status(), Status::kFailed);
-  EXPECT_EQ(outcomes_[1].reason(), "canary for loss_matches could not be judged: baseline s/a did not run (skipped: no GPU)");
+  EXPECT_EQ(outcomes_[1].reason(),
+            "canary for loss_matches could not be judged: baseline s/a did not run (skipped: no GPU)");
   EXPECT_EQ(outcomes_[1].verdict.kind, VerdictKind::kCanaryCrashed);
   outcomes_[0].verdict = {VerdictKind::kPassed, ""};
   write("a/train/metrics.jsonl", curve({6.0, 5.0}));
@@ -159,10 +167,11 @@ TEST_F(Checks, ACanaryIsCaughtOnlyByAJudgedFailureNotByAMissingBaseline) {
 
 // The margin: the largest |diff| / tolerance compared, for a pass (its headroom) and a catch.
 TEST_F(Checks, NumberChecksRecordTheirMarginAndACanaryIsJudgedByItsClearestCatch) {
-  load("  - name: a\n"
-       "  - name: near\n    checks: [{loss_matches: {baseline: a, rtol: 1.0e-2}}]\n"
-       "  - name: canary\n    expect: {fail: loss_matches}\n"
-       "    checks: [{loss_matches: {baseline: a, rtol: 1.0e-2}}, {loss_matches: {baseline: a, metric: grad_norm, rtol: 1.0e-3}}]\n");
+  load(
+      "  - name: a\n"
+      "  - name: near\n    checks: [{loss_matches: {baseline: a, rtol: 1.0e-2}}]\n"
+      "  - name: canary\n    expect: {fail: loss_matches}\n"
+      "    checks: [{loss_matches: {baseline: a, rtol: 1.0e-2}}, {loss_matches: {baseline: a, metric: grad_norm, rtol: 1.0e-3}}]\n");
   write("a/train/metrics.jsonl", curve({6.0, 5.0}));
   write("near/train/metrics.jsonl", curve({6.0, 5.025}));
   const CheckResult near = run(1, "loss_matches");

@@ -12,7 +12,8 @@ using namespace meshtest;
 TEST_F(Checks, ParamsMatchFailsOnANonFiniteDigest) {
   load("  - name: a\n  - name: b\n    checks: [{params_match: {baseline: a, rtol: 1.0e-3}}]\n");
   write("a/train/param_digest.json", R"({"params":{"model.w":{"sum":0.5,"l2":10.0}}})");
-  for (const char* digest : {R"({"params":{"model.w":{"sum":null,"l2":10.0}}})", R"({"params":{"model.w":{"sum":0.5,"l2":null}}})"}) {
+  for (const char* digest :
+       {R"({"params":{"model.w":{"sum":null,"l2":10.0}}})", R"({"params":{"model.w":{"sum":0.5,"l2":null}}})"}) {
     write("b/train/param_digest.json", digest);
     const CheckResult r = run(1, "params_match");
     EXPECT_FALSE(r.passed) << "a NaN digest passed: " << digest;
@@ -26,7 +27,8 @@ TEST_F(Checks, ParamsMatchFailsOnANonFiniteDigest) {
 // Mutant: loss_finite looks at the loss only, so an inf grad norm with a finite loss passes.
 TEST_F(Checks, LossFiniteFailsOnAnInfiniteGradNormWithAFiniteLoss) {
   load("  - name: a\n    checks: [loss_finite]\n");
-  write("a/train/metrics.jsonl", "{\"step\":1,\"loss\":5.0,\"grad_norm\":1.0}\n{\"step\":2,\"loss\":4.0,\"grad_norm\":null}\n");
+  write("a/train/metrics.jsonl",
+        "{\"step\":1,\"loss\":5.0,\"grad_norm\":1.0}\n{\"step\":2,\"loss\":4.0,\"grad_norm\":null}\n");
   const CheckResult r = run(0, "loss_finite");
   EXPECT_FALSE(r.passed);
   EXPECT_NE(r.message.find("grad_norm"), std::string::npos) << r.message;
@@ -37,7 +39,8 @@ TEST_F(Checks, LossFiniteFailsOnAnInfiniteGradNormWithAFiniteLoss) {
 TEST_F(Checks, ExactMatchingAcceptsNoEpsilon) {
   load("  - name: a\n  - name: b\n    checks: [{loss_matches: {baseline: a, exact: true}}]\n");
   write("a/train/metrics.jsonl", curve({6.0, 5.0}));
-  write("b/train/metrics.jsonl", "{\"step\":1,\"loss\":6.0,\"grad_norm\":1.0}\n{\"step\":2,\"loss\":5.0000000001,\"grad_norm\":1.0}\n");
+  write("b/train/metrics.jsonl",
+        "{\"step\":1,\"loss\":6.0,\"grad_norm\":1.0}\n{\"step\":2,\"loss\":5.0000000001,\"grad_norm\":1.0}\n");
   const CheckResult r = run(1, "loss_matches");
   EXPECT_FALSE(r.passed) << "exact matching let a 1e-10 difference through";
   EXPECT_NE(r.message.find("(exact match required)"), std::string::npos) << r.message;
@@ -56,8 +59,9 @@ TEST_F(Checks, LossMatchesFailsBelowTheReferenceAsAboveIt) {
 // Mutant: the log reader drops a last line with no newline (a rank killed mid-write), so the
 // step where the loss blew up is never read.
 TEST_F(Checks, TheLastLogLineCountsWithoutANewline) {
-  load("  - name: a\n    outputs: {metrics: {from: log-pattern, pattern: 'it=(?P<step>\\d+) l=(?P<loss>\\S+)'}}\n"
-       "    checks: [loss_finite]\n");
+  load(
+      "  - name: a\n    outputs: {metrics: {from: log-pattern, pattern: 'it=(?P<step>\\d+) l=(?P<loss>\\S+)'}}\n"
+      "    checks: [loss_finite]\n");
   write("a/train/rank0.log", "it=1 l=6.0\nit=2 l=5.0\nit=3 l=inf");
   const CheckResult r = run(0, "loss_finite");
   EXPECT_FALSE(r.passed) << "the unterminated last line (step 3, loss inf) was not read";
@@ -69,7 +73,8 @@ TEST_F(Checks, TheLastLogLineCountsWithoutANewline) {
 TEST_F(Checks, AStepMissingOnOneSideFailsTheComparison) {
   load("  - name: a\n  - name: b\n    checks: [{loss_matches: {baseline: a, rtol: 1.0e-4}}]\n");
   write("a/train/metrics.jsonl", curve({6.0, 5.0, 4.0}));
-  write("b/train/metrics.jsonl", "{\"step\":1,\"loss\":6.0,\"grad_norm\":1.0}\n{\"step\":3,\"loss\":4.0,\"grad_norm\":1.0}\n");
+  write("b/train/metrics.jsonl",
+        "{\"step\":1,\"loss\":6.0,\"grad_norm\":1.0}\n{\"step\":3,\"loss\":4.0,\"grad_norm\":1.0}\n");
   const CheckResult r = run(1, "loss_matches");
   EXPECT_FALSE(r.passed) << "a curve without step 2 matched one with it";
   EXPECT_NE(r.message.find("2"), std::string::npos) << r.message;
@@ -88,9 +93,15 @@ void write_meshtrain_step(const std::string& step_dir, const std::map<std::strin
   for (const auto& [key, values] : tensors) {
     const int64_t n = static_cast<int64_t>(values.size());
     data.write(reinterpret_cast<const char*>(values.data()), static_cast<std::streamsize>(values.size() * 4));
-    keys[key] = {{"kind", "tensor"}, {"dtype", "float32"}, {"shape", {n}},
-                 {"chunks", {{{"offsets", {0}}, {"sizes", {n}}, {"file", "__0_0.distcp"}, {"byte_offset", offset},
-                              {"byte_length", values.size() * 4}}}}};
+    keys[key] = {{"kind", "tensor"},
+                 {"dtype", "float32"},
+                 {"shape", {n}},
+                 {"chunks",
+                  {{{"offsets", {0}},
+                    {"sizes", {n}},
+                    {"file", "__0_0.distcp"},
+                    {"byte_offset", offset},
+                    {"byte_length", values.size() * 4}}}}};
     offset += values.size() * 4;
   }
   data.close();
@@ -117,8 +128,9 @@ TEST_F(Checks, AKeyListOfExactlyThreeSaysNoMore) {
   write("a/train/state_dict_keys.json",
         R"({"keys":{"model.a":{"kind":"tensor"},"model.b":{"kind":"tensor"},"model.c":{"kind":"tensor"}}})");
   write("b/train/state_dict_keys.json", R"({"keys":{}})");
-  EXPECT_EQ(run(1, "keys_match").message,
-            "state-dict keys of phase train differ from baseline s/a (phase train): missing 3 (model.a, model.b, model.c)");
+  EXPECT_EQ(
+      run(1, "keys_match").message,
+      "state-dict keys of phase train differ from baseline s/a (phase train): missing 3 (model.a, model.b, model.c)");
 }
 
 // Mutants: tensors_match's bound taken as strict (torch.allclose's is |a - b| <= atol + rtol |b|);
@@ -127,8 +139,8 @@ TEST_F(Checks, AKeyListOfExactlyThreeSaysNoMore) {
 TEST_F(Checks, TensorsMatchFindsTheCheckpointInRank0JsonAndItsBoundIsInclusive) {
   load("  - name: a\n  - name: b\n    checks: [{tensors_match: {baseline: a, rtol: 0, atol: 0.5}}]\n");
   for (const char* c : {"a", "b"})
-    write(std::string(c) + "/train/rank0.json", R"({"checkpoint_folder":")" + dir_ + "/" + c +
-                                                    R"(/ckpt","checkpoint_steps_saved":[5]})");
+    write(std::string(c) + "/train/rank0.json",
+          R"({"checkpoint_folder":")" + dir_ + "/" + c + R"(/ckpt","checkpoint_steps_saved":[5]})");
   write_meshtrain_step(dir_ + "/a/ckpt/step-5", {{"model.w", {1.0f, 2.0f}}});
   write_meshtrain_step(dir_ + "/b/ckpt/step-5", {{"model.w", {1.5f, 2.0f}}});  // |diff| 0.5 = atol
   EXPECT_TRUE(run(1, "tensors_match").passed) << run(1, "tensors_match").message;
@@ -171,7 +183,8 @@ TEST_F(Checks, TokensMatchFailsOnAGenerationOfAnotherLength) {
 // without its optimizer state matches one saved with it. Without `prefix:`, every tensor key
 // takes part (objects such as the dataloader's state are per rank and not compared).
 TEST_F(Checks, KeysMatchWithoutAPrefixComparesTheOptimizerAndEveryOtherKey) {
-  load("  - name: a\n    phases: [{name: save}, {name: load}]\n    checks: [{keys_match: {phase: load, against: save}}]\n");
+  load(
+      "  - name: a\n    phases: [{name: save}, {name: load}]\n    checks: [{keys_match: {phase: load, against: save}}]\n");
   const std::string model = R"("model.norm.weight":{"kind":"tensor","shape":[64]})";
   const std::string optimizer = R"(,"optimizer.state.model.norm.weight.exp_avg":{"kind":"tensor","shape":[64]})"
                                 R"(,"optimizer.state.model.norm.weight.exp_avg_sq":{"kind":"tensor","shape":[64]})";
@@ -179,8 +192,9 @@ TEST_F(Checks, KeysMatchWithoutAPrefixComparesTheOptimizerAndEveryOtherKey) {
   write("a/load/state_dict_keys.json", R"({"format_version":1,"keys":{)" + model + "}}");
   const CheckResult r = run(0, "keys_match");
   EXPECT_FALSE(r.passed) << "a checkpoint without its optimizer state matched one with it";
-  EXPECT_EQ(r.message, "state-dict keys of phase load differ from phase save: missing 2 "
-                       "(optimizer.state.model.norm.weight.exp_avg, optimizer.state.model.norm.weight.exp_avg_sq)");
+  EXPECT_EQ(r.message,
+            "state-dict keys of phase load differ from phase save: missing 2 "
+            "(optimizer.state.model.norm.weight.exp_avg, optimizer.state.model.norm.weight.exp_avg_sq)");
   std::string narrower = optimizer;
   narrower.replace(narrower.find("[64]"), 4, "[32]");
   write("a/load/state_dict_keys.json", R"({"format_version":1,"keys":{)" + model + narrower + "}}");

@@ -27,7 +27,8 @@ TEST_F(Checks, LogContainsAndErrorMatchesForExpectedFailures) {
   EXPECT_EQ(outcomes_[0].verdict.kind, VerdictKind::kXfailedDifferently);
   EXPECT_NE(outcomes_[0].reason().find("xfail (parametrize keys) failed differently"), std::string::npos);
   // It failed the declared way: xfailed.
-  write("seed/train/rank1.log", "meshtrain: error: Missing key in checkpoint state_dict: model.tok_embeddings.weight.\n");
+  write("seed/train/rank1.log",
+        "meshtrain: error: Missing key in checkpoint state_dict: model.tok_embeddings.weight.\n");
   EXPECT_TRUE(run(0, "error_matches").passed);
   EXPECT_EQ(outcomes_[0].status(), Status::kXfailed);
   write("seed/train/rank0.log", "");

@@ -16,8 +16,9 @@ TEST_F(Checks, TokensMatchNamesThePosition) {
 }
 
 TEST_F(Checks, TokensMatchReadsTheFileOutputsNames) {
-  load("  - name: a\n    phases: [{name: dp}, {name: tp, outputs: {tokens: samples/greedy.json}}]\n"
-       "    checks: [{tokens_match: {phase: tp, against: dp}}]\n");
+  load(
+      "  - name: a\n    phases: [{name: dp}, {name: tp, outputs: {tokens: samples/greedy.json}}]\n"
+      "    checks: [{tokens_match: {phase: tp, against: dp}}]\n");
   write("a/dp/generate.json", R"({"prompt":"p","generated_ids":[1,2]})");
   EXPECT_EQ(run(0, "tokens_match").message, "cannot read " + dir_ + "/a/tp/samples/greedy.json");
   fs::create_directories(dir_ + "/a/tp/samples");
@@ -56,9 +57,12 @@ TEST_F(Checks, ParamsMatchAgainstAGoldenDigestBesideTheMatrix) {
   write("a/train/param_digest.json", R"({"params":{"model.w":{"sum":0.5,"l2":10.0},"model.v":{"sum":1.0,"l2":2.0}}})");
   EXPECT_TRUE(run(0, "params_match").passed) << run(0, "params_match").message;
   // Both keys differ; the message names the first, the margin covers both (v: 1e-4 / 2e-6 = 50).
-  write("a/train/param_digest.json", R"({"params":{"model.w":{"sum":0.50002,"l2":10.0},"model.v":{"sum":1.0001,"l2":2.0}}})");
+  write("a/train/param_digest.json",
+        R"({"params":{"model.w":{"sum":0.50002,"l2":10.0},"model.v":{"sum":1.0001,"l2":2.0}}})");
   const CheckResult r = run(0, "params_match");
-  EXPECT_EQ(r.message.rfind("model.v: sum 1.0001 in phase train vs 1 in golden " + dir_ + "/golden/a.json: |diff| 1.00e-04", 0), 0u)
+  EXPECT_EQ(r.message.rfind(
+                "model.v: sum 1.0001 in phase train vs 1 in golden " + dir_ + "/golden/a.json: |diff| 1.00e-04", 0),
+            0u)
       << r.message;
   ASSERT_TRUE(r.margin);
   EXPECT_NEAR(*r.margin, 50, 1e-3);
@@ -73,25 +77,33 @@ TEST_F(Checks, SavedOnceComparesTheBytesRanksWroteWithTheStateOnce) {
   const std::string step = dir_ + "/ck/step-5";
   fs::create_directories(step);
   std::ofstream(step + "/__0_0.distcp", std::ios::binary) << std::string(24, '\0');
-  const nlohmann::json chunk = {{"offsets", {0, 0}}, {"sizes", {2, 3}}, {"file", "__0_0.distcp"}, {"byte_offset", 0}, {"byte_length", 24}};
-  std::ofstream(step + "/.metadata") << nlohmann::json{
-      {"format_version", 2},
-      {"keys", {{"model.w", {{"kind", "tensor"}, {"dtype", "float32"}, {"shape", {2, 3}}, {"chunks", {chunk}}}}}}}.dump();
+  const nlohmann::json chunk = {
+      {"offsets", {0, 0}}, {"sizes", {2, 3}}, {"file", "__0_0.distcp"}, {"byte_offset", 0}, {"byte_length", 24}};
+  std::ofstream(step + "/.metadata")
+      << nlohmann::json{{"format_version", 2},
+                        {"keys",
+                         {{"model.w",
+                           {{"kind", "tensor"}, {"dtype", "float32"}, {"shape", {2, 3}}, {"chunks", {chunk}}}}}}}
+             .dump();
   auto rank_file = [&](int bytes) {
-    return nlohmann::json{{"checkpoint_tensor_bytes_written", bytes}, {"checkpoint_steps_saved", {5}},
-                          {"checkpoint_folder", dir_ + "/ck"}}.dump();
+    return nlohmann::json{{"checkpoint_tensor_bytes_written", bytes},
+                          {"checkpoint_steps_saved", {5}},
+                          {"checkpoint_folder", dir_ + "/ck"}}
+        .dump();
   };
   write("ddp/train/rank0.json", rank_file(24));
   write("ddp/train/rank1.json", rank_file(0));
   EXPECT_TRUE(run(0, "saved_once").passed) << run(0, "saved_once").message;
   write("ddp/train/rank1.json", rank_file(24));  // the replica wrote its copy too
   const CheckResult twice = run(0, "saved_once");
-  EXPECT_EQ(twice.message, "phase train: its 2 ranks wrote 48 tensor bytes for step-5, whose tensors hold 24 (2x): "
-                           "some chunk was written by more than one rank");
+  EXPECT_EQ(twice.message,
+            "phase train: its 2 ranks wrote 48 tensor bytes for step-5, whose tensors hold 24 (2x): "
+            "some chunk was written by more than one rank");
   EXPECT_EQ(twice.details, "rank 0: 24 tensor bytes written\nrank 1: 24 tensor bytes written\n");
   fs::remove_all(dir_ + "/ck");
   EXPECT_EQ(run(0, "saved_once").message, "phase train saved step-5 but " + step +
                                               " is gone (removed by --checkpoint.keep-latest-k or a later phase)");
   fs::remove(dir_ + "/ddp/train/rank1.json");
-  EXPECT_EQ(run(0, "saved_once").message, "phase train has 2 ranks but left 1 rank<R>.json files in " + dir_ + "/ddp/train");
+  EXPECT_EQ(run(0, "saved_once").message,
+            "phase train has 2 ranks but left 1 rank<R>.json files in " + dir_ + "/ddp/train");
 }

@@ -73,7 +73,9 @@ class PickleWriter {
     return *this;
   }
   PickleWriter& op(char c) { return raw(std::string(1, c)); }
-  PickleWriter& global(const std::string& module, const std::string& name) { return raw("c" + module + "\n" + name + "\n"); }
+  PickleWriter& global(const std::string& module, const std::string& name) {
+    return raw("c" + module + "\n" + name + "\n");
+  }
   PickleWriter& str(const std::string& s) { return raw("X" + le_bytes(s.size(), 4) + s); }
   PickleWriter& integer(int64_t v) {
     if (v >= INT32_MIN && v <= INT32_MAX) return raw("J" + le_bytes(static_cast<uint64_t>(v), 4));
@@ -109,23 +111,27 @@ std::string make_zip(const std::vector<std::pair<std::string, std::string>>& ent
   const uint64_t sat = 0xFFFFFFFF;
   for (const auto& [name, data] : entries) {
     const uint64_t local_at = out.size();
-    const std::string local_extra = zip64 ? le_bytes(1, 2) + le_bytes(16, 2) + le_bytes(data.size(), 8) + le_bytes(data.size(), 8) : "";
+    const std::string local_extra =
+        zip64 ? le_bytes(1, 2) + le_bytes(16, 2) + le_bytes(data.size(), 8) + le_bytes(data.size(), 8) : "";
     out += le_bytes(0x04034b50, 4) + le_bytes(45, 2) + le_bytes(0, 2) + le_bytes(0, 2) + le_bytes(0, 4) +
            le_bytes(crc32(data), 4) + le_bytes(zip64 ? sat : data.size(), 4) + le_bytes(zip64 ? sat : data.size(), 4) +
            le_bytes(name.size(), 2) + le_bytes(local_extra.size(), 2) + name + local_extra + data;
-    const std::string extra =
-        zip64 ? le_bytes(1, 2) + le_bytes(24, 2) + le_bytes(data.size(), 8) + le_bytes(data.size(), 8) + le_bytes(local_at, 8) : "";
-    cd += le_bytes(0x02014b50, 4) + le_bytes(45, 2) + le_bytes(45, 2) + le_bytes(0, 2) + le_bytes(0, 2) + le_bytes(0, 4) +
-          le_bytes(crc32(data), 4) + le_bytes(zip64 ? sat : data.size(), 4) + le_bytes(zip64 ? sat : data.size(), 4) +
-          le_bytes(name.size(), 2) + le_bytes(extra.size(), 2) + le_bytes(0, 2) + le_bytes(0, 2) + le_bytes(0, 2) +
-          le_bytes(0, 4) + le_bytes(zip64 ? sat : local_at, 4) + name + extra;
+    const std::string extra = zip64 ? le_bytes(1, 2) + le_bytes(24, 2) + le_bytes(data.size(), 8) +
+                                          le_bytes(data.size(), 8) + le_bytes(local_at, 8)
+                                    : "";
+    cd += le_bytes(0x02014b50, 4) + le_bytes(45, 2) + le_bytes(45, 2) + le_bytes(0, 2) + le_bytes(0, 2) +
+          le_bytes(0, 4) + le_bytes(crc32(data), 4) + le_bytes(zip64 ? sat : data.size(), 4) +
+          le_bytes(zip64 ? sat : data.size(), 4) + le_bytes(name.size(), 2) + le_bytes(extra.size(), 2) +
+          le_bytes(0, 2) + le_bytes(0, 2) + le_bytes(0, 2) + le_bytes(0, 4) + le_bytes(zip64 ? sat : local_at, 4) +
+          name + extra;
   }
   const uint64_t cd_at = out.size();
   out += cd;
   if (zip64) {
     const uint64_t eocd64_at = out.size();
-    out += le_bytes(0x06064b50, 4) + le_bytes(44, 8) + le_bytes(45, 2) + le_bytes(45, 2) + le_bytes(0, 4) + le_bytes(0, 4) +
-           le_bytes(entries.size(), 8) + le_bytes(entries.size(), 8) + le_bytes(cd.size(), 8) + le_bytes(cd_at, 8);
+    out += le_bytes(0x06064b50, 4) + le_bytes(44, 8) + le_bytes(45, 2) + le_bytes(45, 2) + le_bytes(0, 4) +
+           le_bytes(0, 4) + le_bytes(entries.size(), 8) + le_bytes(entries.size(), 8) + le_bytes(cd.size(), 8) +
+           le_bytes(cd_at, 8);
     out += le_bytes(0x07064b50, 4) + le_bytes(0, 4) + le_bytes(eocd64_at, 8) + le_bytes(1, 4);
   }
   out += le_bytes(0x06054b50, 4) + le_bytes(0, 2) + le_bytes(0, 2) + le_bytes(zip64 ? 0xFFFF : entries.size(), 2) +
@@ -149,7 +155,8 @@ std::string make_record(const TensorBlob& t, bool zip64 = false) {
   p.mark().str("storage").global("torch", t.storage_class).str("0").str("cpu").integer(t.storage_numel).tuple().op('Q');
   p.integer(t.storage_offset).ints(t.size).ints(t.stride).op('\x89');
   p.global("collections", "OrderedDict").op(')').op('R').tuple().op('R').stop();
-  return make_zip({{"archive/data.pkl", p.bytes}, {"archive/byteorder", "little"}, {"archive/data/0", t.storage}}, zip64);
+  return make_zip({{"archive/data.pkl", p.bytes}, {"archive/byteorder", "little"}, {"archive/data/0", t.storage}},
+                  zip64);
 }
 
 std::string floats(const std::vector<float>& values) {
@@ -195,14 +202,17 @@ class MetadataWriter {
  public:
   explicit MetadataWriter(MetadataStyle style) : style_(std::move(style)) {}
 
-  std::string write(const std::vector<TestItem>& items, const std::vector<std::vector<std::pair<uint64_t, uint64_t>>>& where) {
+  std::string write(const std::vector<TestItem>& items,
+                    const std::vector<std::vector<std::pair<uint64_t, uint64_t>>>& where) {
     const std::string m = "torch.distributed.checkpoint.metadata";
     p_.proto(2).global(m, "Metadata").no_args_new().op('}').mark();
     p_.str("state_dict_metadata").op('}').mark();
     for (const auto& item : items) {
       p_.str(item.key);
-      if (item.tensor) tensor_metadata(item);
-      else p_.global(m, "BytesStorageMetadata").no_args_new();
+      if (item.tensor)
+        tensor_metadata(item);
+      else
+        p_.global(m, "BytesStorageMetadata").no_args_new();
     }
     p_.op('u').str("storage_data").op('}').mark();
     for (size_t i = 0; i < items.size(); ++i)
@@ -212,7 +222,11 @@ class MetadataWriter {
       p_.op('N');
     } else {
       const size_t space = style_.unknown_global.find(' ');
-      p_.global(style_.unknown_global.substr(0, space), style_.unknown_global.substr(space + 1)).mark().integer(1).tuple().op('R');
+      p_.global(style_.unknown_global.substr(0, space), style_.unknown_global.substr(space + 1))
+          .mark()
+          .integer(1)
+          .tuple()
+          .op('R');
     }
     p_.str("version").str("1.0.0").op('u').op('b').stop();
     return p_.bytes;
@@ -220,8 +234,10 @@ class MetadataWriter {
 
  private:
   void size(const Dims& dims) {  // torch.Size((dims,)) with the global memoized at 1
-    if (size_memoized_) p_.get(1);
-    else p_.global("torch", "Size").put(1);
+    if (size_memoized_)
+      p_.get(1);
+    else
+      p_.global("torch", "Size").put(1);
     size_memoized_ = true;
     p_.mark().ints(dims).tuple().op('R');
   }
@@ -290,14 +306,14 @@ void write_dcp(const std::string& dir, const std::vector<TestItem>& items, const
   write_file(dir + "/.metadata", MetadataWriter(style).write(items, where));
 }
 
-
 // Runs `f`, expecting a CheckpointError whose message holds every one of `parts`.
 template <class F>
 std::string expect_error(F&& f, const std::vector<std::string>& parts) {
   try {
     f();
   } catch (const CheckpointError& e) {
-    for (const auto& part : parts) EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << "missing '" << part << "' in: " << e.what();
+    for (const auto& part : parts)
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << "missing '" << part << "' in: " << e.what();
     return e.what();
   }
   ADD_FAILURE() << "no CheckpointError";
@@ -349,7 +365,8 @@ class TorchFixture : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(TorchFixture, KeysShapesAndSumsMatchExpected) {
   const std::string folder = shared_fixtures() + "/" + GetParam();
-  if (!fs::exists(folder + "/expected.json")) GTEST_SKIP() << folder << " is absent (the shared fixtures are not checked out)";
+  if (!fs::exists(folder + "/expected.json"))
+    GTEST_SKIP() << folder << " is absent (the shared fixtures are not checked out)";
   check_against_expected(folder);
   EXPECT_TRUE(CheckpointView::open(folder).warnings().empty());
 }
@@ -362,7 +379,8 @@ class MadeFixture : public ::testing::TestWithParam<std::string> {};
 TEST_P(MadeFixture, KeysShapesAndSumsMatchExpected) {
   const std::string folder = std::string(MESHTEST_SOURCE_DIR) + "/tests/fixtures/dcp-made/" + GetParam();
   if (!fs::exists(folder + "/expected.json"))
-    GTEST_SKIP() << folder << " is absent: run tools/fixtures/make_dcp_fixtures.py tests/fixtures/dcp-made with PyTorch";
+    GTEST_SKIP() << folder
+                 << " is absent: run tools/fixtures/make_dcp_fixtures.py tests/fixtures/dcp-made with PyTorch";
   check_against_expected(folder);
 }
 
@@ -445,8 +463,9 @@ TEST_F(DamagedFixture, DamagedZipNamesFileAndKey) {
     size_t at;
     std::string bytes, says;
   };
-  for (const Case& c : {Case{eocd, "XXXX", "end-of-central-directory"}, Case{central + 10, std::string("\x08", 1), "compressed"},
-                        Case{central, "XXXX", "bad signature"}}) {
+  for (const Case& c :
+       {Case{eocd, "XXXX", "end-of-central-directory"}, Case{central + 10, std::string("\x08", 1), "compressed"},
+        Case{central, "XXXX", "bad signature"}}) {
     fs::remove_all(step_);
     fs::copy(source_, step_);
     damage("__0_0.distcp", c.at, c.bytes);
@@ -460,8 +479,9 @@ TEST_F(DamagedFixture, FlippedDataByteFailsTheCrc) {
   const std::string original = read_file(source_ + "/__0_0.distcp");
   // The first record's tensor entry: its local header, then name, extra and the data.
   const size_t header = original.find("archive/data/0") - 30;
-  const size_t data = header + 30 + static_cast<uint8_t>(original[header + 26]) + 256 * static_cast<uint8_t>(original[header + 27]) +
-                      static_cast<uint8_t>(original[header + 28]) + 256 * static_cast<uint8_t>(original[header + 29]);
+  const size_t data = header + 30 + static_cast<uint8_t>(original[header + 26]) +
+                      256 * static_cast<uint8_t>(original[header + 27]) + static_cast<uint8_t>(original[header + 28]) +
+                      256 * static_cast<uint8_t>(original[header + 29]);
   damage("__0_0.distcp", data + 5, std::string(1, static_cast<char>(original[data + 5] ^ 0x40)));
   expect_error([&] { CheckpointView::open(step_).read_tensor(key); }, {"__0_0.distcp", "key '" + key + "'", "CRC-32"});
 }
@@ -504,20 +524,28 @@ TEST(DcpHandBuilt, Protocol2WithTorch113TensorPropertiesAndStridedBf16Records) {
 TEST(DcpHandBuilt, ReassemblesA2DMeshOfUnevenChunks) {
   TempDir tmp;
   // [5, 4] split into rows 0-2 x cols 0-1, rows 0-2 x cols 2-3, rows 3-4 x all cols.
-  write_dcp(tmp.path(), {{"w", true, "float32", {5, 4},
+  write_dcp(tmp.path(), {{"w",
+                          true,
+                          "float32",
+                          {5, 4},
                           {{{0, 0}, {3, 2}, counting_record({3, 2}, 0)},
                            {{0, 2}, {3, 2}, counting_record({3, 2}, 100)},
                            {{3, 0}, {2, 4}, counting_record({2, 4}, 200)}}}});
   const auto v = CheckpointView::open(tmp.path()).read_tensor("w");
-  EXPECT_EQ(v, (std::vector<double>{0, 1, 100, 101, 2, 3, 102, 103, 4, 5, 104, 105, 200, 201, 202, 203, 204, 205, 206, 207}));
+  EXPECT_EQ(
+      v, (std::vector<double>{0, 1, 100, 101, 2, 3, 102, 103, 4, 5, 104, 105, 200, 201, 202, 203, 204, 205, 206, 207}));
 }
 
 // Mutant: reading a tensor stops at its first empty chunk (`break` for `continue`), so the chunks
 // listed after it are never read. Uneven shards give ranks empty chunks; a writer may list one first.
 TEST(DcpHandBuilt, AnEmptyChunkListedFirstDoesNotEndTheRead) {
   TempDir tmp;
-  write_dcp(tmp.path(), {{"w", true, "float32", {4},
-                          {{{4}, {0}, counting_record({0})}, {{0}, {2}, counting_record({2}, 10)},
+  write_dcp(tmp.path(), {{"w",
+                          true,
+                          "float32",
+                          {4},
+                          {{{4}, {0}, counting_record({0})},
+                           {{0}, {2}, counting_record({2}, 10)},
                            {{2}, {2}, counting_record({2}, 20)}}}});
   EXPECT_EQ(CheckpointView::open(tmp.path()).read_tensor("w"), (std::vector<double>{10, 11, 20, 21}));
 }
@@ -525,9 +553,11 @@ TEST(DcpHandBuilt, AnEmptyChunkListedFirstDoesNotEndTheRead) {
 // Mutants: the allow-list of globals loosened, so that any name of torch.serialization or of
 // collections (or any module's _get_layout, OrderedDict) passes as known. Each must still be named.
 TEST(DcpHandBuilt, OnlyTheKnownNamesOfAModulePassTheAllowList) {
-  for (const char* global : {"torch.serialization load", "collections Counter", "mylib _get_layout", "mylib OrderedDict"}) {
+  for (const char* global :
+       {"torch.serialization load", "collections Counter", "mylib _get_layout", "mylib OrderedDict"}) {
     TempDir tmp;
-    write_dcp(tmp.path(), {{"w", true, "float32", {2}, {{{0}, {2}, counting_record({2})}}}}, MetadataStyle{false, global});
+    write_dcp(tmp.path(), {{"w", true, "float32", {2}, {{{0}, {2}, counting_record({2})}}}},
+              MetadataStyle{false, global});
     const CheckpointView view = CheckpointView::open(tmp.path());
     std::string dotted = global;
     dotted[dotted.find(' ')] = '.';
@@ -538,7 +568,8 @@ TEST(DcpHandBuilt, OnlyTheKnownNamesOfAModulePassTheAllowList) {
 
 TEST(DcpHandBuilt, UnknownGlobalIsAWarningNotAnError) {
   TempDir tmp;
-  write_dcp(tmp.path(), {{"w", true, "float32", {2}, {{{0}, {2}, counting_record({2})}}}}, MetadataStyle{false, "mylib.sub Weird"});
+  write_dcp(tmp.path(), {{"w", true, "float32", {2}, {{{0}, {2}, counting_record({2})}}}},
+            MetadataStyle{false, "mylib.sub Weird"});
   const CheckpointView view = CheckpointView::open(tmp.path());
   ASSERT_EQ(view.warnings().size(), 1u);
   EXPECT_NE(view.warnings()[0].find("mylib.sub.Weird"), std::string::npos) << view.warnings()[0];
@@ -548,9 +579,14 @@ TEST(DcpHandBuilt, UnknownGlobalIsAWarningNotAnError) {
 TEST(DcpHandBuilt, MissingAndOverlappingChunksAreRefused) {
   TempDir tmp;
   write_dcp(tmp.path() + "/missing", {{"w", true, "float32", {4, 2}, {{{0, 0}, {2, 2}, counting_record({2, 2})}}}});
-  expect_error([&] { CheckpointView::open(tmp.path() + "/missing").read_tensor("w"); }, {".metadata", "key 'w'", "cover 4 of the 8"});
-  write_dcp(tmp.path() + "/overlap", {{"w", true, "float32", {4, 2},
-                                        {{{0, 0}, {3, 2}, counting_record({3, 2})}, {{2, 0}, {2, 2}, counting_record({2, 2})}}}});
+  expect_error([&] { CheckpointView::open(tmp.path() + "/missing").read_tensor("w"); },
+               {".metadata", "key 'w'", "cover 4 of the 8"});
+  write_dcp(tmp.path() + "/overlap",
+            {{"w",
+              true,
+              "float32",
+              {4, 2},
+              {{{0, 0}, {3, 2}, counting_record({3, 2})}, {{2, 0}, {2, 2}, counting_record({2, 2})}}}});
   expect_error([&] { CheckpointView::open(tmp.path() + "/overlap").read_tensor("w"); }, {"key 'w'", "overlap"});
 }
 
@@ -560,8 +596,9 @@ TEST(DcpHandBuilt, RecordOutsideTheFileNamesFileKeyOffsetAndSize) {
   c.offset_override = 123456;
   write_dcp(tmp.path(), {{"w", true, "float32", {2}, {c}}});
   const std::string size = std::to_string(counting_record({2}).size());
-  expect_error([&] { CheckpointView::open(tmp.path()).read_tensor("w"); },
-               {tmp.path() + "/__0_0.distcp", "key 'w'", "offset 123456", "beyond the end of the file (size " + size + ")"});
+  expect_error(
+      [&] { CheckpointView::open(tmp.path()).read_tensor("w"); },
+      {tmp.path() + "/__0_0.distcp", "key 'w'", "offset 123456", "beyond the end of the file (size " + size + ")"});
 }
 
 // Mutant: the bound as offset + length <= size + offset, so a record that starts inside the file
@@ -587,7 +624,8 @@ TEST(DcpHandBuilt, RecordsThatDisagreeWithTheMetadataAreRefused) {
                          {"shape", true, "float32", {4}, {{{0}, {4}, counting_record({2, 2})}}},
                          {"short", true, "float32", {4}, {short_record}}});
   const CheckpointView view = CheckpointView::open(tmp.path());
-  expect_error([&] { view.read_tensor("dtype"); }, {"__0_0.distcp", "key 'dtype'", "holds bfloat16 but .metadata says float32"});
+  expect_error([&] { view.read_tensor("dtype"); },
+               {"__0_0.distcp", "key 'dtype'", "holds bfloat16 but .metadata says float32"});
   expect_error([&] { view.read_tensor("shape"); }, {"key 'shape'", "holds a [2, 2] tensor but .metadata says [4]"});
   expect_error([&] { view.read_tensor("short"); }, {"key 'short'", "length 8 is too short"});
 }
@@ -609,7 +647,8 @@ TEST(DcpHandBuilt, RecordBeyondTwoGiBIsRead) {
   TempDir tmp;
   const std::string record = counting_record({3, 4}, 7);
   const uint64_t offset = (uint64_t{1} << 31) + 4096 + 3;
-  if (!write_sparse(tmp.path() + "/__0_0.distcp", offset, record)) GTEST_SKIP() << tmp.path() << " cannot hold a sparse 2 GiB file";
+  if (!write_sparse(tmp.path() + "/__0_0.distcp", offset, record))
+    GTEST_SKIP() << tmp.path() << " cannot hold a sparse 2 GiB file";
   TestChunk c{{0, 0}, {3, 4}, record, "__0_0.distcp", static_cast<int64_t>(offset), -1};
   std::vector<std::vector<std::pair<uint64_t, uint64_t>>> where{{{offset, record.size()}}};
   write_file(tmp.path() + "/.metadata", MetadataWriter({}).write({{"w", true, "float32", {3, 4}, {c}}}, where));
@@ -623,12 +662,15 @@ TEST(DcpHandBuilt, FixtureRecordCopiedBeyondTwoGiBReadsTheSame) {
   const std::string source = shared_fixtures() + "/canonical/step-5";
   if (!fs::exists(source + "/.metadata")) GTEST_SKIP() << source << " is absent";
   const auto meta = meshtest::dcp::read_metadata(source);
-  const auto& item = *std::find_if(meta.items.begin(), meta.items.end(), [](const auto& i) { return i.is_tensor && i.shape.size() == 2; });
+  const auto& item = *std::find_if(meta.items.begin(), meta.items.end(),
+                                   [](const auto& i) { return i.is_tensor && i.shape.size() == 2; });
   const auto& chunk = item.chunks[0];
-  const std::string record = read_file(source + "/" + chunk.record.file).substr(chunk.record.offset, chunk.record.length);
+  const std::string record =
+      read_file(source + "/" + chunk.record.file).substr(chunk.record.offset, chunk.record.length);
   TempDir tmp;
   const uint64_t offset = (uint64_t{5} << 30) + 17;
-  if (!write_sparse(tmp.path() + "/__0_0.distcp", offset, record)) GTEST_SKIP() << tmp.path() << " cannot hold a sparse 5 GiB file";
+  if (!write_sparse(tmp.path() + "/__0_0.distcp", offset, record))
+    GTEST_SKIP() << tmp.path() << " cannot hold a sparse 5 GiB file";
   TestChunk c{Dims(chunk.sizes.size(), 0), chunk.sizes, record};
   write_file(tmp.path() + "/.metadata",
              MetadataWriter({}).write({{"w", true, "float32", chunk.sizes, {c}}}, {{{offset, record.size()}}}));
@@ -667,10 +709,13 @@ void write_meshtrain(const std::string& dir) {
   nlohmann::json chunk0 = {{"offsets", {0, 0}}, {"sizes", {2, 2}}, {"file", "__0_0.distcp"}, {"byte_offset", 0},
                            {"byte_length", 16}, {"leaf_bytes", 8}, {"hash_offset", 24}};
   nlohmann::json chunk1 = {{"offsets", {2, 0}}, {"sizes", {1, 2}}, {"file", "__0_0.distcp"}, {"byte_offset", 16},
-                           {"byte_length", 8}, {"leaf_bytes", 8}, {"hash_offset", 40}};
-  nlohmann::json doc = {{"format_version", 2}, {"step", 3},
-                        {"keys", {{"model.w", {{"kind", "tensor"}, {"dtype", "float32"}, {"shape", {3, 2}}, {"chunks", {chunk0, chunk1}}}},
-                                  {"train_state", {{"kind", "object"}, {"value", {{"step", 3}}}}}}}};
+                           {"byte_length", 8},  {"leaf_bytes", 8}, {"hash_offset", 40}};
+  nlohmann::json doc = {
+      {"format_version", 2},
+      {"step", 3},
+      {"keys",
+       {{"model.w", {{"kind", "tensor"}, {"dtype", "float32"}, {"shape", {3, 2}}, {"chunks", {chunk0, chunk1}}}},
+        {"train_state", {{"kind", "object"}, {"value", {{"step", 3}}}}}}}};
   write_file(dir + "/.metadata", doc.dump());
 }
 
@@ -714,16 +759,19 @@ TEST(Meshtrain, NumbersThatAreNotIntegersAreRefusedNamingTheKey) {
     write_file(tmp.path() + "/.metadata", changed.replace(at, from.size(), to));
   };
   write_with("\"hash_offset\":24", "\"hash_offset\":44444444444444444444444444444444");
-  expect_error([&] { CheckpointView::open(tmp.path()); }, {".metadata", "key 'model.w'", "hash_offset", "not a non-negative integer"});
+  expect_error([&] { CheckpointView::open(tmp.path()); },
+               {".metadata", "key 'model.w'", "hash_offset", "not a non-negative integer"});
   write_with("\"byte_offset\":16", "\"byte_offset\":1e30");
-  expect_error([&] { CheckpointView::open(tmp.path()); }, {".metadata", "key 'model.w'", "byte_offset", "not a non-negative integer"});
+  expect_error([&] { CheckpointView::open(tmp.path()); },
+               {".metadata", "key 'model.w'", "byte_offset", "not a non-negative integer"});
   write_with("\"leaf_bytes\":8", "\"leaf_bytes\":-8");
   expect_error([&] { CheckpointView::open(tmp.path()); }, {".metadata", "key 'model.w'", "leaf_bytes -8"});
   write_with("\"shape\":[3,2]", "\"shape\":[3.5e20,2]");
   expect_error([&] { CheckpointView::open(tmp.path()); }, {".metadata", "key 'model.w'", "dim", "not an integer"});
   // A leaf_bytes near 2^64 once wrapped the leaf count to 0, and the checksums were skipped.
   write_with("\"leaf_bytes\":8", "\"leaf_bytes\":18446744073709551615");
-  expect_error([&] { CheckpointView::open(tmp.path()).read_tensor("model.w"); }, {"key 'model.w'", "leaf 0", "checksum"});
+  expect_error([&] { CheckpointView::open(tmp.path()).read_tensor("model.w"); },
+               {"key 'model.w'", "leaf 0", "checksum"});
 }
 
 // ---- the unpickler on its own -------------------------------------------------------------------
@@ -738,14 +786,22 @@ std::string pickle_error(const std::string& bytes) {
 }
 
 TEST(Pickle, DamageIsAnErrorNamingFileOffsetAndOpcode) {
-  EXPECT_NE(pickle_error("\x80\x04\x8c\x05" "ab").find("x.pkl: byte 2 (opcode 0x8c SHORT_BINUNICODE)"), std::string::npos);
-  EXPECT_NE(pickle_error(std::string("\x80\x04\x8d", 3) + le_bytes(uint64_t{1} << 60, 8)).find("BINUNICODE8"), std::string::npos);
-  EXPECT_NE(pickle_error("\x80\x02" "a.").find("byte 2 (opcode 0x61 APPEND): stack underflow"), std::string::npos);
+  EXPECT_NE(pickle_error("\x80\x04\x8c\x05"
+                         "ab")
+                .find("x.pkl: byte 2 (opcode 0x8c SHORT_BINUNICODE)"),
+            std::string::npos);
+  EXPECT_NE(pickle_error(std::string("\x80\x04\x8d", 3) + le_bytes(uint64_t{1} << 60, 8)).find("BINUNICODE8"),
+            std::string::npos);
+  EXPECT_NE(pickle_error("\x80\x02"
+                         "a.")
+                .find("byte 2 (opcode 0x61 APPEND): stack underflow"),
+            std::string::npos);
   EXPECT_NE(pickle_error("\x80\x02h\x07.").find("memo has no entry 7"), std::string::npos);
   EXPECT_NE(pickle_error("\x80\x02K\x01t.").find("needs a MARK"), std::string::npos);
   EXPECT_NE(pickle_error("\x80\x02K\x01").find("without a STOP"), std::string::npos);
   EXPECT_NE(pickle_error("\x80\x02\xfe.").find("byte 2 (opcode 0xfe): unknown opcode"), std::string::npos);
-  EXPECT_NE(pickle_error(std::string("\x80\x02\x8a\x09", 4) + le_bytes(1, 8) + std::string(1, '\x01') + ".").find("wider than 64 bits"),
+  EXPECT_NE(pickle_error(std::string("\x80\x02\x8a\x09", 4) + le_bytes(1, 8) + std::string(1, '\x01') + ".")
+                .find("wider than 64 bits"),
             std::string::npos);
   EXPECT_NE(pickle_error(std::string("\x95", 1) + le_bytes(1000, 8) + "N.").find("truncated"), std::string::npos);
   EXPECT_NE(pickle_error("").find("x.pkl"), std::string::npos);
@@ -763,7 +819,11 @@ TEST(Pickle, ValuesOfEveryProtocol) {
   EXPECT_EQ(v0.root().items[4]->integer, -7);
   EXPECT_TRUE(v0.root().items[5]->is(meshtest::pickle::Value::Kind::Bool));
   // LONG1 of 2^40 and of -1 (one 0xff byte), a memoized list appended to itself (a cycle).
-  const std::string p4 = std::string("\x80\x04\x8a\x06", 4) + le_bytes(uint64_t{1} << 40, 6) + std::string("\x8a\x01\xff]\x94h\x00" "a\x87.", 10);
+  const std::string p4 = std::string("\x80\x04\x8a\x06", 4) + le_bytes(uint64_t{1} << 40, 6) +
+                         std::string(
+                             "\x8a\x01\xff]\x94h\x00"
+                             "a\x87.",
+                             10);
   const auto v4 = meshtest::pickle::parse(reinterpret_cast<const uint8_t*>(p4.data()), p4.size(), "p4");
   ASSERT_EQ(v4.root().items.size(), 3u);
   EXPECT_EQ(v4.root().items[0]->integer, int64_t{1} << 40);
@@ -811,11 +871,14 @@ TEST(DcpHandBuilt, ADtypeThatIsNotTorchsIsRefused) {
 TEST(DcpHandBuilt, AChunkOfTheWrongRankAndARecordThatIsAFolderAreRefused) {
   TempDir tmp;
   write_dcp(tmp.path() + "/rank", {{"w", true, "float32", {2, 2}, {{{0}, {4}, counting_record({4})}}}});
-  expect_error([&] { CheckpointView::open(tmp.path() + "/rank"); }, {"key 'w'", "chunk offsets/sizes have 1/1 dims, the tensor 2"});
+  expect_error([&] { CheckpointView::open(tmp.path() + "/rank"); },
+               {"key 'w'", "chunk offsets/sizes have 1/1 dims, the tensor 2"});
   write_dcp(tmp.path() + "/sizes", {{"w", true, "float32", {2, 2}, {{{0, 0}, {4}, counting_record({4})}}}});
-  expect_error([&] { CheckpointView::open(tmp.path() + "/sizes"); }, {"key 'w'", "chunk offsets/sizes have 2/1 dims, the tensor 2"});
+  expect_error([&] { CheckpointView::open(tmp.path() + "/sizes"); },
+               {"key 'w'", "chunk offsets/sizes have 2/1 dims, the tensor 2"});
   write_dcp(tmp.path() + "/folder", {{"w", true, "float32", {2}, {{{0}, {2}, counting_record({2})}}}});
   fs::remove(tmp.path() + "/folder/__0_0.distcp");
   fs::create_directories(tmp.path() + "/folder/__0_0.distcp");
-  expect_error([&] { CheckpointView::open(tmp.path() + "/folder").read_tensor("w"); }, {"__0_0.distcp", "not a regular file"});
+  expect_error([&] { CheckpointView::open(tmp.path() + "/folder").read_tensor("w"); },
+               {"__0_0.distcp", "not a regular file"});
 }

@@ -162,8 +162,9 @@ TEST(TorchtitanLog, HostileInputNeverCrashes) {
   for (int i = 0; i < 200000; ++i) garbage.push_back(static_cast<char>(random()));
   garbage += "\x1b[";  // an escape cut at the end
   EXPECT_NO_THROW(titan(garbage));
-  std::string fragments = "[rank\n[rank0]:\n[titan]\nstep:\nstep: \nvalidate step:\nstep: 1 loss:\nstep: 2 :\n"
-                          "step: 3 loss: 1,\nstep: 4 memory: GiB(\nstep: 5 memory: 1GiB(%)\nstep: 1e400\n\x1b";
+  std::string fragments =
+      "[rank\n[rank0]:\n[titan]\nstep:\nstep: \nvalidate step:\nstep: 1 loss:\nstep: 2 :\n"
+      "step: 3 loss: 1,\nstep: 4 memory: GiB(\nstep: 5 memory: 1GiB(%)\nstep: 1e400\n\x1b";
   EXPECT_NO_THROW(titan(fragments));
   Warnings warnings;
   std::string long_line(1 << 20, 'x');
@@ -222,8 +223,10 @@ TEST(LogNumbers, StripAnsi) {
   EXPECT_EQ(strip_ansi("\x1b[38;2;180;60;0mgrad\x1b[39m \x1b[1;31mX\x1b[0m"), "grad X");
   EXPECT_EQ(strip_ansi("a\x1b[38;2"), "a");
   EXPECT_EQ(strip_ansi("a\x1b"), "a");
-  EXPECT_EQ(strip_ansi("a\x1b(Bb"), "ab");         // ESC, intermediate, final
-  EXPECT_EQ(strip_ansi("a\x1b]0;title\x07" "b"), "ab");  // OSC to BEL
+  EXPECT_EQ(strip_ansi("a\x1b(Bb"), "ab");  // ESC, intermediate, final
+  EXPECT_EQ(strip_ansi("a\x1b]0;title\x07"
+                       "b"),
+            "ab");                                   // OSC to BEL
   EXPECT_EQ(strip_ansi("a\x1b]8;;x\x1b\\b"), "ab");  // OSC to ST
 }
 
@@ -263,16 +266,17 @@ TEST(LogPattern, LeadingIgnoreCaseFlag) {
 }
 
 TEST(LogPattern, NamedBackReferences) {
-  MetricSeries s = patterned(R"((?P<q>["'])(?P<step>\d+)(?P=q) loss (?P<loss>\S+) \k<q>)", "'7' loss 0.5 '\n\"8' loss 1 '\n");
+  MetricSeries s =
+      patterned(R"((?P<q>["'])(?P<step>\d+)(?P=q) loss (?P<loss>\S+) \k<q>)", "'7' loss 0.5 '\n\"8' loss 1 '\n");
   ASSERT_EQ(s.size(), 1u);
   EXPECT_DOUBLE_EQ(s[7].at("loss"), 0.5);
   EXPECT_FALSE(s[7].count("q"));  // `'` is not a number: left out (with a warning)
 }
 
 TEST(LogPattern, BadPatternsNameThePattern) {
-  for (const char* bad : {R"(loss=(?P<loss>\S+))", R"((?P<step>\d+)", R"((?P<step>\d+) (?P<step>\d+))",
-                          R"((?P<1x>\d+) (?P<step>\d+))", R"((?P<step>\d+)[)", R"((?P<step>\d+) (?P=nope))",
-                          R"((?P<step\d+))", "(?P<step>\\d+)\\"}) {
+  for (const char* bad :
+       {R"(loss=(?P<loss>\S+))", R"((?P<step>\d+)", R"((?P<step>\d+) (?P<step>\d+))", R"((?P<1x>\d+) (?P<step>\d+))",
+        R"((?P<step>\d+)[)", R"((?P<step>\d+) (?P=nope))", R"((?P<step\d+))", "(?P<step>\\d+)\\"}) {
     try {
       LogPattern pattern(bad);
       ADD_FAILURE() << "accepted " << bad;
@@ -399,16 +403,18 @@ TEST(TensorBoard, SimpleValuesUnderTheDefaultTagMap) {
 // ignored for the defaults: a run whose loss and grad norm are under tags of its own must be read
 // through them, and the default tag's values, present too, must not stand in for them.
 TEST_F(Checks, TensorBoardTagOverridesReadTheLossAndGradNormThroughTheirOwnTags) {
-  load("  - name: ref\n"
-       "  - name: tb\n"
-       "    outputs: {metrics: {from: tensorboard, path: tb, tags: {loss: train/lm_loss, grad_norm: train/gnorm}}}\n"
-       "    checks: [{loss_matches: {baseline: ref, exact: true}}, {loss_matches: {baseline: ref, metric: grad_norm, exact: true}}]\n");
-  write("ref/train/metrics.jsonl", "{\"step\":1,\"loss\":9.5,\"grad_norm\":0.25}\n{\"step\":2,\"loss\":8.25,\"grad_norm\":0.5}\n");
+  load(
+      "  - name: ref\n"
+      "  - name: tb\n"
+      "    outputs: {metrics: {from: tensorboard, path: tb, tags: {loss: train/lm_loss, grad_norm: train/gnorm}}}\n"
+      "    checks: [{loss_matches: {baseline: ref, exact: true}}, {loss_matches: {baseline: ref, metric: grad_norm, exact: true}}]\n");
+  write("ref/train/metrics.jsonl",
+        "{\"step\":1,\"loss\":9.5,\"grad_norm\":0.25}\n{\"step\":2,\"loss\":8.25,\"grad_norm\":0.5}\n");
   std::string events = tfrecord(file_version_event());
   for (int step = 1; step <= 2; ++step)
-    events += tfrecord(event(step, {simple_value("train/lm_loss", step == 1 ? 9.5f : 8.25f),
-                                    simple_value("train/gnorm", step * 0.25f),
-                                    simple_value("loss_metrics/global_avg_loss", 100.0f)}));
+    events += tfrecord(
+        event(step, {simple_value("train/lm_loss", step == 1 ? 9.5f : 8.25f), simple_value("train/gnorm", step * 0.25f),
+                     simple_value("loss_metrics/global_avg_loss", 100.0f)}));
   fs::create_directories(dir_ + "/tb/train/tb");
   write("tb/train/tb/events.out.tfevents.1700000000.host.1.0", events);
   run(1, "loss_matches");
@@ -419,11 +425,13 @@ TEST_F(Checks, TensorBoardTagOverridesReadTheLossAndGradNormThroughTheirOwnTags)
   }
   EXPECT_EQ(judged, 2) << "the loss and the grad norm";
   // The tags swapped: the loss read is the grad norm, and the check says so with numbers.
-  load("  - name: ref\n"
-       "  - name: tb\n"
-       "    outputs: {metrics: {from: tensorboard, path: tb, tags: {loss: train/gnorm, grad_norm: train/lm_loss}}}\n"
-       "    checks: [{loss_matches: {baseline: ref, exact: true}}]\n");
-  write("ref/train/metrics.jsonl", "{\"step\":1,\"loss\":9.5,\"grad_norm\":0.25}\n{\"step\":2,\"loss\":8.25,\"grad_norm\":0.5}\n");
+  load(
+      "  - name: ref\n"
+      "  - name: tb\n"
+      "    outputs: {metrics: {from: tensorboard, path: tb, tags: {loss: train/gnorm, grad_norm: train/lm_loss}}}\n"
+      "    checks: [{loss_matches: {baseline: ref, exact: true}}]\n");
+  write("ref/train/metrics.jsonl",
+        "{\"step\":1,\"loss\":9.5,\"grad_norm\":0.25}\n{\"step\":2,\"loss\":8.25,\"grad_norm\":0.5}\n");
   fs::create_directories(dir_ + "/tb/train/tb");
   write("tb/train/tb/events.out.tfevents.1700000000.host.1.0", events);
   const CheckResult r = run(1, "loss_matches");
@@ -432,9 +440,9 @@ TEST_F(Checks, TensorBoardTagOverridesReadTheLossAndGradNormThroughTheirOwnTags)
 }
 
 TEST(TensorBoard, TensorScalarsOfEveryDtype) {
-  std::string scalar_shape = bytes_field(2, "");                                   // rank 0
+  std::string scalar_shape = bytes_field(2, "");  // rank 0
   std::string one_by_one = bytes_field(2, bytes_field(2, varint_field(1, 1)) + bytes_field(2, varint_field(1, 1)));
-  std::string packed_float = bytes_field(5, le(0x3fc00000, 4));                    // 1.5f, packed
+  std::string packed_float = bytes_field(5, le(0x3fc00000, 4));  // 1.5f, packed
   std::string f = tfrecord(file_version_event());
   f += tfrecord(event(0, {tensor_value("f32", varint_field(1, 1) + packed_float)}));  // step 0 is left out
   f += tfrecord(event(1, {tensor_value("f32", varint_field(1, 1) + scalar_shape + float_field(5, 0.1f)),
@@ -502,8 +510,8 @@ TEST(TensorBoard, FlippedDataByteNamesFileRecordAndOffset) {
     parse(f);
     FAIL();
   } catch (const MetricsError& e) {
-    EXPECT_TRUE(contains(e.what(), "events.out.tfevents.1: record 2 at byte " + std::to_string(second) +
-                                       ": data CRC mismatch"))
+    EXPECT_TRUE(
+        contains(e.what(), "events.out.tfevents.1: record 2 at byte " + std::to_string(second) + ": data CRC mismatch"))
         << e.what();
   }
 }
@@ -560,9 +568,8 @@ TEST(TensorBoard, RandomBytesAndRandomEventsNeverCrash) {
 class TempDir {
  public:
   TempDir() {
-    path_ = fs::temp_directory_path() /
-            ("metric_sources_test." + std::to_string(getpid()) + "." +
-             ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    path_ = fs::temp_directory_path() / ("metric_sources_test." + std::to_string(getpid()) + "." +
+                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(path_);
     fs::create_directories(path_);
   }
@@ -604,8 +611,8 @@ TEST(TensorBoard, LatestRunFolderIsRead) {
 std::string launch_file(double start, long long first, long long last, float (*loss)(long long)) {
   std::string f = tfrecord(file_version_event_at(start));
   for (long long step = first; step <= last; ++step)
-    f += tfrecord(event_at(start + double(step - first + 1), step,
-                           {simple_value("loss_metrics/global_avg_loss", loss(step))}));
+    f += tfrecord(
+        event_at(start + double(step - first + 1), step, {simple_value("loss_metrics/global_avg_loss", loss(step))}));
   return f;
 }
 float first_launch_loss(long long step) { return float(step); }
@@ -637,8 +644,9 @@ TEST(TensorBoard, AWindowKeepsTheEventsItsLaunchWrote) {
   EXPECT_EQ(first[4].at("loss"), 4.0);
   EXPECT_EQ(first[5].at("loss"), 5.0);
   ASSERT_EQ(warnings.size(), 1u);
-  EXPECT_TRUE(contains(warnings[0], "host.11.0: 5 events written outside this launch (wall time 1700000000.000 to "
-                                    "1700000010.000) left out"))
+  EXPECT_TRUE(contains(warnings[0],
+                       "host.11.0: 5 events written outside this launch (wall time 1700000000.000 to "
+                       "1700000010.000) left out"))
       << warnings[0];
 
   MetricSeries second = read_tensorboard_scalars(tb, default_tensorboard_tags(), nullptr, TimeWindow{t2, t2 + 10});
@@ -672,7 +680,8 @@ TEST(TensorBoard, AWindowPicksTheRunFolderItsLaunchWroteInto) {
   // Without a window, or when no folder holds an event inside it: the latest by name.
   EXPECT_EQ(fs::path(tensorboard_run_folder(tb.string())).filename(), "20261202-1508");
   EXPECT_EQ(fs::path(tensorboard_run_folder(tb.string(), TimeWindow{1, 2})).filename(), "20261202-1508");
-  MetricSeries first = read_tensorboard_scalars(tb.string(), default_tensorboard_tags(), nullptr, TimeWindow{t1, t1 + 10});
+  MetricSeries first =
+      read_tensorboard_scalars(tb.string(), default_tensorboard_tags(), nullptr, TimeWindow{t1, t1 + 10});
   ASSERT_EQ(first.size(), 5u);
   EXPECT_EQ(first.begin()->first, 1);
   EXPECT_EQ(first.rbegin()->second.at("loss"), 5.0);
@@ -687,8 +696,7 @@ TEST(TensorBoard, FoldersWithoutEventFilesAreErrors) {
     read_tensorboard_scalars(tmp.path().string(), {}, nullptr);
     FAIL();
   } catch (const MetricsError& e) {
-    EXPECT_TRUE(contains(e.what(), "20260101-0000: no events.out.tfevents.* files (subfolders: rank_0"))
-        << e.what();
+    EXPECT_TRUE(contains(e.what(), "20260101-0000: no events.out.tfevents.* files (subfolders: rank_0")) << e.what();
   }
 }
 
@@ -707,8 +715,8 @@ TEST(TensorBoard, MatchesTensorBoardsReaderOnFilesMadeByPyTorch) {
     for (const auto& point : points) {
       const auto& v = point.at(1);
       double value = v.is_string() ? (v == "nan"   ? std::numeric_limits<double>::quiet_NaN()
-                                       : v == "inf" ? std::numeric_limits<double>::infinity()
-                                                    : -std::numeric_limits<double>::infinity())
+                                      : v == "inf" ? std::numeric_limits<double>::infinity()
+                                                   : -std::numeric_limits<double>::infinity())
                                    : v.get<double>();
       want[point.at(0).get<long long>()] = value;
     }

@@ -37,7 +37,7 @@ class TailOfFile : public ::testing::Test {
 
 TEST_F(TailOfFile, TheLastLinesExactly) {
   EXPECT_EQ(tail_of_file(file("a\nb\nc\n"), 2), "b\nc\n");
-  EXPECT_EQ(tail_of_file(file("a\nb\nc"), 2), "b\nc");  // no final newline
+  EXPECT_EQ(tail_of_file(file("a\nb\nc"), 2), "b\nc");   // no final newline
   EXPECT_EQ(tail_of_file(file("a\nb\n"), 5), "a\nb\n");  // fewer lines than asked: all
   EXPECT_EQ(tail_of_file(file("\nx\n"), 1), "x\n");      // the newline before the line is at byte 0
   EXPECT_EQ(tail_of_file(file("\nx\n"), 2), "\nx\n");    // an empty first line is a line

@@ -47,18 +47,40 @@ json curve(int first, int last, double start_loss) {
 json phase(const std::string& name, const std::string& dir, int nproc, json points) {
   json exits = json::array();
   for (int r = 0; r < nproc; ++r) exits.push_back({{"rank", r}, {"exit_code", 0}, {"signal", 0}});
-  return {{"name", name}, {"argv", {"meshtrain", "train"}}, {"nproc", nproc}, {"dir", dir}, {"ran", true},
-          {"attempts", 1}, {"ok", true}, {"outputs", json::object()}, {"duration_s", 3.5}, {"timed_out", false},
-          {"killed", false}, {"stopped_because", ""}, {"exits", exits}, {"curve", points}};
+  return {{"name", name},      {"argv", {"meshtrain", "train"}},
+          {"nproc", nproc},    {"dir", dir},
+          {"ran", true},       {"attempts", 1},
+          {"ok", true},        {"outputs", json::object()},
+          {"duration_s", 3.5}, {"timed_out", false},
+          {"killed", false},   {"stopped_because", ""},
+          {"exits", exits},    {"curve", points}};
 }
 
 json base_case(const std::string& suite, const std::string& name, const std::string& mesh) {
-  return {{"id", suite + "/" + name}, {"suite", suite}, {"name", name}, {"file", "m.yaml:12:5"},
-          {"status", "passed"}, {"met_expectation", true}, {"expect", "pass"}, {"reason", ""}, {"details", ""},
-          {"ngpu", 0}, {"devices", "cpu"}, {"model", "tiny"}, {"seed", "1"}, {"tags", {"cpu"}},
-          {"expected_s", 4.0}, {"start_s", 0.0}, {"duration_s", 3.9}, {"timestamp", "2024-01-01T00:00:00"},
-          {"dir", "out/" + name}, {"repro", "meshtest run m.yaml -k '" + name + "'"}, {"failing_log", ""},
-          {"mesh", mesh}, {"meshes", mesh}, {"earlier_attempts", json::array()},
+  return {{"id", suite + "/" + name},
+          {"suite", suite},
+          {"name", name},
+          {"file", "m.yaml:12:5"},
+          {"status", "passed"},
+          {"met_expectation", true},
+          {"expect", "pass"},
+          {"reason", ""},
+          {"details", ""},
+          {"ngpu", 0},
+          {"devices", "cpu"},
+          {"model", "tiny"},
+          {"seed", "1"},
+          {"tags", {"cpu"}},
+          {"expected_s", 4.0},
+          {"start_s", 0.0},
+          {"duration_s", 3.9},
+          {"timestamp", "2024-01-01T00:00:00"},
+          {"dir", "out/" + name},
+          {"repro", "meshtest run m.yaml -k '" + name + "'"},
+          {"failing_log", ""},
+          {"mesh", mesh},
+          {"meshes", mesh},
+          {"earlier_attempts", json::array()},
           {"verdict", {{"kind", "passed"}, {"message", "passed"}}},
           {"phases", {phase("train", "out/" + name + "/train", 2, curve(1, 10, 5.0))}},
           {"checks", {{{"kind", "exit"}, {"passed", true}, {"judged", true}, {"message", "every rank exited 0"}}}}};
@@ -93,19 +115,29 @@ class HtmlReport : public ::testing::Test {
     json c = base_case("cpu", "canary/grad_sum_not_mean", "dp_shard=2");
     c["expect"] = "fail: loss_matches";
     c["reason"] = "canary caught: loss_matches failed as planted";
-    c["verdict"] = {{"kind", "canary_caught"}, {"message", "loss_matches failed at step 7, as the canary must"},
-                    {"check", "loss_matches"}, {"step", 7}};
+    c["verdict"] = {{"kind", "canary_caught"},
+                    {"message", "loss_matches failed at step 7, as the canary must"},
+                    {"check", "loss_matches"},
+                    {"step", 7}};
     json subject = json::array(), reference = json::array();
     for (int s = 1; s <= 10; ++s) {
       reference.push_back({s, 5.0 - 0.1 * s});
       subject.push_back({s, 5.0 - 0.1 * s + (s >= 7 ? 0.5 : 0.001)});
     }
-    c["checks"].push_back({{"kind", "loss_matches"}, {"passed", false}, {"judged", true}, {"phase", "train"},
-                           {"step", 7}, {"value", 4.8}, {"reference", 4.3}, {"tolerance", 0.05},
-                           {"message", "loss differs at step 7"},
-                           {"series", {{{"role", "subject"}, {"label", "phase train"}, {"metric", "loss"}, {"points", subject}},
-                                       {{"role", "reference"}, {"label", "baseline cpu/ddp"}, {"metric", "loss"}, {"points", reference}}}},
-                           {"band", {{"rtol", 0.01}, {"atol", 0.001}}}});
+    c["checks"].push_back(
+        {{"kind", "loss_matches"},
+         {"passed", false},
+         {"judged", true},
+         {"phase", "train"},
+         {"step", 7},
+         {"value", 4.8},
+         {"reference", 4.3},
+         {"tolerance", 0.05},
+         {"message", "loss differs at step 7"},
+         {"series",
+          {{{"role", "subject"}, {"label", "phase train"}, {"metric", "loss"}, {"points", subject}},
+           {{"role", "reference"}, {"label", "baseline cpu/ddp"}, {"metric", "loss"}, {"points", reference}}}},
+         {"band", {{"rtol", 0.01}, {"atol", 0.001}}}});
     return c;
   }
 
@@ -114,14 +146,17 @@ class HtmlReport : public ::testing::Test {
     c["status"] = "failed";
     c["met_expectation"] = false;
     c["reason"] = "exit: rank 1 killed by signal 11 (SIGSEGV)";
-    c["verdict"] = {{"kind", "crashed"}, {"message", "rank 1 killed by signal 11"}, {"check", "exit"}, {"rank", 1},
-                    {"signal", 11}, {"phase", "train"}};
+    c["verdict"] = {{"kind", "crashed"}, {"message", "rank 1 killed by signal 11"},
+                    {"check", "exit"},   {"rank", 1},
+                    {"signal", 11},      {"phase", "train"}};
     c["failing_log"] = write_file("rank1.log", random_binary(20 << 20));
     c["phases"][0]["ok"] = false;
     c["phases"][0]["exits"][1] = {{"rank", 1}, {"exit_code", -1}, {"signal", 11}};
     c["phases"][0]["stopped_because"] = "rank 1 died";
-    c["earlier_attempts"] = {{{"reason", "exit: rank 0 timed out"}, {"details", "hung in all_reduce"},
-                              {"failing_log", "/gone/rank0.log"}, {"duration_s", 60.0},
+    c["earlier_attempts"] = {{{"reason", "exit: rank 0 timed out"},
+                              {"details", "hung in all_reduce"},
+                              {"failing_log", "/gone/rank0.log"},
+                              {"duration_s", 60.0},
                               {"verdict", {{"kind", "timed_out"}, {"message", "timed out"}}}}};
     return c;
   }
@@ -131,7 +166,10 @@ class HtmlReport : public ::testing::Test {
     c["meshes"] = "dp_shard=4 -> " + to;
     c["phases"] = {phase("save", "out/r/save", 4, curve(1, 5, 5.0)),
                    phase("load", "out/r/load", 4, resumed ? curve(6, 10, 4.5) : json::array())};
-    c["checks"].push_back({{"kind", "keys_match"}, {"passed", true}, {"judged", true}, {"message", "keys match"},
+    c["checks"].push_back({{"kind", "keys_match"},
+                           {"passed", true},
+                           {"judged", true},
+                           {"message", "keys match"},
                            {"details", "missing: (none)\nunexpected: (none)"}});
     return c;
   }
@@ -153,16 +191,24 @@ class HtmlReport : public ::testing::Test {
 
   json build_summary() {
     json cases = {base_case("cpu", "ddp_tp", "dp_shard=2,tp=2"), canary(), crash(), reshard("tp=4", true),
-                  reshard("dp_replicate=2,dp_shard=2", false), hostile()};
+                  reshard("dp_replicate=2,dp_shard=2", false),   hostile()};
     json gone = base_case("cpu", "log_gone", "dp_shard=2");
     gone["status"] = "failed";
     gone["met_expectation"] = false;
     gone["verdict"] = {{"kind", "exit_code"}, {"message", "rank 0 exited 1"}};
     gone["failing_log"] = dir_ + "/no/such/rank0.log";
     cases.push_back(gone);
-    return {{"format_version", 2}, {"matrices", {"test_matrix/cpu.yaml"}}, {"retries", 1}, {"backend", "gloo"},
-            {"devices", 0}, {"wall_s", 125.0}, {"interrupted_by_signal", 0}, {"all_met", false},
-            {"hostname", "ci-1"}, {"counts", {{"passed", 4}, {"failed", 3}}}, {"cases", cases}};
+    return {{"format_version", 2},
+            {"matrices", {"test_matrix/cpu.yaml"}},
+            {"retries", 1},
+            {"backend", "gloo"},
+            {"devices", 0},
+            {"wall_s", 125.0},
+            {"interrupted_by_signal", 0},
+            {"all_met", false},
+            {"hostname", "ci-1"},
+            {"counts", {{"passed", 4}, {"failed", 3}}},
+            {"cases", cases}};
   }
 
   // The part of the page for the case with this anchor, up to its closing tag.
@@ -297,9 +343,12 @@ TEST_F(HtmlReport, WritesAtomicallyWithRelativeLogLinks) {
 }
 
 TEST_F(HtmlReport, MalformedSummaryStillRenders) {
-  const json odd = {{"format_version", 3}, {"wall_s", "soon"},
-                    {"cases", {{{"id", 5}, {"status", {1, 2}}, {"phases", "none"}, {"checks", {{{"series", 7}}}}},
-                               "not a case", {{"id", "ok"}, {"verdict", "passed"}, {"tags", {1, "t"}}}}}};
+  const json odd = {{"format_version", 3},
+                    {"wall_s", "soon"},
+                    {"cases",
+                     {{{"id", 5}, {"status", {1, 2}}, {"phases", "none"}, {"checks", {{{"series", 7}}}}},
+                      "not a case",
+                      {{"id", "ok"}, {"verdict", "passed"}, {"tags", {1, "t"}}}}}};
   std::string page;
   ASSERT_NO_THROW(page = html_report(summary_view(odd)));
   EXPECT_NE(page.find("format_version 3"), std::string::npos);
@@ -321,15 +370,18 @@ TEST_F(HtmlReport, DriftAndHistoryStripsAreShown) {
   json summary = summary_;
   summary["history"] = {{"from_commit", "aaaaaaaaaaaa1111"}, {"to_commit", "bbbbbbbbbbbb2222"}};
   json& c = summary["cases"][0];
-  c["drift"] = {{"message", "drifted: loss of phase train at step 4: 5.97 outside 5.96 \xc2\xb1 6e-06 (8 green runs, c4..c11)"}};
-  c["history"] = json::array({{{"commit", "aaaaaaaaaaaa1111"}, {"status", "passed"}, {"final_loss", 5.5}, {"duration_s", 3.0}},
-                              {{"commit", "cccccccccccc3333"}, {"status", "failed"}, {"final_loss", nullptr}, {"duration_s", 1.0}},
-                              {{"commit", "bbbbbbbbbbbb2222"}, {"status", "passed"}, {"final_loss", 5.25}, {"duration_s", 4.0}}});
+  c["drift"] = {
+      {"message", "drifted: loss of phase train at step 4: 5.97 outside 5.96 \xc2\xb1 6e-06 (8 green runs, c4..c11)"}};
+  c["history"] =
+      json::array({{{"commit", "aaaaaaaaaaaa1111"}, {"status", "passed"}, {"final_loss", 5.5}, {"duration_s", 3.0}},
+                   {{"commit", "cccccccccccc3333"}, {"status", "failed"}, {"final_loss", nullptr}, {"duration_s", 1.0}},
+                   {{"commit", "bbbbbbbbbbbb2222"}, {"status", "passed"}, {"final_loss", 5.25}, {"duration_s", 4.0}}});
   const std::string page = html_report(summary_view(summary));
   EXPECT_NE(page.find("commits aaaaaaaaaaaa..bbbbbbbbbbbb (each case's strip below)"), std::string::npos);
   EXPECT_NE(page.find("<span class=\"drift\">drifted</span>"), std::string::npos);
   EXPECT_NE(page.find("drifted: loss of phase train at step 4"), std::string::npos);
-  EXPECT_NE(page.find("<span class=\"hist k-failed\" title=\"cccccccccccc: failed, final loss -, 1.0 s\">"), std::string::npos)
+  EXPECT_NE(page.find("<span class=\"hist k-failed\" title=\"cccccccccccc: failed, final loss -, 1.0 s\">"),
+            std::string::npos)
       << page.substr(page.find("class=\"history\""), 600);
   EXPECT_NE(page.find("3 runs, commits aaaaaaaaaaaa..bbbbbbbbbbbb; final loss 5.5 &rarr; 5.25"), std::string::npos);
 }

@@ -14,15 +14,24 @@ using nlohmann::json;
 namespace {
 
 json passed(const std::string& id) {
-  return {{"id", id}, {"status", "passed"}, {"met_expectation", true}, {"reason", ""}, {"repro", "meshtest run --id " + id}};
+  return {{"id", id},
+          {"status", "passed"},
+          {"met_expectation", true},
+          {"reason", ""},
+          {"repro", "meshtest run --id " + id}};
 }
 
 json failed(const std::string& id, const std::string& reason) {
-  return {{"id", id}, {"status", "failed"}, {"met_expectation", false}, {"reason", reason},
+  return {{"id", id},
+          {"status", "failed"},
+          {"met_expectation", false},
+          {"reason", reason},
           {"repro", "meshtest run m.yaml --id '" + id + "'"}};
 }
 
-std::string markdown(const json& summary, size_t max_cases = 50) { return markdown_summary(summary_view(summary), max_cases); }
+std::string markdown(const json& summary, size_t max_cases = 50) {
+  return markdown_summary(summary_view(summary), max_cases);
+}
 
 }  // namespace
 
@@ -42,7 +51,7 @@ TEST(MarkdownReport, ListsMissedCasesEscaped) {
   for (size_t at = md.find("<img"); at != std::string::npos; at = md.find("<img", at + 1))
     EXPECT_EQ(md[at - 1], '\\');  // an escaped '<' is no tag
   EXPECT_EQ(md.find('\x1b'), std::string::npos);
-  EXPECT_NE(md.find("red second line"), std::string::npos);  // one list item, one line
+  EXPECT_NE(md.find("red second line"), std::string::npos);                                   // one list item, one line
   EXPECT_NE(md.find("  ` meshtest run m.yaml --id 'cpu/crash' `"), std::string::npos) << md;  // a code span
 }
 

@@ -20,9 +20,10 @@ using nlohmann::json;
 namespace {
 
 const std::vector<VerdictKind> kAllKinds = {
-    VerdictKind::kPassed,      VerdictKind::kCanaryCaught, VerdictKind::kXfailed,         VerdictKind::kSkipped,
-    VerdictKind::kCheckFailed, VerdictKind::kNotJudged,    VerdictKind::kCrashed,         VerdictKind::kExitCode,
-    VerdictKind::kTimedOut,    VerdictKind::kLaunchError,  VerdictKind::kXpassed,         VerdictKind::kXfailedDifferently,
+    VerdictKind::kPassed,          VerdictKind::kCanaryCaught,  VerdictKind::kXfailed,
+    VerdictKind::kSkipped,         VerdictKind::kCheckFailed,   VerdictKind::kNotJudged,
+    VerdictKind::kCrashed,         VerdictKind::kExitCode,      VerdictKind::kTimedOut,
+    VerdictKind::kLaunchError,     VerdictKind::kXpassed,       VerdictKind::kXfailedDifferently,
     VerdictKind::kCanaryNotCaught, VerdictKind::kCanaryCrashed, VerdictKind::kCancelled,
 };
 
@@ -130,10 +131,20 @@ TEST_F(Report, VerdictsRoundTripThroughJsonAndUnknownKindsAreRefused) {
 TEST_F(Report, MergingAShardWithAFailedCaseIsRedAndExitsNonZero) {
   auto shard = [&](const std::string& name, const std::string& id, bool met) {
     Verdict v{met ? VerdictKind::kPassed : VerdictKind::kCheckFailed, met ? "" : "loss differs"};
-    json s = {{"format_version", kSummaryFormatVersion}, {"backend", "gloo"}, {"devices", 2}, {"wall_s", 1.0},
-              {"matrices", {"m.yaml"}}, {"all_met", met}, {"cases", json::array()}};
-    s["cases"].push_back({{"id", id}, {"suite", "s"}, {"status", status_name(v.status())}, {"reason", v.message},
-                          {"verdict", verdict_to_json(v)}, {"met_expectation", met}, {"earlier_attempts", json::array()},
+    json s = {{"format_version", kSummaryFormatVersion},
+              {"backend", "gloo"},
+              {"devices", 2},
+              {"wall_s", 1.0},
+              {"matrices", {"m.yaml"}},
+              {"all_met", met},
+              {"cases", json::array()}};
+    s["cases"].push_back({{"id", id},
+                          {"suite", "s"},
+                          {"status", status_name(v.status())},
+                          {"reason", v.message},
+                          {"verdict", verdict_to_json(v)},
+                          {"met_expectation", met},
+                          {"earlier_attempts", json::array()},
                           {"repro", "meshtest run m.yaml --id " + id}});
     write_summary(s, dir_ + "/" + name + "/summary.json");
     return dir_ + "/" + name;

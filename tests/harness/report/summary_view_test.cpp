@@ -123,9 +123,10 @@ TEST(SummaryView, ReadsBackWhatSummaryJsonWrote) {
 }
 
 TEST(SummaryView, ASummaryFromBeforePhaseMeshesSplitsTheOldString) {
-  const RunView run = summary_view({{"cases", {{{"meshes", "dp_shard=4 -> tp=2,dp_shard=2 -> tp=4"}},
-                                               {{"meshes", ""}},
-                                               {{"meshes", "old -> ignored"}, {"phase_meshes", {"a", "b"}}}}}});
+  const RunView run = summary_view({{"cases",
+                                     {{{"meshes", "dp_shard=4 -> tp=2,dp_shard=2 -> tp=4"}},
+                                      {{"meshes", ""}},
+                                      {{"meshes", "old -> ignored"}, {"phase_meshes", {"a", "b"}}}}}});
   ASSERT_EQ(run.cases.size(), 3u);
   EXPECT_EQ(run.cases[0].meshes, (std::vector<std::string>{"dp_shard=4", "tp=2,dp_shard=2", "tp=4"}));
   EXPECT_TRUE(run.cases[1].meshes.empty());
@@ -143,15 +144,27 @@ TEST(SummaryView, AnythingThatIsNotASummaryReadsAsAnEmptyRun) {
 }
 
 TEST(SummaryView, MistypedFieldsBecomeDefaults) {
-  const json hostile = {
-      {"format_version", "2"}, {"backend", 5}, {"devices", 1e300}, {"retries", -2.5}, {"matrices", "a.yaml"},
-      {"wall_s", "soon"}, {"interrupted_by_signal", {1}}, {"all_met", "yes"},
-      {"cases",
-       {"not a case", nullptr,
-        {{"id", 5}, {"status", {1, 2}}, {"met_expectation", 1}, {"ngpu", "4"}, {"devices", {0, "1", 2.0, 2.5}},
-         {"tags", {1, "t", nullptr}}, {"verdict", "passed"}, {"phases", "none"},
-         {"checks", {{{"series", 7}, {"judged", "no"}, {"band", {1, 2}}, {"step", 3.5}}, 42}},
-         {"earlier_attempts", {{{"verdict", {{"kind", 7}, {"rank", "1"}, {"step", 4.0}}}}}}}}}};
+  const json hostile = {{"format_version", "2"},
+                        {"backend", 5},
+                        {"devices", 1e300},
+                        {"retries", -2.5},
+                        {"matrices", "a.yaml"},
+                        {"wall_s", "soon"},
+                        {"interrupted_by_signal", {1}},
+                        {"all_met", "yes"},
+                        {"cases",
+                         {"not a case",
+                          nullptr,
+                          {{"id", 5},
+                           {"status", {1, 2}},
+                           {"met_expectation", 1},
+                           {"ngpu", "4"},
+                           {"devices", {0, "1", 2.0, 2.5}},
+                           {"tags", {1, "t", nullptr}},
+                           {"verdict", "passed"},
+                           {"phases", "none"},
+                           {"checks", {{{"series", 7}, {"judged", "no"}, {"band", {1, 2}}, {"step", 3.5}}, 42}},
+                           {"earlier_attempts", {{{"verdict", {{"kind", 7}, {"rank", "1"}, {"step", 4.0}}}}}}}}}};
   RunView run;
   ASSERT_NO_THROW(run = summary_view(hostile));
   EXPECT_EQ(run.format_version, 0);
@@ -189,7 +202,13 @@ TEST(SummaryView, MistypedFieldsBecomeDefaults) {
 }
 
 TEST(SummaryView, CurveRowsWithoutAStepOrAColumnAreLeftOut) {
-  const json phase = {{"curve", {{1, 5.0, 0.5}, {"2", 4.0, 0.4}, {3, 3.0}, "row", {4, nullptr, 0.3}, {5, "x", std::numeric_limits<double>::infinity()}}}};
+  const json phase = {{"curve",
+                       {{1, 5.0, 0.5},
+                        {"2", 4.0, 0.4},
+                        {3, 3.0},
+                        "row",
+                        {4, nullptr, 0.3},
+                        {5, "x", std::numeric_limits<double>::infinity()}}}};
   const RunView run = summary_view({{"cases", {{{"phases", {phase}}}}}});
   const PhaseView& p = run.cases[0].phases[0];
   ASSERT_EQ(p.loss.size(), 4u);  // steps 1, 3, 4, 5

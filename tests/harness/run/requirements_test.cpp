@@ -41,9 +41,7 @@ class Requires : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
 
   // A matrix of suite `s` kept in the test's folder (probes run from there).
-  void load(const std::string& yaml) {
-    suites_ = {load_suite_text(yaml, dir_ + "/m.yaml")};
-  }
+  void load(const std::string& yaml) { suites_ = {load_suite_text(yaml, dir_ + "/m.yaml")}; }
   std::string errors_of(const std::string& yaml) {
     try {
       load(yaml);
@@ -180,7 +178,8 @@ cases:
 )");
   const ProbeReport r = probe();
   EXPECT_EQ(r.probes_run, 1);
-  const std::string why = "requires command 'sh -c echo starting; echo 'no frobnicator here' >&2; exit 3': no frobnicator here";
+  const std::string why =
+      "requires command 'sh -c echo starting; echo 'no frobnicator here' >&2; exit 3': no frobnicator here";
   EXPECT_EQ(at("base").expect.str(), "skip: " + why);
   EXPECT_EQ(at("mid").expect.str(), "skip: baseline s/base skipped (" + why + ")");
   EXPECT_EQ(at("top").expect.str(), "skip: baseline s/mid skipped (baseline s/base skipped (" + why + "))");
@@ -307,10 +306,12 @@ cases:
             "requires python 'import no_such_module_here': ModuleNotFoundError: No module named 'no_such_module_here'");
   EXPECT_EQ(at("multi_line").expect.reason, "requires python 'import sys sys.exit(\"told why\")': told why");
   EXPECT_EQ(at("new_enough").expect.kind, Expectation::kPass);
-  EXPECT_EQ(at("too_old").expect.reason.rfind("requires python_version 'json>=99': json ", 0), 0u) << at("too_old").expect.reason;
+  EXPECT_EQ(at("too_old").expect.reason.rfind("requires python_version 'json>=99': json ", 0), 0u)
+      << at("too_old").expect.reason;
   EXPECT_NE(at("too_old").expect.reason.find(" is not >=99"), std::string::npos) << at("too_old").expect.reason;
-  EXPECT_EQ(at("no_module").expect.reason,
-            "requires python_version 'no_such_module_here>=1': ModuleNotFoundError: No module named 'no_such_module_here'");
+  EXPECT_EQ(
+      at("no_module").expect.reason,
+      "requires python_version 'no_such_module_here>=1': ModuleNotFoundError: No module named 'no_such_module_here'");
   EXPECT_EQ(at("interpreter").expect.reason,
             "requires python 'import json': cannot run 'no-such-python': not found on PATH");
 }
@@ -372,7 +373,8 @@ cases:
 )");
   apply_skip_tags(suites_, {"needs-fsdp2=FSDP2 needs torch >= 2.4", "nothing-has-this"}, nullptr);
   EXPECT_EQ(at("new_torch").expect.str(), "skip: --skip-tag needs-fsdp2: FSDP2 needs torch >= 2.4");
-  EXPECT_EQ(at("judged").expect.str(), "skip: baseline s/new_torch skipped (--skip-tag needs-fsdp2: FSDP2 needs torch >= 2.4)");
+  EXPECT_EQ(at("judged").expect.str(),
+            "skip: baseline s/new_torch skipped (--skip-tag needs-fsdp2: FSDP2 needs torch >= 2.4)");
   EXPECT_EQ(at("declared").expect.str(), "skip: its own reason");
   EXPECT_THROW(apply_skip_tags(suites_, {"=why"}, nullptr), std::invalid_argument);
 }

@@ -84,12 +84,15 @@ class RunLoopTest : public ::testing::Test {
   }
   CaseState state(const std::string& name) const { return loop_->state(index(name)); }
   const CaseOutcome& outcome(const std::string& name) const { return loop_->outcome(index(name)); }
-  Script& script(const std::string& name, const std::string& phase = "train") { return *scripts_.at("s/" + name + ":" + phase); }
+  Script& script(const std::string& name, const std::string& phase = "train") {
+    return *scripts_.at("s/" + name + ":" + phase);
+  }
   bool launched(const std::string& name, const std::string& phase = "train") const {
     return scripts_.count("s/" + name + ":" + phase) > 0;
   }
   // Ends a phase: every rank exits 0, or rank `failing` with `code` (or a signal).
-  void end(const std::string& name, const std::string& phase = "train", int failing = -1, int code = 1, int signal = 0) {
+  void end(const std::string& name, const std::string& phase = "train", int failing = -1, int code = 1,
+           int signal = 0) {
     Script& s = script(name, phase);
     s.result = RankGroup::Result{};
     s.result.exits = {{0, 0, 0}, {1, 0, 0}};

@@ -29,8 +29,9 @@ using meshtest_test::Run;
 using nlohmann::json;
 
 TEST_F(Run, EveryRankGetsTorchrunsEnvironmentAndItsOwnLog) {
-  matrix("suite: s\ncases:\n  - name: env\n    command: [FAKE, --print-env]\n    ngpu: 3\n"
-         "    env: {PHASE_DIR_SEEN: \"{phase_dir}/x\"}\n");
+  matrix(
+      "suite: s\ncases:\n  - name: env\n    command: [FAKE, --print-env]\n    ngpu: 3\n"
+      "    env: {PHASE_DIR_SEEN: \"{phase_dir}/x\"}\n");
   const Output o = meshtest("--ngpu 4");
   ASSERT_EQ(o.rc, 0) << o.text;
   for (int r = 0; r < 3; ++r) {
@@ -51,8 +52,9 @@ TEST_F(Run, EveryRankGetsTorchrunsEnvironmentAndItsOwnLog) {
 }
 
 TEST_F(Run, ACrashInOneRankStopsTheOthersWithSigterm) {
-  matrix("suite: s\ncases:\n  - name: crash\n    command: [FAKE, --crash-rank, '2', --crash-after, '0.3', --sleep, '60']\n"
-         "    ngpu: 4\n");
+  matrix(
+      "suite: s\ncases:\n  - name: crash\n    command: [FAKE, --crash-rank, '2', --crash-after, '0.3', --sleep, '60']\n"
+      "    ngpu: 4\n");
   const Output o = meshtest("--ngpu 4");
   EXPECT_EQ(o.rc, 1) << o.text;
   const json c = case_of(summary(), "s/crash");
@@ -65,7 +67,11 @@ TEST_F(Run, ACrashInOneRankStopsTheOthersWithSigterm) {
   EXPECT_NE(c["reason"].get<std::string>().find("exit: phase train: rank 2 failed first with signal 11 (SIGSEGV)"),
             std::string::npos)
       << c["reason"];
-  EXPECT_EQ(c["verdict"], json({{"kind", "crashed"}, {"check", "exit"}, {"phase", "train"}, {"rank", 2}, {"signal", SIGSEGV},
+  EXPECT_EQ(c["verdict"], json({{"kind", "crashed"},
+                                {"check", "exit"},
+                                {"phase", "train"},
+                                {"rank", 2},
+                                {"signal", SIGSEGV},
                                 {"message", c["reason"]}}));
   // The failure summary names the log to read and a command that reruns only this case.
   EXPECT_NE(o.text.find("FAILURE SUMMARY"), std::string::npos) << o.text;
@@ -74,8 +80,9 @@ TEST_F(Run, ACrashInOneRankStopsTheOthersWithSigterm) {
 }
 
 TEST_F(Run, TheFailingRanksTorchelasticErrorFileIsQuoted) {
-  matrix("suite: s\ncases:\n  - name: py\n    command: [FAKE, --exit-rank, '1', --record, "
-         "'RuntimeError: CUDA out of memory', --sleep, '30']\n    ngpu: 2\n");
+  matrix(
+      "suite: s\ncases:\n  - name: py\n    command: [FAKE, --exit-rank, '1', --record, "
+      "'RuntimeError: CUDA out of memory', --sleep, '30']\n    ngpu: 2\n");
   const Output o = meshtest("--ngpu 2");
   EXPECT_EQ(o.rc, 1);
   EXPECT_EQ(case_of(summary(), "s/py")["reason"],
@@ -83,8 +90,9 @@ TEST_F(Run, TheFailingRanksTorchelasticErrorFileIsQuoted) {
 }
 
 TEST_F(Run, WithoutAnErrorFileTheFailingRanksLastErrorLineIsQuoted) {
-  matrix("suite: s\ncases:\n  - name: cpp\n    command: [FAKE, --exit-rank, '1', --say, "
-         "'trainer: error: Connection reset by peer', --sleep, '30']\n    ngpu: 2\n");
+  matrix(
+      "suite: s\ncases:\n  - name: cpp\n    command: [FAKE, --exit-rank, '1', --say, "
+      "'trainer: error: Connection reset by peer', --sleep, '30']\n    ngpu: 2\n");
   const Output o = meshtest("--ngpu 2");
   EXPECT_EQ(o.rc, 1);
   EXPECT_EQ(case_of(summary(), "s/cpp")["reason"],
@@ -92,8 +100,9 @@ TEST_F(Run, WithoutAnErrorFileTheFailingRanksLastErrorLineIsQuoted) {
 }
 
 TEST_F(Run, RanksThatIgnoreSigtermGetSigkillAfterTheGracePeriod) {
-  matrix("suite: s\ncases:\n  - name: stubborn\n    command: [FAKE, --exit-rank, '0', --exit-code, '3', --crash-after, '0.3', --ignore-sigterm, "
-         "--hang-rank, '1']\n    ngpu: 2\n");
+  matrix(
+      "suite: s\ncases:\n  - name: stubborn\n    command: [FAKE, --exit-rank, '0', --exit-code, '3', --crash-after, '0.3', --ignore-sigterm, "
+      "--hang-rank, '1']\n    ngpu: 2\n");
   const Output o = sh("CI=1 " + kMeshtest + " run " + dir_ + "/m.yaml --out " + dir_ + "/out --grace 0.5 --ngpu 2");
   EXPECT_EQ(o.rc, 1) << o.text;
   const json phase = case_of(summary(), "s/stubborn")["phases"][0];
@@ -161,7 +170,8 @@ cases:
   EXPECT_EQ(case_of(s, "s/wide")["status"], "skipped");
   EXPECT_EQ(case_of(s, "s/wide")["reason"], "needs 8 CPU slots; --ngpu is 4");
   EXPECT_EQ(case_of(s, "s/judged_by_wide")["status"], "skipped");
-  EXPECT_EQ(case_of(s, "s/judged_by_wide")["reason"], "baseline s/wide cannot run here (needs 8 CPU slots; --ngpu is 4)");
+  EXPECT_EQ(case_of(s, "s/judged_by_wide")["reason"],
+            "baseline s/wide cannot run here (needs 8 CPU slots; --ngpu is 4)");
   EXPECT_EQ(case_of(s, "s/canary")["status"], "passed");
   EXPECT_NE(case_of(s, "s/canary")["reason"].get<std::string>().find("canary caught by exit"), std::string::npos);
   EXPECT_EQ(case_of(s, "s/dud_canary")["status"], "failed");
@@ -199,8 +209,9 @@ cases:
 
 TEST_F(Run, CasesRunInParallelWithoutOversubscribingThePool) {
   // Three 2-slot cases of 1 s on 4 slots: two run together, the third after one ends.
-  matrix("suite: s\ndefaults: {command: [FAKE, --sleep, '1'], ngpu: 2, duration: 1}\n"
-         "cases: [{name: a}, {name: b}, {name: c}]\n");
+  matrix(
+      "suite: s\ndefaults: {command: [FAKE, --sleep, '1'], ngpu: 2, duration: 1}\n"
+      "cases: [{name: a}, {name: b}, {name: c}]\n");
   const Output o = meshtest("--ngpu 4");
   ASSERT_EQ(o.rc, 0) << o.text;
   const json s = summary();
@@ -301,7 +312,8 @@ cases:
   // Read again later from summary.json (its `metrics_window`), a phase still gets only its own events.
   EXPECT_TRUE(c["phases"][0].contains("metrics_window")) << c["phases"][0].dump();
   const std::string out = dir_ + "/out";
-  EXPECT_EQ(sh(kMeshtest + " golden export s/resume --phase train --out " + out).text, "1 9.5\n2 9\n3 8.5\n4 8\n5 7.5\n");
+  EXPECT_EQ(sh(kMeshtest + " golden export s/resume --phase train --out " + out).text,
+            "1 9.5\n2 9\n3 8.5\n4 8\n5 7.5\n");
   EXPECT_EQ(sh(kMeshtest + " golden export s/resume --out " + out).text, "6 7\n7 6.5\n8 6\n9 5.5\n10 5\n");
 }
 
@@ -314,18 +326,19 @@ TEST_F(Run, ALostPortRaceIsRetriedWithANewPort) {
 
 TEST_F(Run, SigintStopsEverythingLeavesNoProcessAndStillWritesTheSummary) {
   const std::string pids = dir_ + "/pids";
-  matrix("suite: s\ncases:\n  - name: hang\n    command: [FAKE, --hang-rank, '-1', --spawn-orphan, --pid-dir, '" + pids +
-         "']\n    ngpu: 3\n    duration: 100\n  - name: queued\n    command: [FAKE]\n    ngpu: 4\n");
+  matrix("suite: s\ncases:\n  - name: hang\n    command: [FAKE, --hang-rank, '-1', --spawn-orphan, --pid-dir, '" +
+         pids + "']\n    ngpu: 3\n    duration: 100\n  - name: queued\n    command: [FAKE]\n    ngpu: 4\n");
   const pid_t child = ::fork();
   if (child == 0) {
     ::setenv("CI", "1", 1);
     const std::string m = dir_ + "/m.yaml", out = dir_ + "/out";
-    ::execl(kMeshtest.c_str(), kMeshtest.c_str(), "run", m.c_str(), "--out", out.c_str(), "--ngpu", "4", "--grace",
-            "2", static_cast<char*>(nullptr));
+    ::execl(kMeshtest.c_str(), kMeshtest.c_str(), "run", m.c_str(), "--out", out.c_str(), "--ngpu", "4", "--grace", "2",
+            static_cast<char*>(nullptr));
     ::_exit(127);
   }
   // Wait until every rank and its orphan have written their pid.
-  for (int i = 0; i < 1000 && !fs::exists(pids + "/orphan2.pid"); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  for (int i = 0; i < 1000 && !fs::exists(pids + "/orphan2.pid"); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   ASSERT_TRUE(fs::exists(pids + "/orphan2.pid"));
   ::kill(child, SIGINT);
@@ -380,7 +393,8 @@ cases:
   EXPECT_NE(tags.text.find("s/fsdp"), std::string::npos);
   // Shards partition the cases; tp and its baseline share one.
   std::string all;
-  for (int i = 1; i <= 2; ++i) all += sh(kMeshtest + " list " + dir_ + "/m.yaml --shard " + std::to_string(i) + "/2").text;
+  for (int i = 1; i <= 2; ++i)
+    all += sh(kMeshtest + " list " + dir_ + "/m.yaml --shard " + std::to_string(i) + "/2").text;
   for (const std::string id : {"s/fsdp ", "s/tp ", "s/ddp "}) {
     const size_t first = all.find(id);
     EXPECT_NE(first, std::string::npos) << id << " in no shard";
@@ -464,10 +478,12 @@ TEST_F(Run, AnEditedSummaryCannotMakeReportWriteOutsideItsFolder) {
 
 TEST(Launch, ExitStatusFollowsTheFirstFailingRank) {
   EXPECT_EQ(sh(kMeshtest + " launch --nproc 3 -- " + kFake).rc, 0);
-  const Output code = sh(kMeshtest + " launch --nproc 3 --grace 2 -- " + kFake + " --exit-rank 1 --exit-code 5 --sleep 30");
+  const Output code =
+      sh(kMeshtest + " launch --nproc 3 --grace 2 -- " + kFake + " --exit-rank 1 --exit-code 5 --sleep 30");
   EXPECT_EQ(code.rc, 5);
   EXPECT_NE(code.text.find("rank 1 failed first (exit code 5)"), std::string::npos) << code.text;
-  EXPECT_EQ(sh(kMeshtest + " launch --nproc 2 --grace 2 -- " + kFake + " --crash-rank 0 --signal 6 --sleep 30").rc, 128 + 6);
+  EXPECT_EQ(sh(kMeshtest + " launch --nproc 2 --grace 2 -- " + kFake + " --crash-rank 0 --signal 6 --sleep 30").rc,
+            128 + 6);
   EXPECT_EQ(sh(kMeshtest + " launch --nproc 2 --timeout 0.5 --grace 1 -- " + kFake + " --hang-rank -1").rc, 124);
   const Output missing = sh(kMeshtest + " launch --nproc 2 -- /nonexistent/trainer");
   EXPECT_EQ(missing.rc, 2);
@@ -503,9 +519,11 @@ TEST_F(Run, JunitPassesTheSchemaJunitparserAndJunit2jsonEvenWithHostileLogs) {
   matrix(std::string(R"(suite: s
 cases:
   - name: ok
-    command: [FAKE, --write, "{phase_dir}/metrics.jsonl", )") + kMetricsOk + R"(]
+    command: [FAKE, --write, "{phase_dir}/metrics.jsonl", )") +
+         kMetricsOk + R"(]
   - name: drift
-    command: [FAKE, --write, "{phase_dir}/metrics.jsonl", )" + kMetricsDrift + R"(]
+    command: [FAKE, --write, "{phase_dir}/metrics.jsonl", )" +
+         kMetricsDrift + R"(]
     checks: [{loss_matches: {baseline: ok, rtol: 1.0e-5}}]
   - name: hostile
     command: [FAKE, --spew, '20000000', --exit-rank, '0']
@@ -530,22 +548,26 @@ cases:
     std::printf("NOTICE: python3-junitparser not installed (ci/setup-deps.sh installs it); its step skipped\n");
     return;
   }
-  const Output py = sh("/usr/bin/python3 -c \"import junitparser, sys\n"
-                       "x = junitparser.JUnitXml.fromfile(sys.argv[1])\n"
-                       "for suite in x:\n"
-                       "  for c in suite:\n"
-                       "    r = c.result[0] if c.result else None\n"
-                       "    print(c.classname, c.name, type(r).__name__ if r else 'Passed', (r.type or '') if r else '',"
-                       " (r.message or r.text or '')[:60] if r else '')\n\" " + xml);
+  const Output py =
+      sh("/usr/bin/python3 -c \"import junitparser, sys\n"
+         "x = junitparser.JUnitXml.fromfile(sys.argv[1])\n"
+         "for suite in x:\n"
+         "  for c in suite:\n"
+         "    r = c.result[0] if c.result else None\n"
+         "    print(c.classname, c.name, type(r).__name__ if r else 'Passed', (r.type or '') if r else '',"
+         " (r.message or r.text or '')[:60] if r else '')\n\" " +
+         xml);
   ASSERT_EQ(py.rc, 0) << py.text;
   EXPECT_NE(py.text.find("s s/ok Passed"), std::string::npos) << py.text;
   EXPECT_NE(py.text.find("s s/drift Failure loss_matches loss_matches: step 2: loss 5.5 in phase train vs 5 in"),
-            std::string::npos) << py.text;
+            std::string::npos)
+      << py.text;
   EXPECT_NE(py.text.find("s s/hostile Error NonZeroExit"), std::string::npos) << py.text;
   EXPECT_NE(py.text.find("s s/hang Error Timeout"), std::string::npos) << py.text;
   EXPECT_NE(py.text.find("s s/unsupported Skipped"), std::string::npos) << py.text;
   EXPECT_NE(py.text.find("s s/known Skipped  xfail: known bug (exit: phase train: rank 0 failed first"),
-            std::string::npos) << py.text;
+            std::string::npos)
+      << py.text;
 
   // The hostile log: colours stripped, control bytes escaped, capped, last lines kept.
   std::ifstream in(xml);
@@ -560,7 +582,8 @@ cases:
   EXPECT_NE(x.find("--id 's/hostile'"), std::string::npos);
 
   if (!fs::exists(kJunit2json)) {
-    std::printf("NOTICE: %s not installed (ci/setup-deps.sh installs it); junit2json step skipped\n", kJunit2json.c_str());
+    std::printf("NOTICE: %s not installed (ci/setup-deps.sh installs it); junit2json step skipped\n",
+                kJunit2json.c_str());
     return;
   }
   const Output js = sh(kJunit2json + " " + xml + " > " + dir_ + "/junit.json");
@@ -604,9 +627,11 @@ TEST_F(Run, ReportRerunFailedDiffAndGoldenExport) {
   matrix(std::string(R"(suite: s
 cases:
   - name: ok
-    command: [FAKE, --write, "{phase_dir}/metrics.jsonl", )") + kMetricsOk + R"(]
+    command: [FAKE, --write, "{phase_dir}/metrics.jsonl", )") +
+         kMetricsOk + R"(]
   - name: drift
-    command: [FAKE, --write, "{phase_dir}/metrics.jsonl", )" + kMetricsDrift + R"(]
+    command: [FAKE, --write, "{phase_dir}/metrics.jsonl", )" +
+         kMetricsDrift + R"(]
     checks: [{loss_matches: {baseline: ok}}]
 )");
   ASSERT_EQ(meshtest("--ngpu 2").rc, 1);
@@ -633,14 +658,15 @@ cases:
   EXPECT_EQ(again["cases"][1]["id"], "s/drift");
 }
 
-
 // The drift check (docs/checks.md) end to end, on a real history: without one it cannot look
 // and says so; with too few green runs at other commits it says how many; inside the band it
 // passes; a moved loss fails the case that declares it and catches the canary that expects it.
 TEST_F(Run, TheDriftCheckJudgesAgainstTheCasesOwnRecentGreenRuns) {
   auto cases = [](const char* metrics, const std::string& canary_expect) {
-    return std::string("suite: s\ncases:\n  - name: plain\n    command: [FAKE, --write, \"{phase_dir}/metrics.jsonl\", ") +
-           metrics + "]\n    checks: [drift]\n  - name: canary\n    command: [FAKE, --write, \"{phase_dir}/metrics.jsonl\", " +
+    return std::string(
+               "suite: s\ncases:\n  - name: plain\n    command: [FAKE, --write, \"{phase_dir}/metrics.jsonl\", ") +
+           metrics +
+           "]\n    checks: [drift]\n  - name: canary\n    command: [FAKE, --write, \"{phase_dir}/metrics.jsonl\", " +
            metrics + "]\n    checks: [{drift: {min_runs: 2}}]\n" + canary_expect;
   };
   const std::string history = " --history " + dir_ + "/history.db";
@@ -670,7 +696,8 @@ TEST_F(Run, TheDriftCheckJudgesAgainstTheCasesOwnRecentGreenRuns) {
   EXPECT_EQ(plain["verdict"]["step"], 2);
   EXPECT_NE(plain["verdict"]["message"].get<std::string>().find(
                 "drifted: loss of phase train at step 2: 5.5 outside 5 \xc2\xb1 5.00e-06 (3 green runs, c1..c3)"),
-            std::string::npos) << plain.dump(1);
+            std::string::npos)
+      << plain.dump(1);
   EXPECT_EQ(canary["met_expectation"], true) << canary.dump(1);
   EXPECT_NE(canary["verdict"]["message"].get<std::string>().find("canary caught by drift"), std::string::npos)
       << canary.dump(1);

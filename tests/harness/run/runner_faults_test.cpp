@@ -236,5 +236,6 @@ TEST_F(Run, HostileOptionValuesStayOneArgumentAndNoShellSeesThem) {
   const std::string written = slurp(dir_ + "/out/s/hostile/train/argv.txt");
   EXPECT_NE(written.find("; touch " + canary + " ; rm -rf "), std::string::npos) << written;
   EXPECT_NE(written.find("$(touch "), std::string::npos) << written;
-  EXPECT_NE(written.find("\n 'q' \"dq\""), std::string::npos) << "the newline stays inside the one argument: " << written;
+  EXPECT_NE(written.find("\n 'q' \"dq\""), std::string::npos)
+      << "the newline stays inside the one argument: " << written;
 }

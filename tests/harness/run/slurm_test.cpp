@@ -27,7 +27,8 @@ namespace {
 
 // One cluster per port (MESHTEST_SLURM_PORT, ci/slurm-local.sh), so two checkouts' tests can run at once.
 const std::string kClusterDir =
-    "/tmp/meshtest-slurm-test-" + std::string(std::getenv("MESHTEST_SLURM_PORT") ? std::getenv("MESHTEST_SLURM_PORT") : "6817");
+    "/tmp/meshtest-slurm-test-" +
+    std::string(std::getenv("MESHTEST_SLURM_PORT") ? std::getenv("MESHTEST_SLURM_PORT") : "6817");
 const std::string kSlurmLocal = std::string(MESHTEST_SOURCE_DIR) + "/ci/slurm-local.sh";
 const std::string kCpuMatrix = std::string(MESHTEST_SOURCE_DIR) + "/test_matrix/cpu.yaml";
 
@@ -169,8 +170,9 @@ TEST_F(Slurm, EveryRankGetsTheLocalLaunchersEnvironmentOnEveryNode) {
 }
 
 TEST_F(Slurm, ACrashNamesTheRankAndSignalThatFailedFirstNotSrunsFoldedStatus) {
-  matrix("suite: s\ncases:\n  - name: crash\n    command: [FAKE, --crash-rank, '2', --crash-after, '0.5', --sleep, '60']\n"
-         "    ngpu: 4\n");
+  matrix(
+      "suite: s\ncases:\n  - name: crash\n    command: [FAKE, --crash-rank, '2', --crash-after, '0.5', --sleep, '60']\n"
+      "    ngpu: 4\n");
   const Output o = slurm_run(dir_ + "/m.yaml --gpus-per-node 2");
   EXPECT_EQ(o.rc, 1) << o.text;
   const json c = case_of(summary(), "s/crash");
@@ -224,7 +226,8 @@ TEST_F(Slurm, ARequestSlurmRefusesIsALaunchErrorWithSlurmsReason) {
   EXPECT_EQ(case_of(s, "s/fine")["status"], "passed");
   const json wide = case_of(s, "s/wide");
   EXPECT_EQ(wide["verdict"]["kind"], "launch_error") << wide.dump(1);
-  EXPECT_NE(wide["reason"].get<std::string>().find("Slurm refused the allocation"), std::string::npos) << wide["reason"];
+  EXPECT_NE(wide["reason"].get<std::string>().find("Slurm refused the allocation"), std::string::npos)
+      << wide["reason"];
   EXPECT_NE(wide["reason"].get<std::string>().find("Node count specification invalid"), std::string::npos)
       << wide["reason"];
 
@@ -237,13 +240,16 @@ TEST_F(Slurm, ARequestSlurmRefusesIsALaunchErrorWithSlurmsReason) {
 
 TEST_F(Slurm, SigtermCancelsEveryJobAndStillWritesTheReports) {
   // Three 8-rank cases on 16 slots: two run, one waits in Slurm's queue when SIGTERM comes.
-  const std::string sleeper = "command: [FAKE, --sleep, '120', --pid-dir, " + dir_ + "], ngpu: 8";  // names dir_: findable
-  matrix("suite: s\ncases:\n  - {name: a, " + sleeper + "}\n  - {name: b, " + sleeper + "}\n  - {name: c, " + sleeper + "}\n");
+  const std::string sleeper =
+      "command: [FAKE, --sleep, '120', --pid-dir, " + dir_ + "], ngpu: 8";  // names dir_: findable
+  matrix("suite: s\ncases:\n  - {name: a, " + sleeper + "}\n  - {name: b, " + sleeper + "}\n  - {name: c, " + sleeper +
+         "}\n");
   const pid_t pid = slurm_run_in_background(dir_ + "/m.yaml --gpus-per-node 8");
   // Until two cases' ranks run and the third waits.
   for (int i = 0; i < 300; ++i) {
     const bool running = fs::exists(dir_ + "/out/s/a/train/rank7.log") + fs::exists(dir_ + "/out/s/b/train/rank7.log") +
-                             fs::exists(dir_ + "/out/s/c/train/rank7.log") == 2;
+                             fs::exists(dir_ + "/out/s/c/train/rank7.log") ==
+                         2;
     if (running && sh("squeue --noheader --states=PENDING | wc -l").text == "1\n") break;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
@@ -251,7 +257,8 @@ TEST_F(Slurm, SigtermCancelsEveryJobAndStillWritesTheReports) {
   ::kill(pid, SIGTERM);
   EXPECT_EQ(wait_for(pid), 128 + SIGTERM) << read_text(dir_ + "/run.log");
   const json s = summary();
-  for (const char* id : {"s/a", "s/b", "s/c"}) EXPECT_EQ(case_of(s, id)["status"], "cancelled") << case_of(s, id).dump(1);
+  for (const char* id : {"s/a", "s/b", "s/c"})
+    EXPECT_EQ(case_of(s, id)["status"], "cancelled") << case_of(s, id).dump(1);
   EXPECT_TRUE(fs::exists(dir_ + "/out/junit.xml"));
   EXPECT_EQ(processes_mentioning(dir_), std::vector<std::string>{}) << "every rank of the run must be gone";
 }

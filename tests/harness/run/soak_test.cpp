@@ -43,8 +43,8 @@ const std::string kMeshtest = MESHTEST_BIN;
 const std::string kFake = FAKE_TRAINER_BIN;
 
 constexpr int kCases = 1000;
-constexpr unsigned kSeed = 20;  // the number; any fixed value keeps the matrix the same
-constexpr int kPool = 8;        // --ngpu: CPU slots
+constexpr unsigned kSeed = 20;   // the number; any fixed value keeps the matrix the same
+constexpr int kPool = 8;         // --ngpu: CPU slots
 constexpr double kGraceS = 0.2;  // --grace: SIGTERM to SIGKILL, for ranks that ignore SIGTERM
 constexpr double kHangTimeoutS = 1;
 // Samples are taken by cases that ran (a declared skip finishes at once, before any
@@ -267,8 +267,8 @@ std::set<std::string> reservation_inodes() {
 }
 
 struct Sample {
-  int ran = 0;           // cases that ran and were final when sampled
-  int reservations = 0;  // port reservation sockets (bounded by kHeldReservations)
+  int ran = 0;                // cases that ran and were final when sampled
+  int reservations = 0;       // port reservation sockets (bounded by kHeldReservations)
   int other_fds = INT_MAX;    // every other descriptor (INT_MAX: not read yet)
   std::string other_targets;  // what they are, for a failure message
   long rss_kib = 0;
@@ -389,7 +389,8 @@ void watch(int fd, pid_t pid, const std::vector<int>& at, Watch& w) {
 
 Verdict verdict_of(const json& c) {
   const json& v = c["verdict"];
-  return {v.value("kind", ""), c.value("status", ""), v.value("rank", -1), v.value("signal", 0), v.value("exit_code", 0)};
+  return {v.value("kind", ""), c.value("status", ""), v.value("rank", -1), v.value("signal", 0),
+          v.value("exit_code", 0)};
 }
 
 // True while `pid` is a live process of this run: its environment names a case folder
@@ -411,7 +412,8 @@ PidFiles check_pid_files(const std::string& pid_root, const std::string& out) {
     pid_t pid = 0;
     std::ifstream(entry.path()) >> pid;
     ++(entry.path().filename().string().rfind("orphan", 0) == 0 ? p.orphans : p.ranks);
-    if (pid > 0 && alive_in_run(pid, out)) p.alive.push_back(entry.path().string() + " (pid " + std::to_string(pid) + ")");
+    if (pid > 0 && alive_in_run(pid, out))
+      p.alive.push_back(entry.path().string() + " (pid " + std::to_string(pid) + ")");
   }
   return p;
 }
@@ -476,9 +478,9 @@ WatchedRun run_watched(const Scratch& t, const std::vector<int>& sample_at) {
   int pipe_fds[2];
   if (::pipe2(pipe_fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe2 failed");
   const auto t0 = std::chrono::steady_clock::now();
-  const pid_t pid = start_meshtest({kMeshtest, "run", t.matrix, "--out", t.out, "--ngpu", std::to_string(kPool),
-                                    "--grace", fixed3(kGraceS)},
-                                   pipe_fds[1], t.dir + "/stdout.txt");
+  const pid_t pid = start_meshtest(
+      {kMeshtest, "run", t.matrix, "--out", t.out, "--ngpu", std::to_string(kPool), "--grace", fixed3(kGraceS)},
+      pipe_fds[1], t.dir + "/stdout.txt");
   ::close(pipe_fds[1]);
   std::thread watcher(watch, pipe_fds[0], pid, sample_at, std::ref(r.watch));
   ::waitpid(pid, &r.status, 0);
@@ -508,7 +510,8 @@ int count_as_predicted(const json& summary, const std::vector<SoakCase>& cases) 
   for (size_t i = 0; i < cases.size(); ++i) {
     const json& c = summary["cases"][i];  // in the matrix's order
     const Verdict got = verdict_of(c);
-    if (c["id"] == "soak/" + cases[i].name && got == cases[i].verdict) ++as_predicted;
+    if (c["id"] == "soak/" + cases[i].name && got == cases[i].verdict)
+      ++as_predicted;
     else if (++reported <= 20)
       ADD_FAILURE() << c["id"] << " (" << cases[i].ngpu << " ranks, " << args_text(cases[i]) << "): expected "
                     << describe(cases[i].verdict) << ", got " << describe(got) << ": " << c["reason"];
@@ -520,9 +523,9 @@ int count_as_predicted(const json& summary, const std::vector<SoakCase>& cases) 
 void expect_flat(const Sample& early, const Sample& late) {
   ASSERT_NE(early.other_fds, INT_MAX) << "meshtest had exited before run case " << early.ran << " was sampled";
   ASSERT_NE(late.other_fds, INT_MAX) << "meshtest had exited before run case " << late.ran << " was sampled";
-  EXPECT_EQ(late.other_fds, early.other_fds) << "descriptors other than port reservations changed: at run case "
-                                             << early.ran << ":" << early.other_targets << "; at run case " << late.ran
-                                             << ":" << late.other_targets;
+  EXPECT_EQ(late.other_fds, early.other_fds)
+      << "descriptors other than port reservations changed: at run case " << early.ran << ":" << early.other_targets
+      << "; at run case " << late.ran << ":" << late.other_targets;
   EXPECT_LE(early.reservations, kHeldReservations);
   EXPECT_LE(late.reservations, kHeldReservations);
   EXPECT_LE(mib(late.rss_kib - early.rss_kib), kRssBoundMiB) << "RSS grew by more than the bound";
@@ -542,9 +545,10 @@ void print_figures(const Figures& f) {
   std::printf("soak: verdicts as predicted: %d/%d\n", f.as_predicted, f.cases);
   std::printf("soak: wall %.1f s, plan bound %.1f s, ratio %.2f\n", f.wall_s, f.lower_bound_s,
               f.wall_s / f.lower_bound_s);
-  std::printf("soak: (plan bound: --dry-run's lower bound; its planned makespan %.1f s, ratio %.2f; the meshtest "
-              "process took %.1f s with its reports)\n",
-              f.makespan_s, f.wall_s / f.makespan_s, f.process_s);
+  std::printf(
+      "soak: (plan bound: --dry-run's lower bound; its planned makespan %.1f s, ratio %.2f; the meshtest "
+      "process took %.1f s with its reports)\n",
+      f.makespan_s, f.wall_s / f.makespan_s, f.process_s);
   for (const Sample& x : {f.early, f.late})
     std::printf("soak: at run case %d: fds %d (+ %d port reservations), RSS %.2f MiB\n", x.ran, x.other_fds,
                 x.reservations, mib(x.rss_kib));
@@ -567,8 +571,8 @@ TEST(Soak, ThousandCasesEveryVerdictAsPredictedFlatFilesAndMemoryNoOrphans) {
   f.cases = kCases;
   f.runs = count_runs(cases);
 
-  const Output dry = sh(kMeshtest + " run " + t.matrix + " --out " + t.out + " --ngpu " + std::to_string(kPool) +
-                        " --dry-run");
+  const Output dry =
+      sh(kMeshtest + " run " + t.matrix + " --out " + t.out + " --ngpu " + std::to_string(kPool) + " --dry-run");
   ASSERT_EQ(dry.rc, 0) << dry.text.substr(0, 4000);
   std::tie(f.makespan_s, f.lower_bound_s) = plan_bounds(dry.text);
 

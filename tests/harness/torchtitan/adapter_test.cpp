@@ -81,9 +81,11 @@ std::string errors_of(const std::string& yaml) {
 }
 
 std::vector<std::string> argv_of(const std::string& cases, size_t phase = 0) {
-  const Suite s = load_suite_text("suite: s\ndefaults: {adapter: torchtitan, model: llama3/llama3_debugmodel}\n"
-                                  "cases:\n" + cases,
-                                  "m.yaml");
+  const Suite s = load_suite_text(
+      "suite: s\ndefaults: {adapter: torchtitan, model: llama3/llama3_debugmodel}\n"
+      "cases:\n" +
+          cases,
+      "m.yaml");
   return s.cases.at(0).phases.at(phase).argv;
 }
 
@@ -113,23 +115,28 @@ TEST(TorchtitanAdapter, AMeshBecomesTorchtitansParallelismDegrees) {
   EXPECT_EQ(argv_of("  - {name: fsdp, mesh: {dp_shard: 4}}\n"),
             titan("--parallelism.data_parallel_replicate_degree 1 --parallelism.data_parallel_shard_degree 4 "
                   "--parallelism.tensor_parallel_degree 1 --parallelism.pipeline_parallel_degree 1 "
-                  "--parallelism.context_parallel_degree 1" + kDefaults));
-  EXPECT_EQ(argv_of("  - {name: hsdp+tp, mesh: {dp_replicate: 2, dp_shard: 2, tp: 2}, options: {training.steps: 10}}\n"),
-            titan("--parallelism.data_parallel_replicate_degree 2 --parallelism.data_parallel_shard_degree 2 "
-                  "--parallelism.tensor_parallel_degree 2 --parallelism.pipeline_parallel_degree 1 "
-                  "--parallelism.context_parallel_degree 1" + kDefaults + " --training.steps 10"));
+                  "--parallelism.context_parallel_degree 1" +
+                  kDefaults));
+  EXPECT_EQ(
+      argv_of("  - {name: hsdp+tp, mesh: {dp_replicate: 2, dp_shard: 2, tp: 2}, options: {training.steps: 10}}\n"),
+      titan("--parallelism.data_parallel_replicate_degree 2 --parallelism.data_parallel_shard_degree 2 "
+            "--parallelism.tensor_parallel_degree 2 --parallelism.pipeline_parallel_degree 1 "
+            "--parallelism.context_parallel_degree 1" +
+            kDefaults + " --training.steps 10"));
   EXPECT_EQ(argv_of("  - {name: pp+cp, mesh: {pp: 2, cp: 2}}\n"),
             titan("--parallelism.data_parallel_replicate_degree 1 --parallelism.data_parallel_shard_degree 1 "
                   "--parallelism.tensor_parallel_degree 1 --parallelism.pipeline_parallel_degree 2 "
-                  "--parallelism.context_parallel_degree 2" + kDefaults));
+                  "--parallelism.context_parallel_degree 2" +
+                  kDefaults));
   // Without a mesh, every rank shards (FSDP), as torchtitan's dp_shard -1 would.
   EXPECT_EQ(argv_of("  - {name: n, ngpu: 2}\n")[10], "2");
 }
 
 TEST(TorchtitanAdapter, TheLossIsReadFromTheFirstRankOfTheLastPipelineStage) {
-  const Suite s = load_suite_text("suite: s\ndefaults: {adapter: torchtitan, model: llama3/llama3_debugmodel}\n"
-                                  "cases:\n  - {name: a, mesh: {dp_shard: 2, tp: 2}}\n  - {name: b, mesh: {pp: 2, dp_shard: 2, tp: 2}}\n",
-                                  "m.yaml");
+  const Suite s = load_suite_text(
+      "suite: s\ndefaults: {adapter: torchtitan, model: llama3/llama3_debugmodel}\n"
+      "cases:\n  - {name: a, mesh: {dp_shard: 2, tp: 2}}\n  - {name: b, mesh: {pp: 2, dp_shard: 2, tp: 2}}\n",
+      "m.yaml");
   const Outputs& flat = s.cases[0].phases[0].outputs;
   EXPECT_EQ(flat.metrics.kind, MetricsSource::kTorchtitanLog);
   EXPECT_EQ(flat.metrics.rank, 0);
@@ -148,9 +155,9 @@ TEST(TorchtitanAdapter, StopAtCutsTheStepsAndKeepsTheScheduleAndTheOptimizer) {
       - {name: save, mesh: {dp_shard: 2}, options: {stop-at: 5}}
       - {name: load, mesh: {tp: 2}}
 )");
-  EXPECT_EQ(Argv(argv.end() - 6, argv.end()), (Argv{"--checkpoint.enable", "--training.steps", "5",
-                                                      "--lr_scheduler.total_steps", "10",
-                                                      "--checkpoint.no_last_save_model_only"}))
+  EXPECT_EQ(Argv(argv.end() - 6, argv.end()),
+            (Argv{"--checkpoint.enable", "--training.steps", "5", "--lr_scheduler.total_steps", "10",
+                  "--checkpoint.no_last_save_model_only"}))
       << ::testing::PrintToString(argv);
   EXPECT_EQ(std::count(argv.begin(), argv.end(), "--training.steps"), 1);  // 10 is not passed as well
   const Argv load = argv_of(R"(  - name: c
@@ -158,7 +165,8 @@ TEST(TorchtitanAdapter, StopAtCutsTheStepsAndKeepsTheScheduleAndTheOptimizer) {
     phases:
       - {name: save, options: {stop-at: 5}}
       - {name: load}
-)", 1);
+)",
+                            1);
   EXPECT_EQ(Argv(load.end() - 2, load.end()), (Argv{"--training.steps", "10"}));
   const std::string e = errors_of(
       "suite: s\ndefaults: {adapter: torchtitan, model: llama3/llama3_debugmodel}\ncases:\n"
@@ -223,10 +231,11 @@ TEST(TorchtitanAdapter, SaysHowToAskForAValidationLoss) {
 // keeps the folder and torchtitan's model prefix, so keys_match sees `model.`-prefixed keys on
 // both sides. Without an adapter default, a path is still required.
 TEST(TorchtitanAdapter, AnOutputsOverrideOfOneKeyKeepsTheAdaptersOthers) {
-  const Suite s = load_suite_text("suite: s\ndefaults: {adapter: torchtitan, model: llama3/llama3_debugmodel}\ncases:\n"
-                                  "  - {name: a, outputs: {checkpoint: {step: 5}}}\n"
-                                  "  - {name: b}\n",
-                                  "m.yaml");
+  const Suite s = load_suite_text(
+      "suite: s\ndefaults: {adapter: torchtitan, model: llama3/llama3_debugmodel}\ncases:\n"
+      "  - {name: a, outputs: {checkpoint: {step: 5}}}\n"
+      "  - {name: b}\n",
+      "m.yaml");
   const auto& a = s.cases.at(0).phases.at(0).outputs.checkpoint;
   const auto& b = s.cases.at(1).phases.at(0).outputs.checkpoint;
   ASSERT_TRUE(a && b);
@@ -242,9 +251,10 @@ TEST(TorchtitanAdapter, AnOutputsOverrideOfOneKeyKeepsTheAdaptersOthers) {
 
 // `meshtest show` says where each output setting comes from: the matrix, or the adapter.
 TEST(TorchtitanAdapter, ShowSaysWhereEachOutputSettingComesFrom) {
-  const Suite s = load_suite_text("suite: s\ndefaults: {adapter: torchtitan, model: llama3/llama3_debugmodel}\ncases:\n"
-                                  "  - {name: a, outputs: {checkpoint: {step: 5}}}\n",
-                                  "m.yaml");
+  const Suite s = load_suite_text(
+      "suite: s\ndefaults: {adapter: torchtitan, model: llama3/llama3_debugmodel}\ncases:\n"
+      "  - {name: a, outputs: {checkpoint: {step: 5}}}\n",
+      "m.yaml");
   const auto from = s.cases.at(0).to_json()["phases"][0]["outputs_from"];
   EXPECT_EQ(from.value("checkpoint.step", ""), "m.yaml:4:44") << from.dump();
   EXPECT_EQ(from.value("checkpoint.path", ""), "adapter torchtitan") << from.dump();
@@ -256,8 +266,9 @@ TEST(TorchtitanAdapter, ShowSaysWhereEachOutputSettingComesFrom) {
 // would make it work; the checks torchtitan can feed load as before, and a command trainer may
 // write the contract files, so its params_match stands.
 TEST(TorchtitanAdapter, AChecksInputTheTrainerCannotSupplyIsRefusedAtLoad) {
-  const std::string head = "suite: s\ndefaults: {adapter: torchtitan, model: llama3/llama3_debugmodel}\ncases:\n"
-                           "  - {name: base}\n";
+  const std::string head =
+      "suite: s\ndefaults: {adapter: torchtitan, model: llama3/llama3_debugmodel}\ncases:\n"
+      "  - {name: base}\n";
   const std::string e = errors_of(head + "  - {name: c, checks: [replicas_equal]}\n");
   EXPECT_NE(e.find("m.yaml:5:"), std::string::npos) << e;
   EXPECT_NE(e.find("check replicas_equal cannot judge s/c: it reads meshtest's contract files "
@@ -274,11 +285,12 @@ TEST(TorchtitanAdapter, AChecksInputTheTrainerCannotSupplyIsRefusedAtLoad) {
             std::string::npos)
       << tokens;
   // params_match reads the checkpoint where no param_digest.json is (judge/rank_checks.cpp).
-  EXPECT_NO_THROW(load_suite_text(head + "  - {name: c, checks: [{keys_match: {baseline: base}}, {params_match: {baseline: base}}, "
-                                         "{tensors_match: {baseline: base}}, {loss_matches: {baseline: base}}]}\n"
-                                         "  - {name: d, outputs: {tokens: gen.json}}\n"
-                                         "  - {name: e, outputs: {tokens: gen.json}, checks: [{tokens_match: {baseline: d}}]}\n",
-                                  "m.yaml"));
+  EXPECT_NO_THROW(
+      load_suite_text(head + "  - {name: c, checks: [{keys_match: {baseline: base}}, {params_match: {baseline: base}}, "
+                             "{tensors_match: {baseline: base}}, {loss_matches: {baseline: base}}]}\n"
+                             "  - {name: d, outputs: {tokens: gen.json}}\n"
+                             "  - {name: e, outputs: {tokens: gen.json}, checks: [{tokens_match: {baseline: d}}]}\n",
+                      "m.yaml"));
   // The baseline must supply it too (checked across the loaded suites).
   const Suite with_baseline = load_suite_text(
       head + "  - {name: d, outputs: {tokens: gen.json}, checks: [{tokens_match: {baseline: base}}]}\n", "m.yaml");
@@ -289,9 +301,11 @@ TEST(TorchtitanAdapter, AChecksInputTheTrainerCannotSupplyIsRefusedAtLoad) {
     for (const auto& line : e.errors()) baseline += line + "\n";
   }
   EXPECT_NE(baseline.find("m.yaml:5:"), std::string::npos) << baseline;
-  EXPECT_NE(baseline.find("check tokens_match cannot read its baseline s/base: it reads generated tokens"), std::string::npos)
+  EXPECT_NE(baseline.find("check tokens_match cannot read its baseline s/base: it reads generated tokens"),
+            std::string::npos)
       << baseline;
-  EXPECT_NO_THROW(load_suite_text("suite: s\ncases:\n  - {name: a, command: [x]}\n"
-                                  "  - {name: b, command: [x], checks: [{params_match: {baseline: a}}, replicas_equal]}\n",
-                                  "m.yaml"));
+  EXPECT_NO_THROW(
+      load_suite_text("suite: s\ncases:\n  - {name: a, command: [x]}\n"
+                      "  - {name: b, command: [x], checks: [{params_match: {baseline: a}}, replicas_equal]}\n",
+                      "m.yaml"));
 }

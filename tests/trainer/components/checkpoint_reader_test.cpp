@@ -13,7 +13,8 @@ using namespace meshtrain;
 namespace {
 
 std::string fresh_folder(const std::string& name) {
-  const auto dir = std::filesystem::temp_directory_path() / ("meshtrain_reader_" + name + "_" + std::to_string(::getpid()));
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("meshtrain_reader_" + name + "_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   return dir.string();
 }

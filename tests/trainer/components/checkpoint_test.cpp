@@ -20,9 +20,24 @@ constexpr int kGlobalBatch = 8;
 std::vector<std::string> args_for(const fs::path& dump, int ranks, int tp, const std::string& mesh,
                                   std::vector<std::string> extra = {}) {
   const int dp = ranks / tp;
-  std::vector<std::string> a{"train", "--model", "tiny", "--steps", "20", "--seed", "7", "--global-batch-size",
-                             std::to_string(kGlobalBatch), "--local-batch-size", std::to_string(kGlobalBatch / dp),
-                             "--mesh", mesh, "--dump-folder", dump.string(), "--backend", "gloo", "--quiet"};
+  std::vector<std::string> a{"train",
+                             "--model",
+                             "tiny",
+                             "--steps",
+                             "20",
+                             "--seed",
+                             "7",
+                             "--global-batch-size",
+                             std::to_string(kGlobalBatch),
+                             "--local-batch-size",
+                             std::to_string(kGlobalBatch / dp),
+                             "--mesh",
+                             mesh,
+                             "--dump-folder",
+                             dump.string(),
+                             "--backend",
+                             "gloo",
+                             "--quiet"};
   a.insert(a.end(), extra.begin(), extra.end());
   return a;
 }
@@ -104,7 +119,8 @@ TEST(Checkpoint, ResumeOnTheSameMeshIsBitwiseEqual) {
   auto dump = fresh_dir("resume_same");
   auto full = uninterrupted_and_first_half(dump);
   auto resumed = dump / "second";
-  expect_ok(run(resumed, 4, 1, "dp_shard=4", {"--checkpoint.enable", "--checkpoint.folder", (dump / "checkpoint").string()}));
+  expect_ok(
+      run(resumed, 4, 1, "dp_shard=4", {"--checkpoint.enable", "--checkpoint.folder", (dump / "checkpoint").string()}));
   expect_resumed_matches(full, resumed, 0.0);
 }
 
@@ -112,7 +128,10 @@ TEST(Checkpoint, ReshardsAcrossMeshesAndCarriesOptimizerState) {
   auto dump = fresh_dir("reshard");
   auto full = uninterrupted_and_first_half(dump);
   const std::string folder = (dump / "checkpoint").string();
-  struct Target { int ranks, tp; std::string mesh; };
+  struct Target {
+    int ranks, tp;
+    std::string mesh;
+  };
   for (const auto& t : {Target{4, 2, "dp_shard=2,tp=2"}, Target{4, 4, "tp=4"}, Target{4, 2, "dp_replicate=2,tp=2"},
                         Target{2, 1, "dp_shard=2"}, Target{1, 1, "dp_shard=1"}}) {
     auto out = dump / ("to_" + std::to_string(t.ranks) + "_" + std::to_string(t.tp) + "_" + t.mesh);
@@ -160,10 +179,26 @@ TEST(Checkpoint, SeedChainDp4ToDp2Tp2ToTp4) {
 TEST(Checkpoint, ResumesAcrossPipelineAndOtherMeshes) {
   auto dump = fresh_dir("pp_chain");
   auto args = [&](const fs::path& out, int dp, const std::string& mesh, std::vector<std::string> extra) {
-    std::vector<std::string> a{"train", "--model", "debugmodel", "--seq-len", "32", "--steps", "20", "--seed", "7",
-                               "--global-batch-size", std::to_string(kGlobalBatch), "--local-batch-size",
-                               std::to_string(kGlobalBatch / dp), "--mesh", mesh, "--dump-folder", out.string(),
-                               "--backend", "gloo", "--quiet"};
+    std::vector<std::string> a{"train",
+                               "--model",
+                               "debugmodel",
+                               "--seq-len",
+                               "32",
+                               "--steps",
+                               "20",
+                               "--seed",
+                               "7",
+                               "--global-batch-size",
+                               std::to_string(kGlobalBatch),
+                               "--local-batch-size",
+                               std::to_string(kGlobalBatch / dp),
+                               "--mesh",
+                               mesh,
+                               "--dump-folder",
+                               out.string(),
+                               "--backend",
+                               "gloo",
+                               "--quiet"};
     a.insert(a.end(), extra.begin(), extra.end());
     return a;
   };
@@ -176,9 +211,13 @@ TEST(Checkpoint, ResumesAcrossPipelineAndOtherMeshes) {
   auto full = dump / "uninterrupted";
   run_ok(full, 4, 4, "dp_shard=4", {});
   const std::string folder = (dump / "checkpoint").string();
-  struct Segment { int ranks, dp; std::string mesh; int stop; };
-  const std::vector<Segment> chain{{4, 2, "pp=2,dp_shard=2", 5}, {4, 4, "dp_shard=4", 10}, {4, 1, "tp=4", 15},
-                                   {4, 1, "pp=4", 20}};
+  struct Segment {
+    int ranks, dp;
+    std::string mesh;
+    int stop;
+  };
+  const std::vector<Segment> chain{
+      {4, 2, "pp=2,dp_shard=2", 5}, {4, 4, "dp_shard=4", 10}, {4, 1, "tp=4", 15}, {4, 1, "pp=4", 20}};
   auto f = metrics(full);
   ASSERT_EQ(f.size(), 20u);
   for (size_t i = 0; i < chain.size(); ++i) {
@@ -213,8 +252,9 @@ TEST(Checkpoint, ParametrizeKeysFailUnderTp4LikeTheSeedAndTheKeyMapFixesIt) {
   auto keys = json::parse(slurp(dump / "state_dict_keys.json"))["keys"];
   EXPECT_TRUE(keys.contains("model.tok_embeddings.parametrizations.weight.original"));
   const std::string folder = (dump / "checkpoint").string();
-  std::vector<std::string> load{"--checkpoint.enable", "--checkpoint.folder", folder,
-                                "--checkpoint.exclude-from-loading", "dataloader", "--checkpoint.key-style", "parametrize"};
+  std::vector<std::string> load{
+      "--checkpoint.enable", "--checkpoint.folder",    folder,       "--checkpoint.exclude-from-loading",
+      "dataloader",          "--checkpoint.key-style", "parametrize"};
   // [dp:2,tp:2] is wrapped in data parallel too: its keys match, as in the seed.
   auto dp2tp2 = dump / "dp2_tp2";
   auto a = load;
@@ -254,10 +294,10 @@ TEST(Checkpoint, CorruptInputsGiveOneClearErrorNamingFileAndKey) {
     fs::create_directories(folder);
     fs::copy(good, folder / "step-10", fs::copy_options::recursive);
     damage(folder / "step-10");
-    auto r = meshtrain({"train", "--model", "tiny", "--steps", "20", "--seed", "7", "--local-batch-size", "8",
-                        "--dump-folder", (dump / ("out_" + name)).string(), "--checkpoint.enable",
-                        "--checkpoint.folder", folder.string(), "--checkpoint.exclude-from-loading", "dataloader",
-                        "--quiet"});
+    auto r =
+        meshtrain({"train", "--model", "tiny", "--steps", "20", "--seed", "7", "--local-batch-size", "8",
+                   "--dump-folder", (dump / ("out_" + name)).string(), "--checkpoint.enable", "--checkpoint.folder",
+                   folder.string(), "--checkpoint.exclude-from-loading", "dataloader", "--quiet"});
     EXPECT_NE(r.exit_code, 0) << name;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << name << ": " << r.err;
     return r.err;
@@ -298,7 +338,8 @@ TEST(Checkpoint, AnUnfinishedSaveLeavesThePreviousStepLoadable) {
   fs::create_directories(partial);
   std::ofstream(partial / "__0_0.distcp") << "partial";
   auto resumed = dump / "second";
-  expect_ok(run(resumed, 4, 1, "dp_shard=4", {"--checkpoint.enable", "--checkpoint.folder", (dump / "checkpoint").string()}));
+  expect_ok(
+      run(resumed, 4, 1, "dp_shard=4", {"--checkpoint.enable", "--checkpoint.folder", (dump / "checkpoint").string()}));
   expect_resumed_matches(full, resumed, 0.0);
 }
 
@@ -306,14 +347,18 @@ TEST(Checkpoint, GenerateGivesIdenticalTokensUnderEveryMesh) {
   auto dump = fresh_dir("generate");
   uninterrupted_and_first_half(dump);
   const std::string folder = (dump / "checkpoint").string();
-  struct Target { int ranks; std::string mesh; };
+  struct Target {
+    int ranks;
+    std::string mesh;
+  };
   std::vector<json> outputs;
-  for (const auto& t : {Target{1, "dp_shard=1"}, Target{4, "dp_shard=4"}, Target{4, "tp=4"}, Target{4, "dp_shard=2,tp=2"}}) {
+  for (const auto& t :
+       {Target{1, "dp_shard=1"}, Target{4, "dp_shard=4"}, Target{4, "tp=4"}, Target{4, "dp_shard=2,tp=2"}}) {
     auto out = dump / ("gen_" + std::to_string(t.ranks) + "_" + t.mesh);
     fs::create_directories(out);
     Job job(t.ranks,
-            {"generate", "--model", "tiny", "--mesh", t.mesh, "--checkpoint.folder", folder, "--prompt",
-             "And God said", "--max-new-tokens", "16", "--dump-folder", out.string(), "--backend", "gloo", "--quiet"},
+            {"generate", "--model", "tiny", "--mesh", t.mesh, "--checkpoint.folder", folder, "--prompt", "And God said",
+             "--max-new-tokens", "16", "--dump-folder", out.string(), "--backend", "gloo", "--quiet"},
             out);
     auto codes = job.wait();
     for (int r = 0; r < t.ranks; ++r) ASSERT_EQ(codes[r], 0) << t.mesh << " rank " << r << ": " << job.err(r);
@@ -334,8 +379,10 @@ TEST(Checkpoint, CkptInspectDiffAndConsolidate) {
   // Looking inside is meshtest's (one `ckpt inspect|diff` for both programs); consolidate stays here.
   auto inspect = run_meshtest({"ckpt", "inspect", a});
   ASSERT_EQ(inspect.exit_code, 0) << inspect.err;
-  EXPECT_NE(inspect.out.find("step 10, format 2, written under pp=1,dp_replicate=1,dp_shard=4,cp=1,tp=1, key style canonical"),
-            std::string::npos) << inspect.out;
+  EXPECT_NE(inspect.out.find(
+                "step 10, format 2, written under pp=1,dp_replicate=1,dp_shard=4,cp=1,tp=1, key style canonical"),
+            std::string::npos)
+      << inspect.out;
   const auto row = inspect.out.find("  model.tok_embeddings.weight ");
   ASSERT_NE(row, std::string::npos) << inspect.out;
   const std::string line = inspect.out.substr(row, inspect.out.find('\n', row) - row);
@@ -350,7 +397,8 @@ TEST(Checkpoint, CkptInspectDiffAndConsolidate) {
   EXPECT_EQ(diff.exit_code, 1) << diff.out << diff.err;
   EXPECT_NE(diff.out.find("only in A: model.tok_embeddings.weight [258,64]\n"), std::string::npos) << diff.out;
   EXPECT_NE(diff.out.find("only in B: model.tok_embeddings.parametrizations.weight.original [258,64]\n"),
-            std::string::npos) << diff.out;
+            std::string::npos)
+      << diff.out;
 
   // safetensors: u64 header length, JSON header, raw float32 data; sums match the run's digest.
   const auto out = canonical / "model.safetensors";
@@ -381,17 +429,20 @@ TEST(Checkpoint, CkptInspectDiffAndConsolidate) {
 // each rank reads only its rows, and the weights come back bit for bit (rank files' hashes).
 TEST(Checkpoint, AHuggingFaceExportStartsARunUnderAnotherMeshReadingOnlyEachRanksRows) {
   auto dump = fresh_dir("hf_export");
-  expect_ok(run(dump / "export", 1, 1, "dp_shard=1",
-                {"--steps", "3", "--checkpoint.enable", "--checkpoint.last-save-model-only", "--checkpoint.last-save-in-hf"}));
+  expect_ok(run(
+      dump / "export", 1, 1, "dp_shard=1",
+      {"--steps", "3", "--checkpoint.enable", "--checkpoint.last-save-model-only", "--checkpoint.last-save-in-hf"}));
   const fs::path step = dump / "export" / "checkpoint" / "step-3";
   ASSERT_TRUE(fs::exists(step / "model.safetensors"));
   ASSERT_TRUE(fs::exists(step / "config.json"));
   EXPECT_EQ(json::parse(slurp(step / "config.json"))["architectures"][0], "LlamaForCausalLM");
   // The DCP-format copy of the export holds model weights only, so a resume is refused.
-  auto resume = run(dump / "resume", 1, 1, "dp_shard=1",
-                    {"--steps", "6", "--checkpoint.enable", "--checkpoint.folder", (dump / "export" / "checkpoint").string()});
+  auto resume =
+      run(dump / "resume", 1, 1, "dp_shard=1",
+          {"--steps", "6", "--checkpoint.enable", "--checkpoint.folder", (dump / "export" / "checkpoint").string()});
   ASSERT_NE(resume.codes[0], 0);
-  EXPECT_NE(resume.err0.find("is a model-only export (--checkpoint.last-save-model-only)"), std::string::npos) << resume.err0;
+  EXPECT_NE(resume.err0.find("is a model-only export (--checkpoint.last-save-model-only)"), std::string::npos)
+      << resume.err0;
 
   expect_ok(run(dump / "load", 4, 2, "dp_shard=2,tp=2",
                 {"--steps", "0", "--checkpoint.initial-load-path", step.string(), "--checkpoint.initial-load-in-hf"}));
@@ -421,9 +472,10 @@ TEST(Checkpoint, AHuggingFaceExportStartsARunUnderAnotherMeshReadingOnlyEachRank
                    {"--model", "debugmodel", "--steps", "0", "--checkpoint.initial-load-path", step.string(),
                     "--checkpoint.initial-load-in-hf"});
   ASSERT_NE(other.codes[0], 0);
-  EXPECT_NE(other.err0.find((step / "model.safetensors").string() + "': 'model.embed_tokens.weight' has shape [258, 64], "
-                            "meshtrain's model.tok_embeddings.weight is [258, 256]"),
-            std::string::npos)
+  EXPECT_NE(
+      other.err0.find((step / "model.safetensors").string() + "': 'model.embed_tokens.weight' has shape [258, 64], "
+                                                              "meshtrain's model.tok_embeddings.weight is [258, 256]"),
+      std::string::npos)
       << other.err0;
 }
 
@@ -432,8 +484,15 @@ TEST(Checkpoint, AHuggingFaceExportStartsARunUnderAnotherMeshReadingOnlyEachRank
 TEST(Checkpoint, KeepLatestKLeavesTheNewestStepsAndNoReplacedFolder) {
   auto dump = fresh_dir("keep_latest");
   const std::string folder = (dump / "checkpoint").string();
-  const std::vector<std::string> every_step{"--steps", "5", "--checkpoint.enable", "--checkpoint.folder", folder,
-                                            "--checkpoint.interval", "1", "--checkpoint.keep-latest-k", "2"};
+  const std::vector<std::string> every_step{"--steps",
+                                            "5",
+                                            "--checkpoint.enable",
+                                            "--checkpoint.folder",
+                                            folder,
+                                            "--checkpoint.interval",
+                                            "1",
+                                            "--checkpoint.keep-latest-k",
+                                            "2"};
   auto left = [&] {
     std::set<std::string> names;
     for (const auto& e : fs::directory_iterator(folder)) names.insert(e.path().filename().string());
@@ -452,8 +511,9 @@ TEST(Checkpoint, SigkillDuringSavesLeavesTheLatestCompleteStepLoadable) {
   // Saving every step, the whole job is killed at an arbitrary moment (often mid-save);
   // whatever step-<N> exists must load.
   auto dump = fresh_dir("sigkill");
-  auto args = args_for(dump, 2, 1, "dp_shard=2", {"--steps", "1000", "--checkpoint.enable", "--checkpoint.interval", "1",
-                                                  "--checkpoint.keep-latest-k", "2"});
+  auto args = args_for(
+      dump, 2, 1, "dp_shard=2",
+      {"--steps", "1000", "--checkpoint.enable", "--checkpoint.interval", "1", "--checkpoint.keep-latest-k", "2"});
   Job job(2, args, dump);
   for (int i = 0; i < 600 && metrics(dump).size() < 6; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   ASSERT_GE(metrics(dump).size(), 6u) << job.err(0);

@@ -50,11 +50,9 @@ TEST(DataLoader, ShippedCorpusLoads) {
 }
 
 TEST(DataLoader, SameSeedSameBatchesOtherSeedOtherBatches) {
-  DataLoader a(synthetic_tokens(5000), 16, 7), b(synthetic_tokens(5000), 16, 7),
-      c(synthetic_tokens(5000), 16, 8);
+  DataLoader a(synthetic_tokens(5000), 16, 7), b(synthetic_tokens(5000), 16, 7), c(synthetic_tokens(5000), 16, 8);
   for (int step = 0; step < 5; ++step) {
-    auto ba = a.micro_batch(8, 0, 1, 0, 1), bb = b.micro_batch(8, 0, 1, 0, 1),
-         bc = c.micro_batch(8, 0, 1, 0, 1);
+    auto ba = a.micro_batch(8, 0, 1, 0, 1), bb = b.micro_batch(8, 0, 1, 0, 1), bc = c.micro_batch(8, 0, 1, 0, 1);
     EXPECT_EQ(ba.inputs, bb.inputs);
     EXPECT_EQ(ba.targets, bb.targets);
     EXPECT_NE(ba.inputs, bc.inputs);

@@ -15,7 +15,7 @@ using namespace meshtrain;
 namespace {
 
 struct RankResult {
-  int64_t block_runs = 0;                     // entries into any block's body, forward and backward
+  int64_t block_runs = 0;                      // entries into any block's body, forward and backward
   std::map<std::string, torch::Tensor> grads;  // after one backward
   std::map<std::string, torch::Tensor> twice;  // after a second backward of the same batch
 };

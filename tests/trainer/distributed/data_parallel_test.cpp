@@ -23,9 +23,22 @@ constexpr int kGlobalBatch = 8;
 constexpr double kRtol = 1e-5;
 
 std::vector<std::string> train_args(const std::string& flavor, const fs::path& dump, int local_batch) {
-  return {"train", "--model", flavor, "--steps", std::to_string(kSteps), "--seed", "7",
-          "--local-batch-size", std::to_string(local_batch), "--global-batch-size", std::to_string(kGlobalBatch),
-          "--dump-folder", dump.string(), "--backend", "gloo", "--quiet"};
+  return {"train",
+          "--model",
+          flavor,
+          "--steps",
+          std::to_string(kSteps),
+          "--seed",
+          "7",
+          "--local-batch-size",
+          std::to_string(local_batch),
+          "--global-batch-size",
+          std::to_string(kGlobalBatch),
+          "--dump-folder",
+          dump.string(),
+          "--backend",
+          "gloo",
+          "--quiet"};
 }
 
 // The single-rank run of a flavor, which every layout of it is compared with. CTest runs each
@@ -176,7 +189,8 @@ std::vector<Layout> layouts() {
       out.push_back({flavor, 4, "dp_replicate=2,dp_shard=2", {"--ac", ac}, flavor + "_hsdp2x2_ac_" + ac});
     }
     for (std::string reshard : {"always", "never"})
-      out.push_back({flavor, 4, "dp_shard=4", {"--reshard-after-forward", reshard}, flavor + "_fsdp4_reshard_" + reshard});
+      out.push_back(
+          {flavor, 4, "dp_shard=4", {"--reshard-after-forward", reshard}, flavor + "_fsdp4_reshard_" + reshard});
   }
   out.push_back({"tiny", 4, "dp_shard=-1", {"--ac", "selective"}, "tiny_fsdp_inferred_ac_selective"});
 
@@ -186,10 +200,15 @@ std::vector<Layout> layouts() {
       {"lp", {"--loss-parallel"}},
       {"sp", {"--sequence-parallel"}},
       {"lp_sp", {"--loss-parallel", "--sequence-parallel"}}};
-  struct Mesh { int ranks; std::string spec; std::string name; int tp; };
-  for (const auto& m : {Mesh{2, "tp=2", "tp2", 2}, Mesh{4, "tp=4", "tp4", 4}, Mesh{4, "dp_shard=2,tp=2", "fsdp2_tp2", 2},
-                        Mesh{4, "dp_replicate=2,tp=2", "ddp2_tp2", 2},
-                        Mesh{8, "dp_replicate=2,dp_shard=2,tp=2", "hsdp2x2_tp2", 2}})
+  struct Mesh {
+    int ranks;
+    std::string spec;
+    std::string name;
+    int tp;
+  };
+  for (const auto& m :
+       {Mesh{2, "tp=2", "tp2", 2}, Mesh{4, "tp=4", "tp4", 4}, Mesh{4, "dp_shard=2,tp=2", "fsdp2_tp2", 2},
+        Mesh{4, "dp_replicate=2,tp=2", "ddp2_tp2", 2}, Mesh{8, "dp_replicate=2,dp_shard=2,tp=2", "hsdp2x2_tp2", 2}})
     for (const auto& [opt, flags] : tp_options)
       out.push_back({"tiny", m.ranks, m.spec, flags, "tiny_" + m.name + "_" + opt, m.tp});
   // tiny_uneven has 2 kv heads: tp=2 only; its vocabulary (259) and ffn (137) split unevenly.
@@ -216,18 +235,31 @@ std::vector<Layout> layouts() {
     out.push_back({"tiny", 2, "pp=2", flags, "tiny_pp2_" + schedule, 1, 1, 2});
     out.push_back({"tiny_uneven", 2, "pp=2", flags, "tiny_uneven_pp2_" + schedule, 1, 1, 2});
   }
-  out.push_back({"tiny_uneven", 2, "pp=2", {"--pp.schedule", "interleaved_1f1b", "--pp.microbatches", "4"},
-                 "tiny_uneven_pp2_interleaved_1f1b", 1, 1, 2});
+  out.push_back({"tiny_uneven",
+                 2,
+                 "pp=2",
+                 {"--pp.schedule", "interleaved_1f1b", "--pp.microbatches", "4"},
+                 "tiny_uneven_pp2_interleaved_1f1b",
+                 1,
+                 1,
+                 2});
   out.push_back({"tiny_uneven", 2, "pp=2", {"--pp.split", "1,4"}, "tiny_uneven_pp2_split_1_4", 1, 1, 2});
-  out.push_back({"tiny_uneven", 4, "pp=2,dp_shard=2", {"--pp.schedule", "interleaved_1f1b"},
-                 "tiny_uneven_pp2_fsdp2_interleaved", 1, 1, 2});
-  out.push_back({"tiny", 4, "pp=2,dp_shard=2", {"--reshard-after-forward", "always"}, "tiny_pp2_fsdp2_reshard_always",
-                 1, 1, 2});
+  out.push_back({"tiny_uneven",
+                 4,
+                 "pp=2,dp_shard=2",
+                 {"--pp.schedule", "interleaved_1f1b"},
+                 "tiny_uneven_pp2_fsdp2_interleaved",
+                 1,
+                 1,
+                 2});
+  out.push_back(
+      {"tiny", 4, "pp=2,dp_shard=2", {"--reshard-after-forward", "always"}, "tiny_pp2_fsdp2_reshard_always", 1, 1, 2});
   out.push_back({"tiny_uneven", 4, "pp=2,tp=2", {"--sequence-parallel"}, "tiny_uneven_pp2_tp2_sp", 2, 1, 2});
   out.push_back({"tiny", 8, "pp=2,dp_shard=2,tp=2", {"--pp.schedule", "gpipe"}, "tiny_pp2_fsdp2_tp2_gpipe", 2, 1, 2});
   out.push_back({"tiny", 4, "pp=2,dp_replicate=2", {"--ac", "full"}, "tiny_pp2_ddp2_ac_full", 1, 1, 2});
   out.push_back({"tiny", 4, "pp=2,cp=2", {"--cp-rotate", "alltoall"}, "tiny_pp2_cp2_alltoall", 1, 2, 2});
-  out.push_back({"tiny_uneven", 3, "pp=3", {"--pp.microbatches", "4"}, "tiny_uneven_pp3_1f1b", 1, 1, 3});  // 2, 2, 1 layers
+  out.push_back(
+      {"tiny_uneven", 3, "pp=3", {"--pp.microbatches", "4"}, "tiny_uneven_pp3_1f1b", 1, 1, 3});  // 2, 2, 1 layers
   // Gradient accumulation around the pipeline (2 x 4 samples, each cut into 2 microbatches).
   out.push_back({"tiny", 2, "pp=2", {"--local-batch-size", "4"}, "tiny_pp2_accumulation", 1, 1, 2});
   out.push_back({"tiny", 4, "pp=2,tp=2", {"--loss-parallel"}, "tiny_pp2_tp2_loss_parallel", 2, 1, 2});
@@ -270,9 +302,11 @@ TEST(DataParallel, OneCollectivePerBlockAndDirection) {
   const auto fsdp = calls(run_layout({"tiny", 2, "dp_shard=2", {}, "fsdp2_calls"}));
   EXPECT_EQ(fsdp["all_gather"], 2 * 2 - 1 + 2);
   EXPECT_EQ(fsdp["reduce_scatter"], 2 + 2);
-  const auto always = calls(run_layout({"tiny", 2, "dp_shard=2", {"--reshard-after-forward", "always"}, "fsdp2_always_calls"}));
+  const auto always =
+      calls(run_layout({"tiny", 2, "dp_shard=2", {"--reshard-after-forward", "always"}, "fsdp2_always_calls"}));
   EXPECT_EQ(always["all_gather"], 2 * 2 + 2);
-  const auto never = calls(run_layout({"tiny", 2, "dp_shard=2", {"--reshard-after-forward", "never"}, "fsdp2_never_calls"}));
+  const auto never =
+      calls(run_layout({"tiny", 2, "dp_shard=2", {"--reshard-after-forward", "never"}, "fsdp2_never_calls"}));
   EXPECT_EQ(never["all_gather"], 2 + 2);
   const auto ddp = calls(run_layout({"tiny", 2, "dp_replicate=2", {}, "ddp2_calls"}));
   EXPECT_EQ(ddp["all_gather"], 0);
@@ -281,8 +315,8 @@ TEST(DataParallel, OneCollectivePerBlockAndDirection) {
 }
 
 TEST(DataParallel, ReplicasEndBitwiseEqual) {
-  for (const auto& [mesh, replicas] : std::vector<std::pair<std::string, int>>{{"dp_replicate=4", 4},
-                                                                             {"dp_replicate=2,dp_shard=2", 2}}) {
+  for (const auto& [mesh, replicas] :
+       std::vector<std::pair<std::string, int>>{{"dp_replicate=4", 4}, {"dp_replicate=2,dp_shard=2", 2}}) {
     auto dump = run_layout({"tiny", 4, mesh, {}, "replicas_" + std::to_string(replicas)});
     const int shards = 4 / replicas;
     for (int s = 0; s < shards; ++s) {
@@ -328,5 +362,6 @@ TEST(DataParallel, MixedPrecisionComputesInBfloat16AndReducesInFloat32) {
   // Parameters and optimizer state stay float32 (master weights).
   auto rank = json::parse(slurp(dump / "rank0.json"));
   auto one = json::parse(slurp(single / "rank0.json"));
-  EXPECT_NEAR(rank["param_bytes"].get<double>(), one["param_bytes"].get<double>() / 2, 0.01 * one["param_bytes"].get<double>());
+  EXPECT_NEAR(rank["param_bytes"].get<double>(), one["param_bytes"].get<double>() / 2,
+              0.01 * one["param_bytes"].get<double>());
 }

@@ -133,8 +133,10 @@ TEST(EpMappings, ExchangeTokensSendsRowsToTheirRanksAndGradientsBack) {
       recv_rows.push_back((j + 1) * (rank + 1));
     }
     const int64_t sent = std::accumulate(send_rows.begin(), send_rows.end(), int64_t{0});
-    auto x = torch::stack({torch::full({sent}, static_cast<double>(rank), torch::kFloat64),
-                           torch::arange(sent, torch::kFloat64)}, 1).requires_grad_(true);  // [sent, 2]
+    auto x =
+        torch::stack(
+            {torch::full({sent}, static_cast<double>(rank), torch::kFloat64), torch::arange(sent, torch::kFloat64)}, 1)
+            .requires_grad_(true);  // [sent, 2]
     auto got = ep::exchange_tokens(x, ep, send_rows, recv_rows);
     int64_t row = 0;
     for (int i = 0; i < n; ++i) {  // from rank i: its rows for this rank, in order

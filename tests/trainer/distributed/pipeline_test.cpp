@@ -42,8 +42,8 @@ TEST(Pipeline, InterleavedStagesWrapAroundTheRanks) {
 
 TEST(Pipeline, OneFOneBStartsPpMinusRankMinusOneAhead) {
   auto s = pp::schedule(Schedule::k1F1B, 2, 0, 4, 1);
-  std::vector<Action> want{{true, 0, 0}, {true, 1, 0}, {false, 0, 0}, {true, 2, 0}, {false, 1, 0},
-                           {true, 3, 0}, {false, 2, 0}, {false, 3, 0}};
+  std::vector<Action> want{{true, 0, 0},  {true, 1, 0}, {false, 0, 0}, {true, 2, 0},
+                           {false, 1, 0}, {true, 3, 0}, {false, 2, 0}, {false, 3, 0}};
   EXPECT_EQ(s, want);
   auto g = pp::schedule(Schedule::kGPipe, 2, 1, 2, 1);
   EXPECT_EQ(g, (std::vector<Action>{{true, 0, 0}, {true, 1, 0}, {false, 0, 0}, {false, 1, 0}}));

@@ -31,10 +31,24 @@ void PrintTo(const World& w, std::ostream* os) { *os << w.name << " (" << w.mesh
 
 fs::path run_world(const World& w, const std::string& backend, const std::string& tag = "") {
   auto dump = fresh_dir(w.name + "_" + backend + tag);
-  std::vector<std::string> args = {"train", "--model", w.model, "--steps", std::to_string(kSteps), "--seed", "7",
-                                   "--local-batch-size", std::to_string(kGlobalBatch / w.dp), "--global-batch-size",
-                                   std::to_string(kGlobalBatch), "--dump-folder", dump.string(), "--backend", backend,
-                                   "--mesh", w.mesh, "--quiet"};
+  std::vector<std::string> args = {"train",
+                                   "--model",
+                                   w.model,
+                                   "--steps",
+                                   std::to_string(kSteps),
+                                   "--seed",
+                                   "7",
+                                   "--local-batch-size",
+                                   std::to_string(kGlobalBatch / w.dp),
+                                   "--global-batch-size",
+                                   std::to_string(kGlobalBatch),
+                                   "--dump-folder",
+                                   dump.string(),
+                                   "--backend",
+                                   backend,
+                                   "--mesh",
+                                   w.mesh,
+                                   "--quiet"};
   args.insert(args.end(), w.extra.begin(), w.extra.end());
   Job job(w.ranks, args, dump);
   auto codes = job.wait();
@@ -103,8 +117,9 @@ TEST(SimulatedWorld, RepeatsItselfBitForBit) {
 // A rank that dies mid-run fails its peers at once, naming it, long before the timeout.
 TEST(SimulatedWorld, KilledRankMakesThePeersFailNotHang) {
   auto dump = fresh_dir("shm_killed");
-  std::vector<std::string> args = {"train", "--model", "tiny", "--steps", "100000", "--dump-folder", dump.string(),
-                                   "--backend", "shm", "--mesh", "dp_shard=2", "--timeout", "600", "--quiet"};
+  std::vector<std::string> args = {"train",         "--model",     "tiny",      "--steps", "100000",
+                                   "--dump-folder", dump.string(), "--backend", "shm",     "--mesh",
+                                   "dp_shard=2",    "--timeout",   "600",       "--quiet"};
   const std::string err = rank0_error_after_rank1_killed(args, dump);
   EXPECT_NE(err.find("global rank 1 died while rank 0 waited for it"), std::string::npos) << err;
 }

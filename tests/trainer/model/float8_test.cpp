@@ -77,7 +77,8 @@ TEST(Float8, ScaledMmNamesTheLayerWhoseDimensionsAreNotMultiplesOf16) {
     float8::linear(x, w, float8::Mode::kScaledMm, "layers.0.attention.wq");
     FAIL() << "expected an error";
   } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("layers.0.attention.wq multiplies [10 tokens, 32] by [32, 48]"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("layers.0.attention.wq multiplies [10 tokens, 32] by [32, 48]"),
+              std::string::npos)
         << e.what();
   }
 }

@@ -37,8 +37,7 @@ TEST(RMSNorm, MatchesFormula) {
     for (int j = 0; j < 5; ++j) {
       double ms = 0;
       for (int k = 0; k < 8; ++k) ms += xa[i][j][k] * xa[i][j][k] / 8;
-      for (int k = 0; k < 8; ++k)
-        EXPECT_NEAR(ya[i][j][k], xa[i][j][k] / std::sqrt(ms + eps) * wa[k], 1e-5);
+      for (int k = 0; k < 8; ++k) EXPECT_NEAR(ya[i][j][k], xa[i][j][k] / std::sqrt(ms + eps) * wa[k], 1e-5);
     }
 }
 
@@ -111,7 +110,7 @@ TEST(SwiGLU, MatchesFormula) {
 TEST(ModelArgs, LlamaHiddenDimRule) {
   EXPECT_EQ(model_flavor("tiny").ffn_hidden_dim(), 192);
   EXPECT_EQ(model_flavor("debugmodel").ffn_hidden_dim(), 768);
-  EXPECT_EQ(model_flavor("1B").ffn_hidden_dim(), 8192);  // Llama-3.2-1B's intermediate size
+  EXPECT_EQ(model_flavor("1B").ffn_hidden_dim(), 8192);         // Llama-3.2-1B's intermediate size
   EXPECT_EQ(model_flavor("8B_short").ffn_hidden_dim(), 14336);  // Llama-3-8B's intermediate size
 }
 
@@ -135,12 +134,11 @@ TEST(Transformer, TorchtitanParameterNames) {
   Transformer model(model_flavor("tiny"));
   std::vector<std::string> names;
   for (const auto& p : model->named_parameters()) names.push_back(p.key());
-  const std::vector<std::string> expected_prefix{
-      "tok_embeddings.weight",          "layers.0.attention.wq.weight",
-      "layers.0.attention.wk.weight",   "layers.0.attention.wv.weight",
-      "layers.0.attention.wo.weight",   "layers.0.feed_forward.w1.weight",
-      "layers.0.feed_forward.w2.weight", "layers.0.feed_forward.w3.weight",
-      "layers.0.attention_norm.weight", "layers.0.ffn_norm.weight"};
+  const std::vector<std::string> expected_prefix{"tok_embeddings.weight",           "layers.0.attention.wq.weight",
+                                                 "layers.0.attention.wk.weight",    "layers.0.attention.wv.weight",
+                                                 "layers.0.attention.wo.weight",    "layers.0.feed_forward.w1.weight",
+                                                 "layers.0.feed_forward.w2.weight", "layers.0.feed_forward.w3.weight",
+                                                 "layers.0.attention_norm.weight",  "layers.0.ffn_norm.weight"};
   ASSERT_GE(names.size(), expected_prefix.size());
   for (size_t i = 0; i < expected_prefix.size(); ++i) EXPECT_EQ(names[i], expected_prefix[i]);
   EXPECT_EQ(names[names.size() - 2], "norm.weight");
@@ -154,10 +152,26 @@ TEST(Transformer, TorchtitanParameterNames) {
 // plan, the buckets and the HF mapping, which find weights by those names, miss none.
 TEST(Transformer, EveryParameterPathIsSpelledByTheContractsNames) {
   namespace n = contract::model_names;
-  const std::set<std::string> known = {
-      n::kEmbedding, n::kLayers, n::kNorm,  n::kOutput, n::kAttentionNorm, n::kAttention, n::kFfnNorm,
-      n::kFeedForward, n::kMoe, n::kWq,   n::kWk,     n::kWv,             n::kWo,        n::kW1,
-      n::kW2,         n::kW3,  n::kRouter, n::kExperts, n::kSharedExperts, n::kWeight};
+  const std::set<std::string> known = {n::kEmbedding,
+                                       n::kLayers,
+                                       n::kNorm,
+                                       n::kOutput,
+                                       n::kAttentionNorm,
+                                       n::kAttention,
+                                       n::kFfnNorm,
+                                       n::kFeedForward,
+                                       n::kMoe,
+                                       n::kWq,
+                                       n::kWk,
+                                       n::kWv,
+                                       n::kWo,
+                                       n::kW1,
+                                       n::kW2,
+                                       n::kW3,
+                                       n::kRouter,
+                                       n::kExperts,
+                                       n::kSharedExperts,
+                                       n::kWeight};
   for (const char* flavor : {"tiny", "tiny_moe"}) {
     Transformer model(model_flavor(flavor));
     for (const auto& p : model->named_parameters()) {
@@ -310,7 +324,7 @@ TEST(MoE, GroupedGemmsMatchAFloat32LoopOnTheGpu) {
   EXPECT_LT(rel(experts->w1->weight.grad(), w[0].grad()), 2e-2);
   EXPECT_LT(rel(experts->w2->weight.grad(), w[1].grad()), 2e-2);
   EXPECT_LT(rel(experts->w3->weight.grad(), w[2].grad()), 2e-2);
-  EXPECT_LT(rel(x.grad(), xf.grad()), 2e-2);  // through the padding's gathers
+  EXPECT_LT(rel(x.grad(), xf.grad()), 2e-2);                                 // through the padding's gathers
   EXPECT_EQ(experts->w1->weight.grad()[1].abs().max().item<float>(), 0.0f);  // the expert with no tokens
 }
 
