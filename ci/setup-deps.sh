@@ -18,6 +18,7 @@ packages=(
   libgtest-dev libgmock-dev
   libxml2-utils python3 python3-junitparser
   python3-torch clang-14 libfuzzer-14-dev
+  clang-format-14  # the house style, checked by CTest `format` (tools/format.sh)
   pybind11-dev  # meshtest_sim, built on first use against python3-torch (sim/, docs/simulation.md)
   chromium fonts-dejavu-core  # report.html opened headless (tests/report/browser_check.sh)
   slurmctld slurmd slurm-client  # --launcher slurm against a local cluster (ci/slurm-local.sh)
