@@ -266,17 +266,21 @@ Subcommand add_ckpt(CLI::App& app) {
     std::string a, b;
   };
   auto a = std::make_shared<Args>();
-  auto* cmd = app.add_subcommand("ckpt", "Look inside PyTorch DCP and meshtrain checkpoints");
+  auto* cmd = app.add_subcommand("ckpt", "Look inside PyTorch DCP, meshtrain and safetensors checkpoints");
   cmd->require_subcommand(1);
   auto* inspect = cmd->add_subcommand("inspect", "Keys, kinds, dtypes, global shapes, chunks, bytes");
-  inspect->add_option("PATH", a->a, "A step folder, or a folder of step-<N> (the newest is read)")->required();
-  inspect->add_option("--step", a->ckpt.step, "Which step-<N> of a folder of steps");
+  inspect
+      ->add_option("PATH", a->a,
+                   "A step folder, a folder of step-<N> or checkpoint-<N> (the newest is read), a .safetensors file "
+                   "or a folder with model.safetensors[.index.json]")
+      ->required();
+  inspect->add_option("--step", a->ckpt.step, "Which step-<N> (checkpoint-<N>) of a folder of steps");
   inspect->add_flag("--json", a->ckpt.json, "One JSON document");
   auto* diff =
       cmd->add_subcommand("diff", "Keys, dtypes and shapes that differ (and values with --values); exit 1 if any");
   diff->add_option("A", a->a, "Checkpoint A")->required();
   diff->add_option("B", a->b, "Checkpoint B")->required();
-  diff->add_option("--step", a->ckpt.step, "Which step-<N> of a folder of steps");
+  diff->add_option("--step", a->ckpt.step, "Which step-<N> (checkpoint-<N>) of a folder of steps");
   diff->add_option("--model-prefix", a->ckpt.model_prefix,
                    "Add this to keys outside model./optimizer./... on both sides (e.g. model. for torchtitan)");
   diff->add_flag(

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "readers/dcp.h"
+#include "readers/safetensors.h"
 #include "contract/checkpoint_format.h"
 
 namespace meshtest {
@@ -300,6 +301,74 @@ class MeshtrainCheckpoint : public CheckpointView::Impl {
   contract::CheckpointMetadata metadata_;
 };
 
+// Hugging Face safetensors: one file, or a folder with the single file or an index and its shards.
+// Each tensor is one chunk, whole; the file's own checks ran when it was opened.
+class SafetensorsCheckpoint : public CheckpointView::Impl {
+ public:
+  explicit SafetensorsCheckpoint(const std::string& path) : st_(safetensors::open(path)) {
+    step_dir = path;
+    format = "safetensors";
+    for (size_t i = 0; i < st_.tensors.size(); ++i) {
+      const safetensors::Tensor& t = st_.tensors[i];
+      entries.push_back({t.key, true, t.dtype, t.shape, 1, t.length});
+      by_key_[t.key] = i;
+    }
+    for (const auto& [file, region] : st_.data_regions)
+      files[fs::path(file).filename().string()] = region.second - region.first;
+    for (const auto& [k, v] : st_.metadata) about += (about.empty() ? "metadata: " : ", ") + k + "=" + v;
+  }
+  std::vector<Box> boxes(const std::string& key) const override {
+    const std::vector<int64_t>& shape = tensor(key).shape;
+    return {Box{std::vector<int64_t>(shape.size(), 0), shape}};
+  }
+  void check_chunks(const std::string&) const override {}  // checked against the file at open
+  std::vector<double> read_chunk(const std::string& key, size_t) const override {
+    return safetensors::read(tensor(key));
+  }
+  void check_records_fill_files() const override { safetensors::check_data_covered(st_); }
+
+ private:
+  const safetensors::Tensor& tensor(const std::string& key) const { return st_.tensors.at(by_key_.at(key)); }
+  safetensors::Checkpoint st_;
+  std::map<std::string, size_t> by_key_;
+};
+
+// The Hugging Face Trainer's checkpoint-<N> folders under `path`: the newest complete one (its
+// trainer_state.json, written last, is there), or checkpoint-<step>; `path` itself when it holds
+// none. Inside one, FSDP's sharded state dict is DCP in pytorch_model_fsdp_0/.
+std::string hf_checkpoint_dir(const std::string& path, long long& step) {
+  std::error_code ec;
+  if (!fs::is_directory(path, ec)) return path;
+  std::map<long long, bool> found;  // step -> complete
+  for (const auto& entry : fs::directory_iterator(path, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("checkpoint-", 0) != 0 || !entry.is_directory()) continue;
+    const std::string digits = name.substr(11);
+    if (digits.empty() || digits.size() > 15 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+    found[std::stoll(digits)] = fs::exists(entry.path() / "trainer_state.json", ec);
+  }
+  if (found.empty()) return path;
+  std::string listing;
+  for (const auto& [n, complete] : found)
+    listing += (listing.empty() ? "" : ", ") + ("checkpoint-" + std::to_string(n)) +
+               (complete ? "" : " (no trainer_state.json)");
+  long long chosen = -1;
+  if (step >= 0) {
+    if (!found.count(step)) fail(path + ": no checkpoint-" + std::to_string(step) + " folder (found: " + listing + ")");
+    chosen = step;
+  } else {
+    for (const auto& [n, complete] : found)
+      if (complete) chosen = n;
+    if (chosen < 0) fail(path + ": no complete checkpoint-<N> folder (found: " + listing + ")");
+  }
+  step = -1;  // chosen here
+  const fs::path dir = fs::path(path) / ("checkpoint-" + std::to_string(chosen));
+  if (!safetensors::is_safetensors(dir.string()) &&
+      fs::exists(dir / "pytorch_model_fsdp_0" / contract::kMetadataFile, ec))
+    return (dir / "pytorch_model_fsdp_0").string();
+  return dir.string();
+}
+
 std::string resolve_step_dir(const std::string& path, long long step) {
   std::error_code ec;
   if (!fs::is_directory(path, ec)) fail(path + ": no such folder");
@@ -343,7 +412,11 @@ bool metadata_is_pickle(const std::string& step_dir) {
 }  // namespace
 
 CheckpointView CheckpointView::open(const std::string& path, long long step) {
-  const std::string dir = resolve_step_dir(path, step);
+  const std::string where = hf_checkpoint_dir(path, step);
+  std::error_code ec;
+  if (!fs::exists(fs::path(where) / contract::kMetadataFile, ec) && safetensors::is_safetensors(where))
+    return CheckpointView(std::make_shared<SafetensorsCheckpoint>(where));
+  const std::string dir = resolve_step_dir(where, step);
   if (metadata_is_pickle(dir)) return CheckpointView(std::make_shared<DcpCheckpoint>(dir));
   return CheckpointView(std::make_shared<MeshtrainCheckpoint>(dir));
 }

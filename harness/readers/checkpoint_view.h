@@ -1,6 +1,6 @@
 // One read-only view over a sharded checkpoint step, whatever wrote it: PyTorch DCP
-// (`.metadata` is a pickle; read natively, never executed, see dcp.h) or meshtrain's own format
-// (`.metadata` is JSON, docs/checkpoint.md). It lists every key with its kind, dtype, global
+// (`.metadata` is a pickle; read natively, never executed, see dcp.h), meshtrain's own format
+// (`.metadata` is JSON, docs/checkpoint.md), or Hugging Face safetensors (safetensors.h). It lists every key with its kind, dtype, global
 // shape and storage, and reassembles a whole tensor from its chunks, refusing gaps and overlaps.
 //
 // Copies share the parsed metadata, so pointers into entries() stay valid across copies and moves.
@@ -31,11 +31,15 @@ class CheckpointView {
  public:
   // `path`: a step folder (holds .metadata) or a folder of step-<N> folders (the newest complete
   // one, i.e. with .metadata, is chosen; `step` >= 0 picks step-<step>). Format detected from
-  // .metadata: a pickle (0x80) is PyTorch DCP, JSON is meshtrain's format.
+  // .metadata: a pickle (0x80) is PyTorch DCP, JSON is meshtrain's format. Or safetensors: a
+  // `.safetensors` file, or a folder with model.safetensors or model.safetensors.index.json. A
+  // folder of the Hugging Face Trainer's checkpoint-<N> folders is read at its newest complete one
+  // (with trainer_state.json; `step` picks checkpoint-<step>): its safetensors, else FSDP's DCP
+  // in pytorch_model_fsdp_0/.
   static CheckpointView open(const std::string& path, long long step = -1);
 
   const std::string& step_dir() const;
-  const std::string& format() const;                    // "pytorch-dcp" or "meshtrain"
+  const std::string& format() const;                    // "pytorch-dcp", "meshtrain" or "safetensors"
   const std::vector<CheckpointEntry>& entries() const;  // sorted by key
   const CheckpointEntry* find(const std::string& key) const;
   // The whole global tensor reassembled from its chunks, row-major, as float64. Throws when a
