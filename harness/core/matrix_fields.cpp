@@ -291,7 +291,9 @@ std::optional<MetricsSource> read_metrics_source(const ReadContext& ctx, const Y
   if (!m.ok()) return std::nullopt;
   const YAML::Node* from = m.get("from");
   if (!from) {
-    ctx.error(node, "outputs.metrics needs from: torchtitan-log, log-pattern, tensorboard or metrics-jsonl");
+    ctx.error(node,
+              "outputs.metrics needs from: torchtitan-log, log-pattern, tensorboard, metrics-jsonl or "
+              "hf-trainer-state");
     return std::nullopt;
   }
   auto name = read_string(ctx, *from, "outputs.metrics.from");
@@ -302,7 +304,7 @@ std::optional<MetricsSource> read_metrics_source(const ReadContext& ctx, const Y
     const std::vector<std::string> names = metrics_source_names();
     ctx.error(*from, "outputs.metrics.from '" + *name +
                          "' is not one of torchtitan-log, log-pattern, tensorboard, "
-                         "metrics-jsonl" +
+                         "metrics-jsonl, hf-trainer-state" +
                          did_you_mean(*name, names));
     return std::nullopt;
   }
@@ -327,10 +329,12 @@ std::optional<MetricsSource> read_metrics_source(const ReadContext& ctx, const Y
   } else if (src.kind == MetricsSource::kLogPattern) {
     ctx.error(node, "outputs.metrics from log-pattern needs a pattern with named groups (?P<step>...) (?P<loss>...)");
   }
-  if (auto* n = only_for("path", !is_log, "tensorboard and metrics-jsonl")) {
+  if (auto* n = only_for("path", !is_log, "tensorboard, metrics-jsonl and hf-trainer-state")) {
     if (auto p = read_output_path(ctx, *n, "outputs.metrics.path")) src.path = *p;
   } else if (src.kind == MetricsSource::kTensorboard) {
     src.path = "tb";
+  } else if (src.kind == MetricsSource::kHfTrainerState) {
+    src.path = ".";  // the phase folder as the Trainer's output_dir
   }
   if (auto* n = only_for("tags", src.kind == MetricsSource::kTensorboard, "from: tensorboard")) {
     MapReader tags(ctx, *n, "outputs.metrics.tags", {});

@@ -5,7 +5,8 @@
 namespace meshtest {
 
 namespace {
-const char* const kMetricsSourceNames[] = {"metrics-jsonl", "torchtitan-log", "log-pattern", "tensorboard"};
+const char* const kMetricsSourceNames[] = {"metrics-jsonl", "torchtitan-log", "log-pattern", "tensorboard",
+                                           "hf-trainer-state"};
 
 }  // namespace
 
@@ -23,7 +24,9 @@ nlohmann::json outputs_to_json(const Outputs& o) {
   const MetricsSource& m = o.metrics;
   nlohmann::json j;
   j["metrics"] = {{"from", kMetricsSourceNames[m.kind]}};
-  if (m.kind == MetricsSource::kJsonl || m.kind == MetricsSource::kTensorboard) j["metrics"]["path"] = m.path;
+  if (m.kind == MetricsSource::kJsonl || m.kind == MetricsSource::kTensorboard ||
+      m.kind == MetricsSource::kHfTrainerState)
+    j["metrics"]["path"] = m.path;
   if (m.kind == MetricsSource::kTorchtitanLog || m.kind == MetricsSource::kLogPattern) j["metrics"]["rank"] = m.rank;
   if (m.kind == MetricsSource::kLogPattern) j["metrics"]["pattern"] = m.pattern;
   if (!m.tags.empty()) j["metrics"]["tags"] = m.tags;
@@ -97,6 +100,7 @@ std::string MetricsSource::describe() const {
     case kTorchtitanLog: return "the torchtitan log of rank " + std::to_string(rank);
     case kLogPattern: return "rank " + std::to_string(rank) + "'s log through pattern '" + pattern + "'";
     case kTensorboard: return "TensorBoard scalars in " + path;
+    case kHfTrainerState: return "the Hugging Face Trainer's trainer_state.json in " + path;
   }
   return "?";
 }

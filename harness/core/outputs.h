@@ -17,10 +17,11 @@ namespace meshtest {
 
 // Where a phase's loss curve comes from (the `outputs.metrics` key, docs/matrix.md).
 struct MetricsSource {
-  enum Kind { kJsonl, kTorchtitanLog, kLogPattern, kTensorboard };
+  enum Kind { kJsonl, kTorchtitanLog, kLogPattern, kTensorboard, kHfTrainerState };
   Kind kind = kJsonl;
-  std::string path = "metrics.jsonl";       // jsonl file or tensorboard folder; relative to the phase folder
-  int rank = 0;                             // log sources: whose rank<R>.log
+  std::string path =
+      "metrics.jsonl";  // jsonl file, tensorboard folder, trainer_state.json or its folder; relative to the phase folder
+  int rank = 0;         // log sources: whose rank<R>.log
   std::string pattern;                      // log-pattern: ECMAScript with named groups
   std::map<std::string, std::string> tags;  // tensorboard: metric name -> tag, over the defaults
   std::string describe() const;             // "torchtitan log of rank 0", for messages

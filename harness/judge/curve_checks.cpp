@@ -16,6 +16,7 @@
 #include "readers/log_metrics.h"
 #include "readers/rank_files.h"
 #include "readers/tensorboard.h"
+#include "readers/trainer_state.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -126,6 +127,9 @@ StepCurve read_curve(const MetricsSource& source, const RunPaths& paths, const s
         warnings.push_back("scalar tags in " + tensorboard_run_folder(where, window) + ": " +
                            (tags.empty() ? "none" : tags));
       }
+    } else if (source.kind == MetricsSource::kHfTrainerState) {
+      where = resolve_path(source.path, paths);
+      series = read_trainer_state(where);
     } else {
       where = rank_log_path(paths.phase_dir, source.rank);
       series = source.kind == MetricsSource::kTorchtitanLog
@@ -182,12 +186,20 @@ std::vector<std::pair<long long, double>> points(const StepCurve& c, const std::
   return out;
 }
 
+// How finely a phase's source logs `metric`, 0 for full floats: the Hugging Face Trainer's
+// trainer_state.json rounds the loss to 4 decimals.
+double logged_resolution(const Target& t, const std::string& metric) {
+  const bool rounded = t.spec && t.spec->outputs.metrics.kind == MetricsSource::kHfTrainerState && metric == "loss";
+  return rounded ? kTrainerStateLossResolution : 0;
+}
+
 // Compares two curves step by step over the subject's steps. Both curves and the band
 // go into `result`, so a report can draw what was judged.
-// `hint` ends the message when the subject reports no `metric` at all.
+// `hint` ends the message when the subject reports no `metric` at all. `resolution`: how finely
+// either curve was logged; a failure whose tolerance is finer says it judged the rounding.
 void compare_curves(const StepCurve& got, const StepCurve& want, const std::string& metric,
                     const std::string& got_label, const std::string& want_label, double rtol, double atol, bool exact,
-                    const std::string& hint, CheckResult& result) {
+                    const std::string& hint, double resolution, CheckResult& result) {
   result.series = {{"subject", got_label, metric, points(got, metric)},
                    {"reference", want_label, metric, points(want, metric)}};
   result.band = std::make_pair(exact ? 0.0 : rtol, exact ? 0.0 : atol);
@@ -250,6 +262,9 @@ void compare_curves(const StepCurve& got, const StepCurve& want, const std::stri
   }
   if (first) {
     first->message += " (" + std::to_string(mismatches) + " of " + std::to_string(compared) + " steps differ)";
+    if (resolution > 0 && first->tolerance.value_or(0) < resolution)
+      first->message += "; " + metric + " is logged rounded to " + sci(resolution) +
+                        " (trainer_state.json), so a tolerance under that judges the rounding, not the run";
     first->details = "  step  " + got_label + "  |  " + want_label + "  |  |diff|\n" + table;
     throw *first;
   }
@@ -297,6 +312,7 @@ void check_loss_matches(const CaseOutcome& o, const CheckSpec& spec, const Check
   check_metric_name(metric);
   StepCurve want;
   std::string want_label;
+  double resolution = 0;
   if (spec.params.golden) {
     const std::string golden = golden_path(o, spec);
     want = read_golden(golden);
@@ -306,9 +322,11 @@ void check_loss_matches(const CaseOutcome& o, const CheckSpec& spec, const Check
     if (!ref) throw Failure{"loss_matches needs baseline, against or golden", ""};
     want = read_metrics(*ref);
     want_label = ref->label;
+    resolution = logged_resolution(*ref, metric);
   }
   compare_curves(got, want, metric, t.label, want_label, spec.params.rtol.value(), spec.params.atol.value(),
-                 spec.params.exact.value(), report_hint(o, metric), result);
+                 spec.params.exact.value(), report_hint(o, metric), std::max(resolution, logged_resolution(t, metric)),
+                 result);
 }
 
 void check_resume_matches(const CaseOutcome& o, const CheckSpec& spec, const CheckSources& from, CheckResult& result) {
@@ -322,7 +340,7 @@ void check_resume_matches(const CaseOutcome& o, const CheckSpec& spec, const Che
         ""};
   compare_curves(got, read_metrics(*ref), "loss", t.label + " (resumed)", ref->label + " (uninterrupted)",
                  spec.params.rtol.value(), spec.params.atol.value(), spec.params.exact.value(), report_hint(o, "loss"),
-                 result);
+                 std::max(logged_resolution(t, "loss"), logged_resolution(*ref, "loss")), result);
 }
 
 void check_drift(const CaseOutcome& o, const CheckSpec& spec, const CheckSources& from, CheckResult& result) {

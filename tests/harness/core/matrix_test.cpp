@@ -632,7 +632,7 @@ cases:
     outputs: {metrics: {from: tensorboard, path: "{case_dri}/tb"}}
 )");
   EXPECT_NE(e.find("m.yaml:5:31: outputs.metrics.from 'torchtitan_log' is not one of torchtitan-log, log-pattern, "
-                   "tensorboard, metrics-jsonl; did you mean 'torchtitan-log'?"),
+                   "tensorboard, metrics-jsonl, hf-trainer-state; did you mean 'torchtitan-log'?"),
             std::string::npos)
       << e;
   EXPECT_NE(e.find("m.yaml:7:53: log pattern 'loss=(?P<loss>\\S+)' has no (?P<step>...) group"), std::string::npos)

@@ -1,5 +1,5 @@
-// Metrics from foreign trainers: torchtitan's console line, a user's log pattern, and
-// TensorBoard event files (built here by a tiny protobuf + TFRecord writer, and, when present,
+// Metrics from foreign trainers: torchtitan's console line, a user's log pattern, the Hugging
+// Face Trainer's trainer_state.json, and TensorBoard event files (built here by a tiny protobuf + TFRecord writer, and, when present,
 // files made by PyTorch's SummaryWriter with their values as TensorBoard's reader returned them).
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -16,6 +16,7 @@
 #include "harness/judge/checks_fixture.h"
 #include "readers/log_metrics.h"
 #include "readers/tensorboard.h"
+#include "readers/trainer_state.h"
 #include "test_paths.h"
 
 namespace meshtest {
@@ -734,6 +735,67 @@ TEST(TensorBoard, MatchesTensorBoardsReaderOnFilesMadeByPyTorch) {
   for (const auto& [step, metrics] : got) mine += metrics.size();
   EXPECT_EQ(mine, compared) << "scalars the C++ reader found that TensorBoard's did not";
   EXPECT_GT(compared, 0u);
+}
+
+// ---- the Hugging Face Trainer's trainer_state.json ----------------------------------
+
+// log_history read per step (the closing train_runtime entry left out, eval_loss as the
+// validation loss), from the newest checkpoint-<N> when the folder holds no trainer_state.json;
+// a NaN loss the Trainer wrote bare is caught; a tolerance under the 4-decimal rounding of the
+// loss is said in the failure; a file without log_history is refused by name.
+TEST_F(Checks, TrainerStateJsonIsReadAndItsRoundingIsSaidInTheVerdict) {
+  const std::string state = R"({"global_step": 2, "log_history": [
+    {"epoch": 0.5, "grad_norm": 1.25, "learning_rate": 5e-05, "loss": 9.5012, "step": 1},
+    {"epoch": 1.0, "grad_norm": 0.75, "learning_rate": 2.5e-05, "loss": 8.2504, "step": 2},
+    {"epoch": 1.0, "eval_loss": 8.4, "step": 2},
+    {"epoch": 1.0, "step": 2, "total_flos": 1.0, "train_loss": 8.87, "train_runtime": 1.5}]})";
+  load(
+      "  - name: ref\n"
+      "  - name: hf\n"
+      "    outputs: {metrics: {from: hf-trainer-state}}\n"
+      "    checks: [{loss_matches: {baseline: ref, rtol: 0, atol: 1.0e-6}}, "
+      "{loss_matches: {baseline: ref, metric: grad_norm, exact: true}}]\n");
+  write("ref/train/metrics.jsonl",
+        "{\"step\":1,\"loss\":9.50123,\"grad_norm\":1.25}\n"
+        "{\"step\":2,\"loss\":8.25042,\"grad_norm\":0.75}\n");
+  fs::create_directories(dir_ + "/hf/train/checkpoint-1");
+  fs::create_directories(dir_ + "/hf/train/checkpoint-2");
+  write("hf/train/checkpoint-1/trainer_state.json", R"({"log_history": []})");
+  write("hf/train/checkpoint-2/trainer_state.json", state);
+  run(1, "loss_matches");
+  const auto& checks = outcomes_[1].checks;
+  ASSERT_EQ(checks.size(), 3u);
+  EXPECT_FALSE(checks[1].passed);
+  EXPECT_NE(checks[1].message.find("step 1: loss 9.5012 in phase train vs 9.50123"), std::string::npos)
+      << checks[1].message;
+  EXPECT_NE(checks[1].message.find("loss is logged rounded to 1.00e-04 (trainer_state.json), so a tolerance under "
+                                   "that judges the rounding, not the run"),
+            std::string::npos)
+      << checks[1].message;
+  EXPECT_TRUE(checks[2].passed) << checks[2].message;  // grad_norm is logged unrounded
+
+  const MetricSeries series = read_trainer_state(dir_ + "/hf/train");
+  ASSERT_EQ(series.size(), 2u);
+  EXPECT_EQ(series.at(2).at("validation_loss"), 8.4);
+  EXPECT_EQ(series.at(2).at("lr"), 2.5e-05);
+  EXPECT_EQ(series.at(2).at("loss"), 8.2504);  // not train_loss, the closing average
+
+  write("nan.json", R"({"log_history": [{"loss": NaN, "grad_norm": Infinity, "step": 1, "note": "NaN"}]})");
+  const MetricSeries nan = read_trainer_state(dir_ + "/nan.json");
+  EXPECT_TRUE(std::isnan(nan.at(1).at("loss")));
+  EXPECT_TRUE(std::isinf(nan.at(1).at("grad_norm")));
+  load("  - name: hf\n    outputs: {metrics: {from: hf-trainer-state, path: nan.json}}\n    checks: [loss_finite]\n");
+  fs::create_directories(dir_ + "/hf/train");
+  write("hf/train/nan.json", R"({"log_history": [{"loss": NaN, "step": 1}]})");
+  EXPECT_EQ(run(0, "loss_finite").message, "phase train: loss is nan at step 1");
+
+  write("bare.json", R"({"global_step": 3})");
+  try {
+    read_trainer_state(dir_ + "/bare.json");
+    ADD_FAILURE() << "a trainer_state.json without log_history was read";
+  } catch (const MetricsError& e) {
+    EXPECT_NE(std::string(e.what()).find("bare.json: has no log_history list"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
