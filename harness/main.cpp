@@ -18,6 +18,7 @@
 #include "run/runner.h"
 #include "run/slurm.h"
 #include "run_matrix.h"
+#include "hf_trainer/adapter.h"
 #include "torchtitan/adapter.h"
 #include "version.h"
 
@@ -328,6 +329,7 @@ Subcommand add_bisect(CLI::App& app) {
 int main(int argc, char** argv) {
   register_meshtrain_adapter(trainer_adapters());
   register_torchtitan_adapter(trainer_adapters());
+  register_hf_trainer_adapter(trainer_adapters());
   CLI::App app{"meshtest: a matrix runner for distributed-training CI (docs/matrix.md)", "meshtest"};
   app.set_version_flag("--version", std::string("meshtest ") + meshtest_version());
   app.require_subcommand(1);
