@@ -159,8 +159,31 @@ StepCurve read_curve(const MetricsSource& source, const RunPaths& paths, const s
   return curve;
 }
 
+// A Hugging Face Trainer phase that resumed (--resume_from_checkpoint PATH in its command) keeps
+// the log history of that checkpoint: its own steps are those after the checkpoint's global_step.
+std::optional<long long> hf_resumed_from(const Target& t) {
+  if (!t.spec || t.spec->outputs.metrics.kind != MetricsSource::kHfTrainerState) return std::nullopt;
+  const std::vector<std::string>& argv = t.spec->argv;
+  for (size_t i = 0; i + 1 < argv.size(); ++i)
+    if (argv[i] == "--resume_from_checkpoint") {
+      try {
+        return trainer_state_global_step(resolve_path(argv[i + 1], t.paths()));
+      } catch (const MetricsError& e) {
+        throw Failure{t.label + " resumed from " + argv[i + 1] + ", whose step cannot be read: " + e.what(), ""};
+      }
+    }
+  return std::nullopt;
+}
+
 StepCurve read_metrics(const Target& t) {
   const MetricsSource source = t.spec ? t.spec->outputs.metrics : MetricsSource{};
+  if (const auto resumed = hf_resumed_from(t)) {
+    StepCurve curve = read_curve(source, t.paths(), t.window);
+    curve.erase(curve.begin(), curve.upper_bound(*resumed));
+    if (curve.empty())
+      throw Failure{t.label + " logged no step after step " + std::to_string(*resumed) + ", where it resumed", ""};
+    return curve;
+  }
   const bool from_log = source.kind == MetricsSource::kTorchtitanLog || source.kind == MetricsSource::kLogPattern;
   if (from_log && source.rank >= t.phase->nproc)
     throw Failure{t.label + " has " + std::to_string(t.phase->nproc) + " ranks; outputs.metrics.rank is " +

@@ -77,18 +77,31 @@ std::string trainer_state_file(const std::string& path) {
   return (fs::path(path) / ("checkpoint-" + std::to_string(newest)) / "trainer_state.json").string();
 }
 
-MetricSeries read_trainer_state(const std::string& path) {
-  const std::string file = trainer_state_file(path);
+// The parsed trainer_state.json `path` names, and that file's name.
+static json parsed_state(const std::string& path, std::string& file) {
+  file = trainer_state_file(path);
   std::ifstream in(file);
   if (!in) bad_state("cannot read " + file);
   std::stringstream text;
   text << in.rdbuf();
-  json state;
   try {
-    state = json::parse(quote_non_finite(text.str()));
+    return json::parse(quote_non_finite(text.str()));
   } catch (const json::exception& e) {
     bad_state(file + ": not JSON (" + e.what() + ")");
   }
+}
+
+long long trainer_state_global_step(const std::string& path) {
+  std::string file;
+  const json state = parsed_state(path, file);
+  if (!state.is_object() || !state.contains("global_step") || !state["global_step"].is_number_integer())
+    bad_state(file + ": has no integer global_step");
+  return state["global_step"].get<long long>();
+}
+
+MetricSeries read_trainer_state(const std::string& path) {
+  std::string file;
+  const json state = parsed_state(path, file);
   if (!state.is_object() || !state.contains("log_history") || !state["log_history"].is_array())
     bad_state(file + ": has no log_history list (is it a Hugging Face Trainer's trainer_state.json?)");
   static const std::map<std::string, std::string> kNames = {{"loss", "loss"},

@@ -24,4 +24,8 @@ MetricSeries read_trainer_state(const std::string& path);
 // The trainer_state.json `path` names (as above); throws MetricsError when there is none.
 std::string trainer_state_file(const std::string& path);
 
+// Its global_step: where a run that resumes from it starts counting (its log_history holds the
+// steps up to there already). Throws MetricsError.
+long long trainer_state_global_step(const std::string& path);
+
 }  // namespace meshtest

@@ -789,6 +789,28 @@ TEST_F(Checks, TrainerStateJsonIsReadAndItsRoundingIsSaidInTheVerdict) {
   write("hf/train/nan.json", R"({"log_history": [{"loss": NaN, "step": 1}]})");
   EXPECT_EQ(run(0, "loss_finite").message, "phase train: loss is nan at step 1");
 
+  // A resumed phase keeps the log history of its checkpoint: its own steps are those after it.
+  load(
+      "  - name: ref\n"
+      "  - name: hf\n"
+      "    outputs: {metrics: {from: hf-trainer-state}}\n"
+      "    phases:\n"
+      "      - {name: save}\n"
+      "      - {name: resume, options: {resume_from_checkpoint: \"{case_dir}/save\"}}\n"
+      "    checks: [{resume_matches: {phase: resume, baseline: ref, atol: 1.0e-4}}]\n");
+  write("ref/train/metrics.jsonl",
+        "{\"step\":1,\"loss\":9.5}\n{\"step\":2,\"loss\":8.25}\n"
+        "{\"step\":3,\"loss\":7.5}\n{\"step\":4,\"loss\":7.0}\n");
+  fs::create_directories(dir_ + "/hf/save/checkpoint-2");
+  const std::string two = R"({"loss": 9.5, "step": 1}, {"loss": 8.25, "step": 2})";
+  write("hf/save/checkpoint-2/trainer_state.json", "{\"global_step\": 2, \"log_history\": [" + two + "]}");
+  write("hf/resume/trainer_state.json",
+        "{\"global_step\": 4, \"log_history\": [" + two + R"(, {"loss": 7.5, "step": 3}, {"loss": 7.0, "step": 4}]})");
+  const CheckResult resumed = run(1, "resume_matches");
+  EXPECT_TRUE(resumed.passed) << resumed.message;
+  ASSERT_EQ(resumed.series.size(), 2u);
+  EXPECT_EQ(resumed.series[0].points.front().first, 3);  // steps 1-2 are the checkpoint's
+
   write("bare.json", R"({"global_step": 3})");
   try {
     read_trainer_state(dir_ + "/bare.json");
