@@ -11,6 +11,7 @@
 #include "judge/checkpoint_checks.h"
 #include "readers/checkpoint_view.h"
 #include "readers/dcp.h"
+#include "readers/stored_bytes.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -95,7 +96,7 @@ uint64_t state_bytes(const std::string& step_dir, const std::string& label) {
     uint64_t bytes = 0;
     for (const auto& e : view.entries()) {
       if (!e.is_tensor) continue;
-      const size_t size = dcp::element_size(e.dtype);
+      const size_t size = element_size(e.dtype);
       if (size == 0)
         throw Failure{label + ": " + e.key + " in " + step_dir + " has dtype '" + e.dtype + "', of unknown size", ""};
       uint64_t numel = 1;

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "readers/dcp.h"
+#include "readers/stored_bytes.h"
 #include "readers/safetensors.h"
 #include "contract/checkpoint_format.h"
 
@@ -118,7 +119,7 @@ void check_dcp_records_fill_files(const std::string& step_dir, const dcp::Metada
              " overlap");
       named += placed[i].length;
     }
-    const uint64_t size = dcp::FileReader((step_dir + "/" + file)).size();
+    const uint64_t size = FileReader((step_dir + "/" + file)).size();
     if (named != size)
       fail((step_dir + "/" + file) + " holds " + std::to_string(size) + " bytes but its records name " +
            std::to_string(named) +
@@ -200,7 +201,7 @@ class MeshtrainCheckpoint : public CheckpointView::Impl {
     step_dir = dir;
     format = "meshtrain";
     const std::string path = metadata_path();
-    const dcp::FileReader file(path);
+    const FileReader file(path);
     const std::vector<uint8_t> bytes = file.read(0, file.size(), path);
     try {
       metadata_ =
@@ -243,7 +244,7 @@ class MeshtrainCheckpoint : public CheckpointView::Impl {
         fail(label + ": byte_length is not " + std::to_string(elem) + " x the chunk's " +
              std::to_string(numel_of(c.sizes)) + " elements");
       auto it = sizes.find(c.file);
-      if (it == sizes.end()) it = sizes.emplace(c.file, dcp::FileReader(step_dir + "/" + c.file).size()).first;
+      if (it == sizes.end()) it = sizes.emplace(c.file, FileReader(step_dir + "/" + c.file).size()).first;
       if (c.byte_offset > it->second || c.byte_length > it->second - c.byte_offset)
         fail(label + " lies beyond the end of the file (size " + std::to_string(it->second) + ")");
     }
@@ -252,13 +253,13 @@ class MeshtrainCheckpoint : public CheckpointView::Impl {
   std::vector<double> read_chunk(const std::string& key, size_t index) const override {
     const contract::SavedChunk& c = chunks(key).at(index);
     const std::string label = chunk_label(key, c);
-    const dcp::FileReader file(step_dir + "/" + c.file);
+    const FileReader file(step_dir + "/" + c.file);
     const std::vector<uint8_t> bytes = file.read(c.byte_offset, c.byte_length, label);
     if (c.has_checksums) verify_leaves(file, c, bytes, label);
     const std::string& dtype = metadata_.keys.at(key).dtype;
     const uint64_t elem = element_bytes(key);
     std::vector<double> out(bytes.size() / elem);
-    for (size_t i = 0; i < out.size(); ++i) out[i] = dcp::element_to_double(dtype, bytes.data() + elem * i);
+    for (size_t i = 0; i < out.size(); ++i) out[i] = element_to_double(dtype, bytes.data() + elem * i);
     return out;
   }
 
@@ -281,7 +282,7 @@ class MeshtrainCheckpoint : public CheckpointView::Impl {
            " (byte offset " + std::to_string(c.byte_offset) + " length " + std::to_string(c.byte_length) + ")";
   }
 
-  void verify_leaves(const dcp::FileReader& file, const contract::SavedChunk& c, const std::vector<uint8_t>& data,
+  void verify_leaves(const FileReader& file, const contract::SavedChunk& c, const std::vector<uint8_t>& data,
                      const std::string& label) const {
     if (c.leaf_bytes == 0) fail(label + ": leaf_bytes is 0");
     const uint64_t leaves = contract::leaf_count(data.size(), c.leaf_bytes);
@@ -399,7 +400,7 @@ std::string resolve_step_dir(const std::string& path, long long step) {
 // A pickle starts with PROTO (0x80); meshtrain's JSON with '{'.
 bool metadata_is_pickle(const std::string& step_dir) {
   const std::string path = step_dir + "/.metadata";
-  const dcp::FileReader file(path);
+  const FileReader file(path);
   const std::vector<uint8_t> head = file.read(0, std::min<uint64_t>(file.size(), 64), path);
   if (!head.empty() && head[0] == 0x80) return true;
   for (uint8_t c : head) {

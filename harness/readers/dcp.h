@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "readers/checkpoint_error.h"
+#include "readers/stored_bytes.h"
 #include "readers/pickle.h"
 
 namespace meshtest::dcp {
@@ -67,27 +68,5 @@ void check_record_path(const std::string& step_dir, const std::string& file);
 // One chunk's values as float64 in the chunk's own row-major order (its `sizes`), from the
 // torch.save zip of its record.
 std::vector<double> read_chunk(const std::string& step_dir, const Item& item, const Chunk& chunk);
-
-// Bytes per element of a dtype name, 0 when unknown; and the conversion of one stored element.
-size_t element_size(const std::string& dtype);
-double element_to_double(const std::string& dtype, const uint8_t* little_endian);
-
-// A file read at 64-bit offsets with pread, each read checked against the file's size.
-class FileReader {
- public:
-  explicit FileReader(const std::string& path);  // throws CheckpointError when it cannot be opened
-  ~FileReader();
-  FileReader(const FileReader&) = delete;
-  FileReader& operator=(const FileReader&) = delete;
-  uint64_t size() const { return size_; }
-  const std::string& path() const { return path_; }
-  // Exactly `length` bytes at `offset`; `what` says what they are for the error message.
-  std::vector<uint8_t> read(uint64_t offset, uint64_t length, const std::string& what) const;
-
- private:
-  std::string path_;
-  int fd_ = -1;
-  uint64_t size_ = 0;
-};
 
 }  // namespace meshtest::dcp

@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "readers/dcp.h"
+#include "readers/stored_bytes.h"
 
 namespace meshtest::safetensors {
 
@@ -46,7 +47,7 @@ const DtypeName* dtype_named(const std::string& stored) {
 
 // One file's header, checked against the file's size; its tensors appended to `out`.
 void read_file(const std::string& file, Checkpoint& out) {
-  const dcp::FileReader reader(file);
+  const FileReader reader(file);
   const uint64_t size = reader.size();
   if (size < 8)
     fail(file + ": " + std::to_string(size) +
@@ -186,12 +187,12 @@ Checkpoint open(const std::string& path) {
 }
 
 std::vector<double> read(const Tensor& t) {
-  const size_t element = dcp::element_size(t.dtype);
+  const size_t element = element_size(t.dtype);
   if (element == 0) fail(t.file + ": tensor '" + t.key + "': dtype " + t.dtype + " cannot be read as numbers");
-  const dcp::FileReader file(t.file);
+  const FileReader file(t.file);
   const std::vector<uint8_t> bytes = file.read(t.offset, t.length, "tensor '" + t.key + "'");
   std::vector<double> out(bytes.size() / element);
-  for (size_t i = 0; i < out.size(); ++i) out[i] = dcp::element_to_double(t.dtype, bytes.data() + element * i);
+  for (size_t i = 0; i < out.size(); ++i) out[i] = element_to_double(t.dtype, bytes.data() + element * i);
   return out;
 }
 

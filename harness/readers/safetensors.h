@@ -17,7 +17,7 @@ namespace meshtest::safetensors {
 
 struct Tensor {
   std::string key;
-  std::string dtype;  // meshtest's name ("float32", "bfloat16", ...), as dcp::element_to_double reads it
+  std::string dtype;  // meshtest's name ("float32", "bfloat16", ...), as element_to_double reads it
   std::vector<int64_t> shape;
   std::string file;     // the .safetensors file holding it
   uint64_t offset = 0;  // of its first byte in `file` (after the header)

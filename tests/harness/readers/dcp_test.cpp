@@ -17,6 +17,7 @@
 
 #include "readers/checkpoint_view.h"
 #include "readers/dcp.h"
+#include "readers/stored_bytes.h"
 #include "contract/hash.h"
 #include "readers/pickle.h"
 #include "test_paths.h"
@@ -840,22 +841,22 @@ TEST(Pickle, ValuesOfEveryProtocol) {
 // another rule survived every other test); an unknown one is refused.
 TEST(DcpValues, EveryDtypeConvertsByItsOwnRule) {
   const uint8_t ones[8] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
-  EXPECT_EQ(meshtest::dcp::element_to_double("uint8", ones), 255.0);
-  EXPECT_EQ(meshtest::dcp::element_to_double("uint16", ones), 65535.0);
-  EXPECT_EQ(meshtest::dcp::element_to_double("uint32", ones), 4294967295.0);
-  EXPECT_EQ(meshtest::dcp::element_to_double("uint64", ones), 18446744073709551615.0);
-  EXPECT_EQ(meshtest::dcp::element_to_double("int8", ones), -1.0);
-  EXPECT_EQ(meshtest::dcp::element_to_double("int16", ones), -1.0);
-  EXPECT_EQ(meshtest::dcp::element_to_double("int32", ones), -1.0);
-  EXPECT_EQ(meshtest::dcp::element_to_double("int64", ones), -1.0);
-  EXPECT_EQ(meshtest::dcp::element_to_double("bool", ones), 1.0);
+  EXPECT_EQ(meshtest::element_to_double("uint8", ones), 255.0);
+  EXPECT_EQ(meshtest::element_to_double("uint16", ones), 65535.0);
+  EXPECT_EQ(meshtest::element_to_double("uint32", ones), 4294967295.0);
+  EXPECT_EQ(meshtest::element_to_double("uint64", ones), 18446744073709551615.0);
+  EXPECT_EQ(meshtest::element_to_double("int8", ones), -1.0);
+  EXPECT_EQ(meshtest::element_to_double("int16", ones), -1.0);
+  EXPECT_EQ(meshtest::element_to_double("int32", ones), -1.0);
+  EXPECT_EQ(meshtest::element_to_double("int64", ones), -1.0);
+  EXPECT_EQ(meshtest::element_to_double("bool", ones), 1.0);
   const uint8_t one_f32[4] = {0x00, 0x00, 0x80, 0x3f}, one_bf16[2] = {0x80, 0x3f}, one_f16[2] = {0x00, 0x3c};
   const uint8_t one_f64[8] = {0, 0, 0, 0, 0, 0, 0xf0, 0x3f};
-  EXPECT_EQ(meshtest::dcp::element_to_double("float32", one_f32), 1.0);
-  EXPECT_EQ(meshtest::dcp::element_to_double("bfloat16", one_bf16), 1.0);
-  EXPECT_EQ(meshtest::dcp::element_to_double("float16", one_f16), 1.0);
-  EXPECT_EQ(meshtest::dcp::element_to_double("float64", one_f64), 1.0);
-  EXPECT_THROW(meshtest::dcp::element_to_double("complex64", ones), CheckpointError);
+  EXPECT_EQ(meshtest::element_to_double("float32", one_f32), 1.0);
+  EXPECT_EQ(meshtest::element_to_double("bfloat16", one_bf16), 1.0);
+  EXPECT_EQ(meshtest::element_to_double("float16", one_f16), 1.0);
+  EXPECT_EQ(meshtest::element_to_double("float64", one_f64), 1.0);
+  EXPECT_THROW(meshtest::element_to_double("complex64", ones), CheckpointError);
 }
 
 // A dtype that is not one of torch's is refused at open, naming it (a mutant accepted any
