@@ -702,3 +702,37 @@ TEST_F(Run, TheDriftCheckJudgesAgainstTheCasesOwnRecentGreenRuns) {
   EXPECT_NE(canary["verdict"]["message"].get<std::string>().find("canary caught by drift"), std::string::npos)
       << canary.dump(1);
 }
+
+// adapter: hf-trainer end to end: the user's script gets the adapter's flags after its own (a
+// shell script stands in for it here, recording them and writing a trainer_state.json as the
+// Trainer does), and the case is judged from that file: its loss, rounded as the Trainer
+// rounds it, and a NaN the Trainer wrote bare.
+TEST_F(Run, TheHfTrainerAdapterPassesItsFlagsAndJudgesTrainerState) {
+  matrix(R"(suite: s
+defaults:
+  adapter: hf-trainer
+  command: [sh, -c, 'printf "%s\n" "$@" > {phase_dir}/args.txt; exec FAKE --write {phase_dir}/trainer_state.json "$STATE"', script]
+  options: {max_steps: 2}
+cases:
+  - name: ok
+    ngpu: 1
+    env: {STATE: '{"global_step": 2, "log_history": [{"loss": 6.1234, "step": 1}, {"loss": 5.0012, "step": 2}]}'}
+    checks: [loss_finite, {loss_decreases: {factor: 0.9}}]
+  - name: nan
+    ngpu: 1
+    env: {STATE: '{"global_step": 2, "log_history": [{"loss": 6.1234, "step": 1}, {"loss": NaN, "step": 2}]}'}
+    checks: [loss_finite]
+)");
+  const Output o = meshtest("--ngpu 2");
+  EXPECT_EQ(o.rc, 1) << o.text;
+  const json s = summary();
+  EXPECT_EQ(case_of(s, "s/ok")["status"], "passed") << case_of(s, "s/ok").dump(1);
+  EXPECT_EQ(case_of(s, "s/nan")["verdict"]["message"], "loss_finite: phase train: loss is nan at step 2")
+      << case_of(s, "s/nan").dump(1);
+  std::ifstream in(dir_ + "/out/s/ok/train/args.txt");
+  std::stringstream args;
+  args << in.rdbuf();
+  EXPECT_EQ(args.str(), "--output_dir\n" + dir_ +
+                            "/out/s/ok/train\n--logging_steps\n1\n--full_determinism\n"
+                            "--report_to\nnone\n--seed\n42\n--max_steps\n2\n");
+}
