@@ -28,7 +28,9 @@ fixtures=$out/fixtures
 mkdir -p "$fixtures"
 cp "$out/run/hf/one_rank/train/trainer_state.json" "$fixtures/" 2>/dev/null
 cp -r "$out/run/hf/one_rank/train/checkpoint-4" "$fixtures/one_rank-checkpoint-4" 2>/dev/null
-cp -r "$out/run/hf/fsdp2/train/checkpoint-4" "$fixtures/fsdp2-checkpoint-4" 2>/dev/null
-find "$fixtures" -name "*.pt" -size +1M -delete  # optimizer and RNG state beyond what a test reads
-du -sh "$fixtures"; find "$fixtures" -maxdepth 2 | head -40
+cp -r "$out/run/hf/resume_4_to_2/save/checkpoint-4" "$fixtures/fsdp4-checkpoint-4" 2>/dev/null
+# What a test reads: the model (safetensors, DCP) and trainer_state.json; not the optimizer or RNG state.
+find "$fixtures" \( -name "optimizer*" -o -name "*.pth" -o -name "*.bin" -o -name "scheduler.pt" \) -prune -exec rm -rf {} +
+tar czf "$out/fixtures.tgz" -C "$fixtures" .
+du -sh "$fixtures" "$out/fixtures.tgz"; find "$fixtures" | head -40
 exit $status

@@ -89,10 +89,8 @@ def main():
                          tie_word_embeddings=False)
     model = LlamaForCausalLM(config)
     resume = args.resume_from_checkpoint
-    if resume and os.path.isdir(resume) and not os.path.exists(os.path.join(resume, "trainer_state.json")):
+    if resume and os.path.isdir(resume) and get_last_checkpoint(resume):  # a folder of checkpoint-<N>
         resume = get_last_checkpoint(resume)
-        if resume is None:
-            raise SystemExit(f"--resume_from_checkpoint {args.resume_from_checkpoint}: no checkpoint-<N> in it")
     CanaryTrainer.canary = script.canary
     trainer = CanaryTrainer(model=model, args=args,
                             train_dataset=SyntheticText(script.samples, script.seq_len, script.vocab),

@@ -42,8 +42,9 @@ class HfTrainerAdapter : public TrainerAdapter {
           "hf-trainer: HSDP (dp_replicate and dp_shard both over 1) is not supported yet; use dp_shard (FSDP) or "
           "dp_replicate (DDP) alone");
     if (const int64_t shard = phase.layout.size("dp_shard"); shard > 1)
-      args.insert(args.end(), {"--fsdp", "full_shard auto_wrap", "--fsdp_config",
-                               R"({"fsdp_version": 2, "reshard_after_forward": true})"});
+      args.insert(args.end(),
+                  {"--fsdp", "full_shard auto_wrap", "--fsdp_config",
+                   R"({"fsdp_version": 2, "reshard_after_forward": true, "state_dict_type": "SHARDED_STATE_DICT"})"});
     const std::vector<std::string> options = TrainerAdapter::phase_args(phase);
     args.insert(args.end(), options.begin(), options.end());
     return args;

@@ -209,11 +209,16 @@ std::vector<std::pair<long long, double>> points(const StepCurve& c, const std::
   return out;
 }
 
-// How finely a phase's source logs `metric`, 0 for full floats: the Hugging Face Trainer's
-// trainer_state.json rounds the loss to 4 decimals.
-double logged_resolution(const Target& t, const std::string& metric) {
-  const bool rounded = t.spec && t.spec->outputs.metrics.kind == MetricsSource::kHfTrainerState && metric == "loss";
-  return rounded ? kTrainerStateLossResolution : 0;
+// How finely a phase's curve `c` logged `metric`, 0 for full floats. The Hugging Face Trainer
+// before transformers 5 rounded the loss in trainer_state.json to 4 decimals (5.17 writes full
+// floats, measured): a curve from there whose every loss is a multiple of 1e-4 was rounded.
+double logged_resolution(const Target& t, const StepCurve& c, const std::string& metric) {
+  if (!t.spec || t.spec->outputs.metrics.kind != MetricsSource::kHfTrainerState || metric != "loss") return 0;
+  for (const auto& [step, m] : c) {
+    const double scaled = m.loss / kTrainerStateLossResolution;
+    if (std::isfinite(scaled) && std::fabs(scaled - std::round(scaled)) > 1e-3) return 0;
+  }
+  return kTrainerStateLossResolution;
 }
 
 // Compares two curves step by step over the subject's steps. Both curves and the band
@@ -345,11 +350,11 @@ void check_loss_matches(const CaseOutcome& o, const CheckSpec& spec, const Check
     if (!ref) throw Failure{"loss_matches needs baseline, against or golden", ""};
     want = read_metrics(*ref);
     want_label = ref->label;
-    resolution = logged_resolution(*ref, metric);
+    resolution = logged_resolution(*ref, want, metric);
   }
   compare_curves(got, want, metric, t.label, want_label, spec.params.rtol.value(), spec.params.atol.value(),
-                 spec.params.exact.value(), report_hint(o, metric), std::max(resolution, logged_resolution(t, metric)),
-                 result);
+                 spec.params.exact.value(), report_hint(o, metric),
+                 std::max(resolution, logged_resolution(t, got, metric)), result);
 }
 
 void check_resume_matches(const CaseOutcome& o, const CheckSpec& spec, const CheckSources& from, CheckResult& result) {
@@ -361,9 +366,10 @@ void check_resume_matches(const CaseOutcome& o, const CheckSpec& spec, const Che
     throw Finding{
         t.label + " started at step " + std::to_string(got.begin()->first) + ": it did not resume from a checkpoint",
         ""};
-  compare_curves(got, read_metrics(*ref), "loss", t.label + " (resumed)", ref->label + " (uninterrupted)",
-                 spec.params.rtol.value(), spec.params.atol.value(), spec.params.exact.value(), report_hint(o, "loss"),
-                 std::max(logged_resolution(t, "loss"), logged_resolution(*ref, "loss")), result);
+  const StepCurve want = read_metrics(*ref);
+  compare_curves(got, want, "loss", t.label + " (resumed)", ref->label + " (uninterrupted)", spec.params.rtol.value(),
+                 spec.params.atol.value(), spec.params.exact.value(), report_hint(o, "loss"),
+                 std::max(logged_resolution(t, got, "loss"), logged_resolution(*ref, want, "loss")), result);
 }
 
 void check_drift(const CaseOutcome& o, const CheckSpec& spec, const CheckSources& from, CheckResult& result) {

@@ -49,7 +49,8 @@ TEST(HfTrainerAdapter, WritesTheFlagsThatMakeARunJudgeableAndItsLayoutReal) {
   // FSDP 2 over dp_shard ranks; save_steps brings save_strategy steps.
   EXPECT_EQ(argv_of("    mesh: {dp_shard: 4}\n    options: {save_steps: 2}\n"),
             with({"--seed", "42", "--save_strategy", "steps", "--fsdp", "full_shard auto_wrap", "--fsdp_config",
-                  R"({"fsdp_version": 2, "reshard_after_forward": true})", "--save_steps", "2"}));
+                  R"({"fsdp_version": 2, "reshard_after_forward": true, "state_dict_type": "SHARDED_STATE_DICT"})",
+                  "--save_steps", "2"}));
 }
 
 TEST(HfTrainerAdapter, RefusesWhatItCannotRunWhereTheMatrixSaysIt) {

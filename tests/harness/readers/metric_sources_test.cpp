@@ -820,5 +820,46 @@ TEST_F(Checks, TrainerStateJsonIsReadAndItsRoundingIsSaidInTheVerdict) {
   }
 }
 
+// The trainer_state.json the real Trainer wrote (transformers 5.17, tests/fixtures/hf-made): every
+// step's loss, grad_norm and learning rate, full floats (5.17 does not round the loss), so a loss
+// check against it says nothing of rounding; a copy with its log_history cut is refused by name.
+TEST_F(Checks, TrainerStateFromTheRealTrainer) {
+  const fs::path made = fs::path(MESHTEST_SOURCE_DIR) / "tests" / "fixtures" / "hf-made" / "trainer_state.json";
+  const MetricSeries series = read_trainer_state(made.string());
+  ASSERT_EQ(series.size(), 8u);
+  EXPECT_EQ(series.begin()->first, 1);
+  EXPECT_DOUBLE_EQ(series.at(1).at("loss"), 5.554424285888672);
+  EXPECT_DOUBLE_EQ(series.at(1).at("grad_norm"), 0.8436499834060669);
+  EXPECT_EQ(series.at(1).at("lr"), 0.0);  // warmup starts at 0
+  EXPECT_EQ(series.at(8).count("loss"), 1u);
+  std::ifstream in(made);
+  std::stringstream text;
+  text << in.rdbuf();
+  load(
+      "  - name: ref\n"
+      "  - name: hf\n"
+      "    outputs: {metrics: {from: hf-trainer-state, path: real.json}}\n"
+      "    checks: [{loss_matches: {baseline: ref, exact: true}}]\n");
+  std::string jsonl;
+  for (const auto& [step, m] : series)
+    jsonl += "{\"step\":" + std::to_string(step) +
+             ",\"loss\":" + (step == 3 ? "5.5" : nlohmann::json(m.at("loss")).dump()) + "}\n";
+  write("ref/train/metrics.jsonl", jsonl);
+  write("hf/train/real.json", text.str());
+  const CheckResult r = run(1, "loss_matches");
+  EXPECT_FALSE(r.passed);
+  EXPECT_NE(r.message.find("step 3: loss 5.544407 in phase train vs 5.5"), std::string::npos) << r.message;
+  EXPECT_EQ(r.message.find("rounded"), std::string::npos) << r.message;  // full floats: no rounding to blame
+
+  std::string cut = text.str();
+  cut.replace(cut.find("\"log_history\""), 13, "\"log_hist0ry\"");
+  write("cut.json", cut);
+  try {
+    read_trainer_state(dir_ + "/cut.json");
+    ADD_FAILURE() << "a trainer_state.json without its log_history was read";
+  } catch (const MetricsError& e) {
+    EXPECT_NE(std::string(e.what()).find("cut.json: has no log_history list"), std::string::npos) << e.what();
+  }
+}
 }  // namespace
 }  // namespace meshtest
