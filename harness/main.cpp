@@ -19,6 +19,7 @@
 #include "run/slurm.h"
 #include "run_matrix.h"
 #include "hf_trainer/adapter.h"
+#include "megatron/adapter.h"
 #include "torchtitan/adapter.h"
 #include "version.h"
 
@@ -330,6 +331,7 @@ int main(int argc, char** argv) {
   register_meshtrain_adapter(trainer_adapters());
   register_torchtitan_adapter(trainer_adapters());
   register_hf_trainer_adapter(trainer_adapters());
+  register_megatron_adapter(trainer_adapters());
   CLI::App app{"meshtest: a matrix runner for distributed-training CI (docs/matrix.md)", "meshtest"};
   app.set_version_flag("--version", std::string("meshtest ") + meshtest_version());
   app.require_subcommand(1);

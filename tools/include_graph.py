@@ -31,6 +31,7 @@ FLOORS = {
     "harness/meshtrain": (5, "meshtest"),
     "harness/torchtitan": (5, "meshtest"),
     "harness/hf_trainer": (5, "meshtest"),
+    "harness/megatron": (5, "meshtest"),
     "harness": (6, "meshtest"),
     "trainer/cuda": (0, "meshtrain"),
     "trainer/base": (1, "meshtrain"),

@@ -100,6 +100,9 @@ class TrainerAdapter {
   // a meshtest built without meshtrain: cases whose command uses a placeholder are then skipped
   // with this reason, or the run stops when every selected case would be.
   virtual std::string program_problem() const { return ""; }
+  // Variables every rank of its phases gets, unless the case's `env:` sets them (the switches
+  // that make the trainer deterministic, say).
+  virtual std::vector<std::pair<std::string, std::string>> environment() const { return {}; }
   // How this trainer's ranks share one device in a simulated world (`simulate: true`), or
   // nullopt when they cannot.
   virtual std::optional<SimulatedWorld> simulation() const { return std::nullopt; }

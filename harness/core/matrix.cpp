@@ -57,6 +57,9 @@ Phase build_phase(const ReadContext& ctx, const YAML::Node& where_node, const st
   p.env = f.env;
   const TrainerAdapter* adapter = adapter_of(ctx, f, where_node);
   if (!adapter) return p;
+  for (const auto& variable : adapter->environment())
+    if (std::none_of(p.env.begin(), p.env.end(), [&](const auto& kv) { return kv.first == variable.first; }))
+      p.env.push_back(variable);
   // The layout, resolved once: the mesh as the adapter takes it, else the adapter's default for
   // the ranks (none for a trainer without layouts).
   p.mesh = checked_layout(ctx, *adapter, f);

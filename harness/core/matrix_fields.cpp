@@ -290,10 +290,11 @@ std::optional<MetricsSource> read_metrics_source(const ReadContext& ctx, const Y
   MapReader m(ctx, node, "outputs.metrics", {"from", "rank", "pattern", "path", "tags"});
   if (!m.ok()) return std::nullopt;
   const YAML::Node* from = m.get("from");
+  const std::vector<std::string> names = metrics_source_names();
+  std::string listed;
+  for (const auto& n : names) listed += (listed.empty() ? "" : ", ") + n;
   if (!from) {
-    ctx.error(node,
-              "outputs.metrics needs from: torchtitan-log, log-pattern, tensorboard, metrics-jsonl or "
-              "hf-trainer-state");
+    ctx.error(node, "outputs.metrics needs from: one of " + listed);
     return std::nullopt;
   }
   auto name = read_string(ctx, *from, "outputs.metrics.from");
@@ -301,11 +302,7 @@ std::optional<MetricsSource> read_metrics_source(const ReadContext& ctx, const Y
   MetricsSource src;
   const auto kind = metrics_source_kind(*name);
   if (!kind) {
-    const std::vector<std::string> names = metrics_source_names();
-    ctx.error(*from, "outputs.metrics.from '" + *name +
-                         "' is not one of torchtitan-log, log-pattern, tensorboard, "
-                         "metrics-jsonl, hf-trainer-state" +
-                         did_you_mean(*name, names));
+    ctx.error(*from, "outputs.metrics.from '" + *name + "' is not one of " + listed + did_you_mean(*name, names));
     return std::nullopt;
   }
   src.kind = *kind;
@@ -315,7 +312,9 @@ std::optional<MetricsSource> read_metrics_source(const ReadContext& ctx, const Y
       ctx.error(*m.get(key), std::string("outputs.metrics.") + key + " applies to " + sources);
     return m.get(key) && allowed ? m.get(key) : nullptr;
   };
-  if (auto* n = only_for("rank", is_log, "log sources (torchtitan-log, log-pattern)"))
+  const bool megatron = src.kind == MetricsSource::kMegatron;
+  if (megatron) src.rank = -1;  // Megatron prints on the last rank
+  if (auto* n = only_for("rank", is_log || megatron, "log sources (torchtitan-log, log-pattern, megatron)"))
     if (auto r = read_int(ctx, *n, "outputs.metrics.rank", 0)) src.rank = static_cast<int>(*r);
   if (auto* n = only_for("pattern", src.kind == MetricsSource::kLogPattern, "from: log-pattern")) {
     if (auto p = read_string(ctx, *n, "outputs.metrics.pattern")) {
@@ -329,8 +328,10 @@ std::optional<MetricsSource> read_metrics_source(const ReadContext& ctx, const Y
   } else if (src.kind == MetricsSource::kLogPattern) {
     ctx.error(node, "outputs.metrics from log-pattern needs a pattern with named groups (?P<step>...) (?P<loss>...)");
   }
-  if (auto* n = only_for("path", !is_log, "tensorboard, metrics-jsonl and hf-trainer-state")) {
+  if (auto* n = only_for("path", !is_log, "tensorboard, metrics-jsonl, hf-trainer-state and megatron")) {
     if (auto p = read_output_path(ctx, *n, "outputs.metrics.path")) src.path = *p;
+  } else if (megatron) {
+    src.path = "tensorboard";  // the adapter's --tensorboard-dir
   } else if (src.kind == MetricsSource::kTensorboard) {
     src.path = "tb";
   } else if (src.kind == MetricsSource::kHfTrainerState) {

@@ -5,8 +5,8 @@
 namespace meshtest {
 
 namespace {
-const char* const kMetricsSourceNames[] = {"metrics-jsonl", "torchtitan-log", "log-pattern", "tensorboard",
-                                           "hf-trainer-state"};
+const char* const kMetricsSourceNames[] = {"metrics-jsonl", "torchtitan-log",   "log-pattern",
+                                           "tensorboard",   "hf-trainer-state", "megatron"};
 
 }  // namespace
 
@@ -25,9 +25,11 @@ nlohmann::json outputs_to_json(const Outputs& o) {
   nlohmann::json j;
   j["metrics"] = {{"from", kMetricsSourceNames[m.kind]}};
   if (m.kind == MetricsSource::kJsonl || m.kind == MetricsSource::kTensorboard ||
-      m.kind == MetricsSource::kHfTrainerState)
+      m.kind == MetricsSource::kHfTrainerState || m.kind == MetricsSource::kMegatron)
     j["metrics"]["path"] = m.path;
-  if (m.kind == MetricsSource::kTorchtitanLog || m.kind == MetricsSource::kLogPattern) j["metrics"]["rank"] = m.rank;
+  if (m.kind == MetricsSource::kTorchtitanLog || m.kind == MetricsSource::kLogPattern ||
+      m.kind == MetricsSource::kMegatron)
+    j["metrics"]["rank"] = m.rank;
   if (m.kind == MetricsSource::kLogPattern) j["metrics"]["pattern"] = m.pattern;
   if (!m.tags.empty()) j["metrics"]["tags"] = m.tags;
   j["tokens"] = o.tokens;
@@ -101,6 +103,9 @@ std::string MetricsSource::describe() const {
     case kLogPattern: return "rank " + std::to_string(rank) + "'s log through pattern '" + pattern + "'";
     case kTensorboard: return "TensorBoard scalars in " + path;
     case kHfTrainerState: return "the Hugging Face Trainer's trainer_state.json in " + path;
+    case kMegatron:
+      return "Megatron's TensorBoard scalars in " + path + ", else its log line in " +
+             (rank < 0 ? std::string("the last rank's log") : "rank" + std::to_string(rank) + ".log");
   }
   return "?";
 }

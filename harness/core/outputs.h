@@ -17,11 +17,13 @@ namespace meshtest {
 
 // Where a phase's loss curve comes from (the `outputs.metrics` key, docs/matrix.md).
 struct MetricsSource {
-  enum Kind { kJsonl, kTorchtitanLog, kLogPattern, kTensorboard, kHfTrainerState };
+  // kMegatron: Megatron-LM's TensorBoard scalars in `path`, else (no event files there) its
+  // console line in rank<rank>.log (readers/megatron.h).
+  enum Kind { kJsonl, kTorchtitanLog, kLogPattern, kTensorboard, kHfTrainerState, kMegatron };
   Kind kind = kJsonl;
   std::string path =
       "metrics.jsonl";  // jsonl file, tensorboard folder, trainer_state.json or its folder; relative to the phase folder
-  int rank = 0;         // log sources: whose rank<R>.log
+  int rank = 0;         // log sources: whose rank<R>.log; for kMegatron -1 is the last rank (Megatron's log rank)
   std::string pattern;                      // log-pattern: ECMAScript with named groups
   std::map<std::string, std::string> tags;  // tensorboard: metric name -> tag, over the defaults
   std::string describe() const;             // "torchtitan log of rank 0", for messages

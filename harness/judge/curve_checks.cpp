@@ -14,6 +14,7 @@
 #include "contract/dump_files.h"
 #include "history/drift.h"
 #include "readers/log_metrics.h"
+#include "readers/megatron.h"
 #include "readers/rank_files.h"
 #include "readers/tensorboard.h"
 #include "readers/trainer_state.h"
@@ -97,6 +98,53 @@ StepCurve read_golden(const std::string& path) {
   return curve;
 }
 
+// The highest rank that left a log in `dir` (0 when none did): Megatron's last rank, which
+// prints its iteration line and writes its TensorBoard events.
+int last_rank_with_log(const std::string& dir) {
+  int last = 0;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.size() < 9 || name.rfind("rank", 0) != 0 || name.substr(name.size() - 4) != ".log") continue;
+    const std::string digits = name.substr(4, name.size() - 8);
+    if (!digits.empty() && digits.size() < 7 && digits.find_first_not_of("0123456789") == std::string::npos)
+      last = std::max(last, std::stoi(digits));
+  }
+  return last;
+}
+
+// Megatron's TensorBoard scalars when its folder has a loss (the last rank writes them), else its
+// console line in that rank's log. When neither has one, `warnings` say what each held, and
+// whether Megatron said it could not write TensorBoard.
+MetricSeries read_megatron_curve(const MetricsSource& source, const RunPaths& paths,
+                                 const std::optional<TimeWindow>& window, std::vector<std::string>& warnings,
+                                 std::string& where) {
+  auto has_loss = [](const MetricSeries& s) {
+    return std::any_of(s.begin(), s.end(), [](const auto& step) { return step.second.count("loss") > 0; });
+  };
+  const std::string tensorboard = resolve_path(source.path, paths);
+  std::string why_not_tensorboard;
+  try {
+    MetricSeries series = read_tensorboard_scalars(tensorboard, megatron_tensorboard_tags(), &warnings, window);
+    if (has_loss(series)) {
+      where = tensorboard;
+      return series;
+    }
+    why_not_tensorboard = "no `lm loss` scalars in " + tensorboard_run_folder(tensorboard, window);
+  } catch (const MetricsError& e) {
+    why_not_tensorboard = e.what();
+  }
+  where = rank_log_path(paths.phase_dir, source.rank >= 0 ? source.rank : last_rank_with_log(paths.phase_dir));
+  MetricSeries series = read_megatron_log(where, &warnings);
+  if (!has_loss(series)) {
+    warnings.insert(warnings.begin(), "TensorBoard: " + why_not_tensorboard);
+    if (tail_of_file(where, 1 << 20, 4 << 20).find(kMegatronNoTensorboard) != std::string::npos)
+      warnings.insert(warnings.begin(), std::string("Megatron said: ") + kMegatronNoTensorboard +
+                                            " (its Python lacks the tensorboard package), so it wrote no events");
+  }
+  return series;
+}
+
 // The loss curve from wherever `source` says: metrics.jsonl, a rank's log, TensorBoard.
 // `window`: when the phase ran. Of TensorBoard's events only those written then count (a resumed
 // launch shares torchtitan's run folder with the first when both start within one minute); a
@@ -130,6 +178,8 @@ StepCurve read_curve(const MetricsSource& source, const RunPaths& paths, const s
     } else if (source.kind == MetricsSource::kHfTrainerState) {
       where = resolve_path(source.path, paths);
       series = read_trainer_state(where);
+    } else if (source.kind == MetricsSource::kMegatron) {
+      series = read_megatron_curve(source, paths, window, warnings, where);
     } else {
       where = rank_log_path(paths.phase_dir, source.rank);
       series = source.kind == MetricsSource::kTorchtitanLog
@@ -184,7 +234,8 @@ StepCurve read_metrics(const Target& t) {
       throw Failure{t.label + " logged no step after step " + std::to_string(*resumed) + ", where it resumed", ""};
     return curve;
   }
-  const bool from_log = source.kind == MetricsSource::kTorchtitanLog || source.kind == MetricsSource::kLogPattern;
+  const bool from_log = source.kind == MetricsSource::kTorchtitanLog || source.kind == MetricsSource::kLogPattern ||
+                        source.kind == MetricsSource::kMegatron;
   if (from_log && source.rank >= t.phase->nproc)
     throw Failure{t.label + " has " + std::to_string(t.phase->nproc) + " ranks; outputs.metrics.rank is " +
                       std::to_string(source.rank),

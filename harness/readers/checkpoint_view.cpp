@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "readers/dcp.h"
+#include "readers/megatron.h"
 #include "readers/stored_bytes.h"
 #include "readers/safetensors.h"
 #include "contract/checkpoint_format.h"
@@ -413,7 +414,7 @@ bool metadata_is_pickle(const std::string& step_dir) {
 }  // namespace
 
 CheckpointView CheckpointView::open(const std::string& path, long long step) {
-  const std::string where = hf_checkpoint_dir(path, step);
+  const std::string where = megatron_step_dir(hf_checkpoint_dir(path, step), step);
   std::error_code ec;
   if (!fs::exists(fs::path(where) / contract::kMetadataFile, ec) && safetensors::is_safetensors(where))
     return CheckpointView(std::make_shared<SafetensorsCheckpoint>(where));

@@ -1,6 +1,8 @@
 // Reading per-step metrics out of console logs (log_metrics.h says what is promised).
 #include "readers/log_metrics.h"
 
+#include "readers/log_lines.h"
+
 #include <pthread.h>
 
 #include <algorithm>
@@ -19,203 +21,19 @@
 namespace meshtest {
 namespace {
 
-// ---- lines and warnings ----------------------------------------------------------
-
-// Hands out a stream's lines one at a time, never holding more than kMaxLogLineBytes of one:
-// a file of binary garbage without a newline must not be read into memory whole.
-class LineReader {
- public:
-  explicit LineReader(std::istream& in) : buf_(in.rdbuf()) {}
-
-  // The next line without its '\n' (and a trailing '\r'); `length` is its full length, which
-  // is more than line.size() when it was cut at kMaxLogLineBytes. False at the end.
-  bool next(std::string& line, std::size_t& length) {
-    using traits = std::char_traits<char>;
-    line.clear();
-    length = 0;
-    if (buf_ == nullptr) return false;
-    int c = buf_->sbumpc();
-    if (traits::eq_int_type(c, traits::eof())) return false;
-    while (!traits::eq_int_type(c, traits::eof()) && c != '\n') {
-      if (line.size() < kMaxLogLineBytes) line.push_back(static_cast<char>(c));
-      ++length;
-      c = buf_->sbumpc();
-    }
-    if (length == line.size() && !line.empty() && line.back() == '\r') {
-      line.pop_back();
-      --length;
-    }
-    ++number_;
-    return true;
-  }
-  long number() const { return number_; }  // of the line last returned, from 1
-
- private:
-  std::streambuf* buf_;
-  long number_ = 0;
-};
-
-// Collects "<file>:<line>: message", at most kMaxLogWarnings, then counts the rest.
-class Warnings {
- public:
-  Warnings(std::vector<std::string>* out, const std::string& file) : out_(out), file_(file) {}
-  void add(long line, const std::string& message) {
-    if (out_ == nullptr) return;
-    if (added_ < kMaxLogWarnings)
-      out_->push_back(file_ + (line > 0 ? ":" + std::to_string(line) : std::string()) + ": " + message);
-    else
-      ++dropped_;
-    ++added_;
-  }
-  void finish() {
-    if (out_ != nullptr && dropped_ > 0)
-      out_->push_back(file_ + ": " + std::to_string(dropped_) + " more warnings not shown");
-  }
-
- private:
-  std::vector<std::string>* out_;
-  std::string file_;
-  std::size_t added_ = 0;
-  std::size_t dropped_ = 0;
-};
-
-std::string too_long_message(std::size_t length) {
-  return "line of " + std::to_string(length) + " bytes skipped (longer than " + std::to_string(kMaxLogLineBytes) + ")";
-}
-
-// Records each step's metrics, the later line winning whole, with a warning naming both lines.
-class StepRecorder {
- public:
-  explicit StepRecorder(Warnings& warnings) : warnings_(warnings) {}
-  void record(long long step, std::map<std::string, double> metrics, long line) {
-    auto [it, fresh] = first_line_.emplace(step, line);
-    if (!fresh) {
-      warnings_.add(line, "step " + std::to_string(step) + " logged again (before at line " +
-                              std::to_string(it->second) + "); this later line wins");
-      it->second = line;
-    }
-    series_[step] = std::move(metrics);
-  }
-  MetricSeries& series() { return series_; }
-
- private:
-  Warnings& warnings_;
-  MetricSeries series_;
-  std::map<long long, long> first_line_;
-};
-
-// ---- numbers -----------------------------------------------------------------------
-
-bool is_digit(char c) { return c >= '0' && c <= '9'; }
-
-char lower(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
-
-bool equals_lower(std::string_view text, std::string_view lowercase_word) {
-  if (text.size() != lowercase_word.size()) return false;
-  for (std::size_t i = 0; i < text.size(); ++i)
-    if (lower(text[i]) != lowercase_word[i]) return false;
-  return true;
-}
-
-// Copies the digits of an integer part to `out`, checking `,` separators sit every 3 digits.
-// Returns the number of digits, or -1 when the separators are misplaced.
-int take_integer_part(std::string_view text, std::size_t& i, std::string& out) {
-  int digits = 0, group = 0;
-  bool grouped = false;
-  for (; i < text.size() && (is_digit(text[i]) || text[i] == ','); ++i) {
-    if (text[i] != ',') {
-      out.push_back(text[i]);
-      ++digits;
-      ++group;
-      continue;
-    }
-    if (group == 0 || (grouped ? group != 3 : group > 3)) return -1;
-    grouped = true;
-    group = 0;
-  }
-  if (grouped && group != 3) return -1;
-  return digits;
-}
-
-int take_digits(std::string_view text, std::size_t& i, std::string& out) {
-  int digits = 0;
-  for (; i < text.size() && is_digit(text[i]); ++i, ++digits) out.push_back(text[i]);
-  return digits;
-}
-
-// `clean` is [-]digits[.digits][e[-]digits]; from_chars is locale-independent, strtod covers
-// what from_chars calls out of range (overflow to inf, underflow to 0 or a subnormal).
-double to_double(const std::string& clean) {
-  double value = 0;
-  auto result = std::from_chars(clean.data(), clean.data() + clean.size(), value);
-  if (result.ec == std::errc::result_out_of_range) value = std::strtod(clean.c_str(), nullptr);
-  return value;
-}
-
-bool parse_number(std::string_view token, double& value) {
-  std::size_t i = 0;
-  bool negative = false;
-  if (i < token.size() && (token[i] == '+' || token[i] == '-')) negative = token[i++] == '-';
-  std::string_view rest = token.substr(i);
-  if (equals_lower(rest, "nan")) {
-    value = std::numeric_limits<double>::quiet_NaN();
-    return true;
-  }
-  if (equals_lower(rest, "inf") || equals_lower(rest, "infinity")) {
-    value = negative ? -std::numeric_limits<double>::infinity() : std::numeric_limits<double>::infinity();
-    return true;
-  }
-  std::string clean = negative ? "-" : "";
-  int digits = take_integer_part(token, i, clean);
-  if (digits < 0) return false;
-  if (i < token.size() && token[i] == '.') {
-    clean.push_back(token[i++]);
-    digits += take_digits(token, i, clean);
-  }
-  if (digits == 0) return false;
-  if (i < token.size() && (token[i] == 'e' || token[i] == 'E')) {
-    clean.push_back('e');
-    ++i;
-    if (i < token.size() && (token[i] == '+' || token[i] == '-')) clean.push_back(token[i++]);
-    if (take_digits(token, i, clean) == 0) return false;
-  }
-  if (i != token.size()) return false;
-  value = to_double(clean);
-  return true;
-}
-
-// A step: a whole number that a long long holds exactly (through a double, so below 2^53).
-bool parse_step(std::string_view token, long long& step) {
-  double value = 0;
-  if (!parse_number(token, value) || !std::isfinite(value) || value != std::floor(value) ||
-      std::fabs(value) > 9007199254740992.0)
-    return false;
-  step = static_cast<long long>(value);
-  return true;
-}
-
-bool is_not_available(std::string_view token) { return token == "N/A"; }
+using log_lines::drop_rank_prefix;
+using log_lines::is_digit;
+using log_lines::is_not_available;
+using log_lines::LineReader;
+using log_lines::lower;
+using log_lines::open_or_throw;
+using log_lines::starts_with;
+using log_lines::StepRecorder;
+using log_lines::too_long_message;
+using log_lines::trim_left;
+using log_lines::Warnings;
 
 // ---- torchtitan's line -------------------------------------------------------------
-
-std::string_view trim_left(std::string_view text) {
-  while (!text.empty() && (text.front() == ' ' || text.front() == '\t')) text.remove_prefix(1);
-  return text;
-}
-
-bool starts_with(std::string_view text, std::string_view prefix) { return text.substr(0, prefix.size()) == prefix; }
-
-// Removes torchrun's `[rankN]:` (from --tee) when present, setting `rank` (else -1).
-std::string_view drop_rank_prefix(std::string_view text, long& rank) {
-  rank = -1;
-  if (!starts_with(text, "[rank")) return text;
-  std::size_t i = 5;
-  long number = 0;
-  for (; i < text.size() && is_digit(text[i]) && i < 14; ++i) number = number * 10 + (text[i] - '0');
-  if (i == 5 || text.substr(i, 2) != "]:") return text;
-  rank = number;
-  return text.substr(i + 2);
-}
 
 // The logged message of a line, after the `[rankN]:` and `[titan] <asctime> - <name> - INFO - `
 // prefixes; empty for a torchtitan line of another level (metrics are logged at INFO).
@@ -261,12 +79,12 @@ bool add_field(const Field& field, std::map<std::string, double>& metrics) {
   double number = 0;
   if (key == "memory") {
     std::size_t unit = value.find("GiB");
-    if (unit == std::string_view::npos || !parse_number(value.substr(0, unit), number)) return false;
+    if (unit == std::string_view::npos || !log_lines::parse_number(value.substr(0, unit), number)) return false;
     metrics["memory_gib"] = number;
     std::string_view share = value.substr(unit + 3);
     if (share.empty()) return true;
     if (share.size() < 3 || share.front() != '(' || share.substr(share.size() - 2) != "%)" ||
-        !parse_number(share.substr(1, share.size() - 3), number))
+        !log_lines::parse_number(share.substr(1, share.size() - 3), number))
       return false;
     metrics["memory_pct"] = number;
     return true;
@@ -275,7 +93,7 @@ bool add_field(const Field& field, std::map<std::string, double>& metrics) {
     value.remove_suffix(1);
     key += "_pct";
   }
-  if (!parse_number(value, number)) return false;
+  if (!log_lines::parse_number(value, number)) return false;
   metrics[key] = number;
   return true;
 }
@@ -300,7 +118,7 @@ TitanLine read_titan_line(std::string_view message, long line_number, Warnings& 
   }
   std::vector<Field> fields;
   bool whole = split_fields(rest, fields);
-  if (fields.empty() || !parse_step(fields.front().value, line.step)) {
+  if (fields.empty() || !log_lines::parse_step(fields.front().value, line.step)) {
     warnings.add(line_number, "a step line without a readable step number, skipped");
     line.kind = TitanLine::kNone;
     return line;
@@ -475,12 +293,12 @@ bool read_pattern_match(const std::vector<std::pair<std::string, std::string>>& 
   bool have_step = false;
   for (const auto& [name, text] : groups) {
     if (name == "step") {
-      have_step = parse_step(text, step);
+      have_step = log_lines::parse_step(text, step);
       continue;
     }
     double value = 0;
     if (is_not_available(text)) continue;
-    if (parse_number(text, value))
+    if (log_lines::parse_number(text, value))
       metrics[name] = value;
     else
       warnings.add(line_number, name + " '" + text.substr(0, 80) + "' is not a number, left out");
@@ -531,12 +349,6 @@ std::size_t skip_escape(const std::string& line, std::size_t at) {
   return i + 1;
 }
 
-std::ifstream open_or_throw(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw MetricsError("cannot read " + path);
-  return in;
-}
-
 }  // namespace
 
 // ---- public --------------------------------------------------------------------------
@@ -554,7 +366,7 @@ std::string strip_ansi(const std::string& line) {
   return out;
 }
 
-bool parse_log_number(const std::string& token, double& value) { return parse_number(token, value); }
+bool parse_log_number(const std::string& token, double& value) { return log_lines::parse_number(token, value); }
 
 MetricSeries parse_torchtitan_log(std::istream& in, const std::string& file, std::vector<std::string>* warnings,
                                   int rank) {

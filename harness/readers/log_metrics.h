@@ -20,12 +20,10 @@
 #include <utility>
 #include <vector>
 
+#include "readers/log_lines.h"  // kMaxLogLineBytes, kMaxLogWarnings
 #include "readers/metric_series.h"
 
 namespace meshtest {
-
-constexpr std::size_t kMaxLogLineBytes = 64 * 1024;
-constexpr std::size_t kMaxLogWarnings = 50;
 
 // torchtitan's per-step line (torchtitan/components/metrics.py), with or without the
 // `[rankN]:` (torchrun --tee) and `[titan] <asctime> - <name> - INFO - ` prefixes:

@@ -2,57 +2,20 @@
 
 #include "contract/mesh.h"
 
-#include <boost/process.hpp>
-
-#include <unistd.h>
-
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <map>
 #include <mutex>
 #include <set>
-#include <sstream>
 #include <stdexcept>
 
+#include "core/trainer_help.h"
 #include "core/yaml_reader.h"
 
 namespace meshtest {
 
 namespace {
-
-namespace bp = boost::process;
-namespace fs = std::filesystem;
-
-// A flag as torchtitan's parser (tyro) accepts it either way: "parallelism.data_parallel_shard_degree".
-std::string normalized(std::string flag) {
-  if (flag.rfind("--", 0) == 0) flag.erase(0, 2);
-  std::replace(flag.begin(), flag.end(), '-', '_');
-  return flag;
-}
-
-// The flags a --help text lists, normalized; a boolean's `--x.no_y` also counts as `--x.y`.
-std::set<std::string> flags_in_help(const std::string& help) {
-  std::set<std::string> flags;
-  for (size_t at = help.find("--"); at != std::string::npos; at = help.find("--", at + 2)) {
-    if (at > 0 && !std::isspace(static_cast<unsigned char>(help[at - 1])) && help[at - 1] != '[' && help[at - 1] != ',')
-      continue;
-    size_t end = at + 2;
-    while (end < help.size() && (std::isalnum(static_cast<unsigned char>(help[end])) || help[end] == '_' ||
-                                 help[end] == '-' || help[end] == '.'))
-      ++end;
-    if (end == at + 2) continue;
-    std::string flag = normalized(help.substr(at, end - at));
-    flags.insert(flag);
-    const size_t dot = flag.rfind('.');
-    const size_t last = dot == std::string::npos ? 0 : dot + 1;
-    if (flag.compare(last, 3, "no_") == 0) flags.insert(flag.substr(0, last) + flag.substr(last + 3));
-  }
-  return flags;
-}
 
 // What the adapter sets, by meaning, under each name torchtitan has given it (newest first).
 struct FlagNames {
@@ -94,65 +57,16 @@ std::pair<std::string, std::string> module_and_config(const std::string& model) 
   return {model.substr(0, slash), model.substr(slash + 1)};
 }
 
-// Runs `argv` with a time limit; its stdout and stderr, or nullopt when it failed or hung.
-std::optional<std::string> output_of(const std::vector<std::string>& argv, int seconds, std::string* why) {
-  char tmpl[] = "/tmp/meshtest-torchtitan-XXXXXX";
-  const int fd = ::mkstemp(tmpl);
-  if (fd < 0) return std::nullopt;
-  ::close(fd);
-  std::optional<std::string> out;
-  const std::string exe = argv[0].find('/') == std::string::npos ? bp::search_path(argv[0]).string() : argv[0];
-  if (exe.empty()) {
-    if (why) *why = "no " + argv[0] + " in PATH";
-    return out;
-  }
-  try {
-    bp::child child(bp::exe = exe, bp::args = std::vector<std::string>(argv.begin() + 1, argv.end()),
-                    (bp::std_out & bp::std_err) > std::string(tmpl), bp::std_in < bp::null);
-    const bool done = child.wait_for(std::chrono::seconds(seconds));
-    if (!done) child.terminate();
-    std::ifstream in(tmpl);
-    std::stringstream text;
-    text << in.rdbuf();
-    if (done && child.exit_code() == 0) {
-      out = text.str();
-    } else if (why) {
-      std::string last = text.str();
-      while (!last.empty() && last.back() == '\n') last.pop_back();
-      last = last.substr(last.rfind('\n') == std::string::npos ? 0 : last.rfind('\n') + 1);
-      *why = done ? "exit " + std::to_string(child.exit_code()) + (last.empty() ? "" : ": " + last)
-                  : "no answer in " + std::to_string(seconds) + " s";
-    }
-  } catch (const std::exception& e) {
-    if (why) *why = e.what();
-  }
-  std::error_code ec;
-  fs::remove(tmpl, ec);
-  return out;
-}
-
-// The newest modification time of torchtitan's sources that define its flags, so an updated
-// torchtitan is asked again.
-long long sources_mtime(const fs::path& package) {
-  long long newest = 0;
-  std::error_code ec;
-  for (const fs::path dir : {package, package / "config", package / "components"})
-    for (auto it = fs::directory_iterator(dir, ec); !ec && it != fs::directory_iterator(); it.increment(ec))
-      if (it->path().extension() == ".py")
-        newest = std::max<long long>(newest, fs::last_write_time(it->path(), ec).time_since_epoch().count());
-  return newest;
-}
-
 // Asks the torchtitan that `python` imports for its --help, kept in the temp folder under the
 // package's path and sources' time: Python with torch takes seconds to start, `meshtest list`
 // should not. A note on stderr says when it cannot be asked.
 std::optional<std::string> ask_torchtitan(const std::string& module, const std::string& config) {
   const std::string python = torchtitan_python();
   std::string why;
-  const auto where = output_of({python, "-c",
-                                "import importlib.util as u; s = u.find_spec('torchtitan'); "
-                                "print(s.submodule_search_locations[0] if s else '')"},
-                               30, &why);
+  const auto where = program_output({python, "-c",
+                                     "import importlib.util as u; s = u.find_spec('torchtitan'); "
+                                     "print(s.submodule_search_locations[0] if s else '')"},
+                                    30, &why);
   std::string package = where.value_or("");
   while (!package.empty() && std::isspace(static_cast<unsigned char>(package.back()))) package.pop_back();
   if (package.empty()) {
@@ -160,39 +74,23 @@ std::optional<std::string> ask_torchtitan(const std::string& module, const std::
                  python.c_str(), why.empty() ? "" : (" (" + why + ")").c_str());
     return std::nullopt;
   }
-  const std::string id =
-      python + "|" + package + "|" + std::to_string(sources_mtime(package)) + "|" + module + "|" + config;
-  std::error_code ec;
-  const fs::path cache = fs::temp_directory_path(ec) /
-                         ("meshtest-torchtitan-help-" + std::to_string(std::hash<std::string>{}(id)) + ".txt");
-  if (std::ifstream in(cache); in) {
-    std::string first;
-    std::getline(in, first);
-    if (first == id) {
-      std::stringstream rest;
-      rest << in.rdbuf();
-      return rest.str();
-    }
-  }
-  auto help =
-      output_of({python, "-m", "torchtitan.train", "--module", module, "--config", config, "--help"}, 180, &why);
-  if (!help) {
+  const std::string id = python + "|" + package + "|" +
+                         std::to_string(newest_python_source({package, package + "/config", package + "/components"})) +
+                         "|" + module + "|" + config;
+  auto help = cached_program_output(
+      id, {python, "-m", "torchtitan.train", "--module", module, "--config", config, "--help"}, 180, &why);
+  if (!help)
     std::fprintf(stderr,
                  "meshtest: note: `%s -m torchtitan.train --module %s --config %s --help` failed (%s); "
                  "torchtitan's flag names are not checked\n",
                  python.c_str(), module.c_str(), config.c_str(), why.c_str());
-    return std::nullopt;
-  }
-  const fs::path tmp = cache.string() + "." + std::to_string(::getpid());
-  if (std::ofstream out(tmp); out << id << "\n" << *help) fs::rename(tmp, cache, ec);
-  fs::remove(tmp, ec);
   return help;
 }
 
 const PhaseOption* find_option(const std::vector<PhaseOption>& options, const std::vector<std::string>& names) {
   for (const auto& o : options)
     for (const auto& name : names)
-      if (normalized(o.key) == name) return &o;
+      if (normalized_flag(o.key) == name) return &o;
   return nullptr;
 }
 
@@ -236,7 +134,7 @@ class TorchtitanAdapter : public TrainerAdapter {
 
     const PhaseOption* stop = find_option(phase.options, {"stop_at"});
     for (const auto& o : phase.options) {
-      const std::string key = normalized(o.key);
+      const std::string key = normalized_flag(o.key);
       if (key == "stop_at" || (stop && key == "training.steps")) continue;
       if (known && !known->count(key)) {
         std::vector<std::string> names(known->begin(), known->end());
@@ -283,7 +181,7 @@ class TorchtitanAdapter : public TrainerAdapter {
   std::optional<double> steps(const std::vector<std::string>& argv) const override {
     std::optional<double> steps;
     for (size_t i = 0; i + 1 < argv.size(); ++i)
-      if (normalized(argv[i]) == "training.steps") steps = std::atof(argv[i + 1].c_str());
+      if (normalized_flag(argv[i]) == "training.steps") steps = std::atof(argv[i + 1].c_str());
     return steps;
   }
 

@@ -1,11 +1,12 @@
-// libFuzzer: the torchtitan log parser and a user pattern on arbitrary text. Only MetricsError
-// may escape them (and neither should throw it for a stream's content).
+// libFuzzer: the torchtitan and Megatron-LM log parsers and a user pattern on arbitrary text. Only
+// MetricsError may escape them (and neither should throw it for a stream's content).
 #include <cstddef>
 #include <cstdint>
 #include <sstream>
 #include <string>
 
 #include "readers/log_metrics.h"
+#include "readers/megatron.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const meshtest::LogPattern pattern(
@@ -17,6 +18,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     meshtest::parse_torchtitan_log(titan, "fuzz", &warnings);
     std::istringstream user(text);
     meshtest::parse_log_with_pattern(user, "fuzz", pattern, &warnings);
+    std::istringstream megatron(text);
+    meshtest::parse_megatron_log(megatron, "fuzz", &warnings);
   } catch (const meshtest::MetricsError&) {
   }
   return 0;

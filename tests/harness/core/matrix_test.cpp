@@ -631,13 +631,13 @@ cases:
   - name: f
     outputs: {metrics: {from: tensorboard, path: "{case_dri}/tb"}}
 )");
-  EXPECT_NE(e.find("m.yaml:5:31: outputs.metrics.from 'torchtitan_log' is not one of torchtitan-log, log-pattern, "
-                   "tensorboard, metrics-jsonl, hf-trainer-state; did you mean 'torchtitan-log'?"),
+  EXPECT_NE(e.find("m.yaml:5:31: outputs.metrics.from 'torchtitan_log' is not one of metrics-jsonl, torchtitan-log, "
+                   "log-pattern, tensorboard, hf-trainer-state, megatron; did you mean 'torchtitan-log'?"),
             std::string::npos)
       << e;
   EXPECT_NE(e.find("m.yaml:7:53: log pattern 'loss=(?P<loss>\\S+)' has no (?P<step>...) group"), std::string::npos)
       << e;
-  EXPECT_NE(e.find("m.yaml:9:50: outputs.metrics.rank applies to log sources (torchtitan-log, log-pattern)"),
+  EXPECT_NE(e.find("m.yaml:9:50: outputs.metrics.rank applies to log sources (torchtitan-log, log-pattern, megatron)"),
             std::string::npos)
       << e;
   EXPECT_NE(e.find("outputs.checkpoint needs a path (a step folder or a folder of step-<N>)"), std::string::npos) << e;

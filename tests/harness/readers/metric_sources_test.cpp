@@ -861,5 +861,56 @@ TEST_F(Checks, TrainerStateFromTheRealTrainer) {
     EXPECT_NE(std::string(e.what()).find("cut.json: has no log_history list"), std::string::npos) << e.what();
   }
 }
+// Megatron (`from: megatron`, the megatron adapter's): its TensorBoard tags when the folder has a
+// loss, else the last rank's iteration line; when neither has one, the message says what each
+// held and that Megatron could not write TensorBoard.
+TEST_F(Checks, MegatronCurvesComeFromTensorBoardElseTheLastRanksLine) {
+  const std::string cases =
+      "  - name: ref\n"
+      "  - name: mg\n"
+      "    outputs: {metrics: {from: megatron}}\n"
+      "    checks: [{loss_matches: {baseline: ref, exact: true}}, {loss_matches: {baseline: ref, metric: grad_norm, "
+      "exact: true}}]\n";
+  const std::string ref =
+      "{\"step\":1,\"loss\":10.5,\"grad_norm\":2.5}\n{\"step\":2,\"loss\":9.25,\"grad_norm\":1.5}\n";
+  // TensorBoard, as Megatron's last rank writes it (`lm loss`, `grad-norm`, ...); the log is ignored.
+  load(cases);
+  write("ref/train/metrics.jsonl", ref);
+  std::string events = tfrecord(file_version_event());
+  for (int step = 1; step <= 2; ++step)
+    events += tfrecord(event(step, {simple_value("lm loss", step == 1 ? 10.5f : 9.25f),
+                                    simple_value("grad-norm", step == 1 ? 2.5f : 1.5f), simple_value("num-zeros", 7)}));
+  fs::create_directories(dir_ + "/mg/train/tensorboard");
+  write("mg/train/tensorboard/events.out.tfevents.1700000000.host.1.0", events);
+  write("mg/train/rank1.log", " iteration        1/       2 | lm loss: 1.000000E+00 | grad norm: 1.000 |\n");
+  run(1, "loss_matches");
+  for (const auto& check : outcomes_[1].checks) EXPECT_TRUE(check.passed) << check.kind << ": " << check.message;
+  // No events: the line of the last rank that left a log (rank1.log of ranks 0 and 1).
+  fs::remove_all(dir_ + "/mg");
+  load(cases);
+  write("ref/train/metrics.jsonl", ref);
+  write("mg/train/rank0.log", "nothing from rank 0\n");
+  write("mg/train/rank1.log",
+        " iteration        1/       2 | lm loss: 1.050000E+01 | grad norm: 2.500 |\n"
+        " iteration        2/       2 | lm loss: 9.250000E+00 | grad norm: 1.500 |\n");
+  run(1, "loss_matches");
+  for (const auto& check : outcomes_[1].checks) EXPECT_TRUE(check.passed) << check.kind << ": " << check.message;
+  // Neither: Megatron's own warning is quoted.
+  fs::remove_all(dir_ + "/mg");
+  load(cases);
+  write("ref/train/metrics.jsonl", ref);
+  write("mg/train/rank1.log",
+        "WARNING: TensorBoard writing requested but is not available (are you using PyTorch 1.1.0 or later?), no "
+        "TensorBoard logs will be written.\n");
+  const CheckResult r = run(1, "loss_matches");
+  EXPECT_FALSE(r.passed);
+  EXPECT_NE(r.message.find("no loss values in Megatron's TensorBoard scalars in tensorboard, else its log line in the "
+                           "last rank's log"),
+            std::string::npos)
+      << r.message << "\n"
+      << r.details;
+  EXPECT_NE(r.details.find("Megatron said: TensorBoard writing requested but is not available"), std::string::npos)
+      << r.details;
+}
 }  // namespace
 }  // namespace meshtest
