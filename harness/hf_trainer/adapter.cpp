@@ -8,7 +8,7 @@ namespace meshtest {
 namespace {
 
 // The flags the adapter writes, and the matrix key that says the same instead.
-const std::vector<ReservedOption> kReserved = {
+const std::vector<ReservedOption> kHfTrainerReserved = {
     {"output_dir", "the phase folder ({phase_dir}, set by the adapter)"},
     {"logging_steps", "nothing: every step is logged (the adapter sets 1)"},
     {"logging_strategy", "nothing: every step is logged"},
@@ -24,7 +24,7 @@ class HfTrainerAdapter : public TrainerAdapter {
  public:
   std::string name() const override { return "hf-trainer"; }
   std::vector<std::string> default_command() const override { return {}; }  // the user's script
-  std::vector<ReservedOption> reserved_options() const override { return kReserved; }
+  std::vector<ReservedOption> reserved_options() const override { return kHfTrainerReserved; }
 
   std::vector<std::string> phase_args(const PhaseRequest& phase) const override {
     std::vector<std::string> args = {"--output_dir", "{phase_dir}", "--logging_steps", "1", "--full_determinism",
