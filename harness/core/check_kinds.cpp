@@ -16,6 +16,13 @@ constexpr bool kStrictness = true;
 const CheckParam kRtol{"rtol", &CheckParams::rtol, 1e-5, kStrictness};
 const CheckParam kAtol{"atol", &CheckParams::atol, 0.0, kStrictness};
 const CheckParam kExact{"exact", &CheckParams::exact, false, kStrictness};
+// A tolerance by name (CurveRule): no default, and exclusive with rtol, atol and exact (the
+// loader refuses them together).
+const CheckParam kRule = [] {
+  CheckParam rule{"rule", &CheckParams::rule};
+  rule.strictness = true;
+  return rule;
+}();
 const CheckParam kPrefix{"prefix", &CheckParams::prefix, ""};  // every key
 const CheckParam kText{"text", &CheckParams::text};
 
@@ -35,7 +42,7 @@ CheckSignature signature_of(CheckKind kind) {
     case CheckKind::kLossMatches:
       return {kind, name, CheckInput::kMetrics,
               {kPhase, kAgainst, kBaseline, kBaselinePhase, kGolden, kRtol, kAtol, kExact,
-               {"metric", &CheckParams::metric, "loss"}},
+               {"metric", &CheckParams::metric, "loss"}, kRule},
               {"baseline", "against", "golden"}};
     case CheckKind::kKeysMatch:
       return {kind, name, CheckInput::kCheckpoint,
@@ -101,6 +108,24 @@ std::vector<std::string> check_kind_names() {
   std::vector<std::string> names;
   for (CheckKind kind : kAllCheckKinds) names.push_back(check_kind_name(kind));
   return names;
+}
+
+const char* curve_rule_name(CurveRule rule) {
+  switch (rule) {
+    case CurveRule::kMegatronDeterministic: return "megatron-deterministic";
+    case CurveRule::kMegatronApproximate: return "megatron-approximate";
+  }
+  return "";  // not reached
+}
+
+std::optional<CurveRule> curve_rule_named(const std::string& name) {
+  for (CurveRule rule : {CurveRule::kMegatronDeterministic, CurveRule::kMegatronApproximate})
+    if (name == curve_rule_name(rule)) return rule;
+  return std::nullopt;
+}
+
+std::vector<std::string> curve_rule_names() {
+  return {curve_rule_name(CurveRule::kMegatronDeterministic), curve_rule_name(CurveRule::kMegatronApproximate)};
 }
 
 bool is_message_check(CheckKind kind) { return kind == CheckKind::kLogContains || kind == CheckKind::kErrorMatches; }

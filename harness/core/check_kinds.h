@@ -69,6 +69,16 @@ enum class CheckInput {
   kHistory,        // the case's recent green runs in the run history, and this run's loss curves
 };
 
+// loss_matches' `rule`: a named source of tolerance instead of rtol/atol/exact, read from its
+// string once, by the loader. Megatron-LM's functional tests (tests/functional_tests/
+// python_test_utils/common.py) judge golden values two ways: every step equal after rounding to 5
+// decimals, or within rtol 0.05 (0.20 for num-zeros) with a few steps allowed to miss
+// (judge/curve_rules.h; docs/matrix.md).
+enum class CurveRule { kMegatronDeterministic, kMegatronApproximate };
+const char* curve_rule_name(CurveRule rule);                         // "megatron-approximate"
+std::optional<CurveRule> curve_rule_named(const std::string& name);  // none for an unknown name
+std::vector<std::string> curve_rule_names();                         // every rule, for messages
+
 // A declared check's parameters, typed. After load, each parameter in its kind's row holds
 // the value the matrix declared, else the row's default; one whose row gives no default (a
 // phase, a reference, a rank) stays empty unless declared. The judge reads them as they are.
@@ -82,7 +92,9 @@ struct CheckParams {
   std::optional<bool> exact;
   std::optional<double> factor;  // loss_decreases
   std::optional<std::string> metric;
-  std::optional<bool> shapes;  // keys_match
+  std::optional<std::string> rule;      // loss_matches: as written ("megatron-approximate")
+  std::optional<CurveRule> curve_rule;  // `rule` as the loader read it; in no kind's row
+  std::optional<bool> shapes;           // keys_match
   std::optional<std::string> prefix;
   std::optional<std::string> text;
   std::optional<long long> rank;  // log_contains; none: any rank

@@ -201,6 +201,42 @@ std::optional<Expectation> read_expect(const ReadContext& ctx, const YAML::Node&
   return e;
 }
 
+// loss_matches' `rule`, read into its CurveRule here, once. The rule is the check's one source of
+// tolerance: rtol, atol or exact beside it are refused, and their defaults cleared, so `show`
+// prints only the rule.
+bool read_curve_rule(const ReadContext& ctx, const MapReader& m, const std::string& check, CheckParams& params) {
+  if (!params.rule) return true;
+  bool ok = true;
+  params.curve_rule = curve_rule_named(*params.rule);
+  if (!params.curve_rule) {
+    const std::vector<std::string> rules = curve_rule_names();
+    std::string listed;
+    for (const auto& r : rules) listed += (listed.empty() ? "" : ", ") + r;
+    ctx.error(*m.get("rule"), "check " + check + ".rule: unknown rule '" + *params.rule + "'; the rules are " + listed +
+                                  did_you_mean(*params.rule, rules));
+    ok = false;
+  }
+  for (const char* key : {"rtol", "atol", "exact"})
+    if (const YAML::Node* n = m.get(key)) {
+      ctx.error(*n, "check " + check + ": " + key + " and rule '" + *params.rule +
+                        "' both set the tolerance; the rule sets it alone, so leave out " + key);
+      ok = false;
+    }
+  params.rtol.reset(), params.atol.reset(), params.exact.reset();
+  return ok;
+}
+
+// A golden path may name the machine it was recorded on, {hardware} (filled when the check
+// judges: core/hardware.h); no other placeholder.
+bool read_golden_path(const ReadContext& ctx, const MapReader& m, const std::string& check, const CheckParams& params) {
+  const YAML::Node* node = m.get("golden");
+  if (!node || !params.golden) return true;
+  const PlaceholderPlace place{check + ".golden", {}, {"hardware"}, {}, "golden paths take {hardware}"};
+  bool ok = true;
+  fill_placeholders(*params.golden, place, [&](const std::string& message) { ctx.error(*node, message), ok = false; });
+  return ok;
+}
+
 // A check as declared: its kind looked up by name (the only time), each parameter read as its
 // row's type, and the rest at their defaults.
 std::optional<CheckSpec> read_check(const ReadContext& ctx, const YAML::Node& item) {
@@ -268,7 +304,9 @@ std::optional<CheckSpec> read_check(const ReadContext& ctx, const YAML::Node& it
         break;
     }
   }
-  if (!ok) return std::nullopt;
+  const bool rule_ok = read_curve_rule(ctx, m, name, spec.params);  // each says what is wrong with it
+  const bool golden_ok = read_golden_path(ctx, m, name, spec.params);
+  if (!ok || !rule_ok || !golden_ok) return std::nullopt;
   return needs();
 }
 

@@ -7,6 +7,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/hardware.h"
+
 namespace fs = std::filesystem;
 using nlohmann::json;
 
@@ -67,9 +69,7 @@ std::optional<Target> reference(const CaseOutcome& o, const CheckSpec& spec, con
 }
 
 std::string golden_path(const CaseOutcome& o, const CheckSpec& spec) {
-  fs::path golden = spec.params.golden.value();
-  if (golden.is_relative()) golden = fs::path(o.spec->file).parent_path() / golden;
-  return golden.string();
+  return golden_file(spec.params.golden.value(), o.spec->file);
 }
 
 json read_json(const std::string& path) {

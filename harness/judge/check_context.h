@@ -50,7 +50,7 @@ Target subject(const CaseOutcome& o, const CheckSpec& spec);
 // The reference: `against` (a phase of this case) or `baseline` (another case); none when
 // the check names neither.
 std::optional<Target> reference(const CaseOutcome& o, const CheckSpec& spec, const CheckSources& from);
-// `golden`, relative to the matrix file's folder.
+// `golden`, relative to the matrix file's folder, with {hardware} filled (core/hardware.h).
 std::string golden_path(const CaseOutcome& o, const CheckSpec& spec);
 
 nlohmann::json read_json(const std::string& path);  // a Failure when missing or not JSON

@@ -12,7 +12,10 @@
 #include <sstream>
 
 #include "contract/dump_files.h"
+#include "core/hardware.h"
 #include "history/drift.h"
+#include "judge/curve_rules.h"
+#include "readers/golden_curve.h"
 #include "readers/log_metrics.h"
 #include "readers/megatron.h"
 #include "readers/rank_files.h"
@@ -33,19 +36,24 @@ struct StepMetrics {
   double grad_norm = 0;
   bool has_grad_norm = true;              // a trainer may report only the loss
   std::optional<double> validation_loss;  // only on the steps a run validated
+  std::optional<double> num_zeros;        // zeros in the gradient (Megatron's num-zeros), where reported
 };
 using StepCurve = std::map<long long, StepMetrics>;
 
-const std::vector<std::string> kCurveMetrics = {"loss", "grad_norm", "validation_loss"};
+const std::vector<std::string> kCurveMetrics = {"loss", "grad_norm", "validation_loss", "num_zeros"};
+
+// metrics.jsonl's field for num_zeros: meshtrain writes none, another trainer's file may.
+constexpr char kNumZerosField[] = "num_zeros";
 
 void check_metric_name(const std::string& metric) {
   if (std::find(kCurveMetrics.begin(), kCurveMetrics.end(), metric) == kCurveMetrics.end())
-    throw Failure{"metric must be loss, grad_norm or validation_loss, got " + metric, ""};
+    throw Failure{"metric must be loss, grad_norm, validation_loss or num_zeros, got " + metric, ""};
 }
 
-// A step's value of `metric`; none where the step has no validation loss.
+// A step's value of `metric`; none where the step has no validation loss or num_zeros.
 std::optional<double> metric_value(const StepMetrics& m, const std::string& metric) {
   if (metric == "validation_loss") return m.validation_loss;
+  if (metric == "num_zeros") return m.num_zeros;
   return metric == "grad_norm" ? m.grad_norm : m.loss;
 }
 
@@ -68,33 +76,14 @@ StepCurve read_metrics_jsonl(const std::string& path) {
       m.grad_norm = m.has_grad_norm && !j.at(f::kGradNorm).is_null() ? j.at(f::kGradNorm).get<double>() : NAN;
       if (j.contains(f::kValidationLoss))
         m.validation_loss = j.at(f::kValidationLoss).is_null() ? NAN : j.at(f::kValidationLoss).get<double>();
+      if (j.contains(kNumZerosField))
+        m.num_zeros = j.at(kNumZerosField).is_null() ? NAN : j.at(kNumZerosField).get<double>();
       curve[j.at(f::kStep).get<long long>()] = m;
     } catch (const std::exception& e) {
       throw Failure{path + ":" + std::to_string(number) + ": not a metrics line: " + e.what(), ""};
     }
   }
   if (curve.empty()) throw Failure{path + " has no steps", ""};
-  return curve;
-}
-
-// "<step> <value>" per line, torchtitan's tests/assets/losses/*.txt format.
-StepCurve read_golden(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw Failure{"cannot read golden file " + path, ""};
-  StepCurve curve;
-  std::string line;
-  int number = 0;
-  while (std::getline(in, line)) {
-    ++number;
-    if (line.find_first_not_of(" \t\r") == std::string::npos || line[0] == '#') continue;
-    std::istringstream s(line);
-    long long step = 0;
-    double value = 0;
-    if (!(s >> step >> value)) throw Failure{path + ":" + std::to_string(number) + ": expected '<step> <loss>'", ""};
-    curve[step].loss = value;
-    curve[step].grad_norm = value;
-  }
-  if (curve.empty()) throw Failure{"golden file " + path + " has no steps", ""};
   return curve;
 }
 
@@ -199,6 +188,7 @@ StepCurve read_curve(const MetricsSource& source, const RunPaths& paths, const s
     m.has_grad_norm = grad_norm != values.end();
     m.grad_norm = m.has_grad_norm ? grad_norm->second : NAN;
     if (auto v = values.find("validation_loss"); v != values.end()) m.validation_loss = v->second;
+    if (auto v = values.find("num_zeros"); v != values.end()) m.num_zeros = v->second;
     curve[step] = m;
   }
   if (curve.empty()) {
@@ -272,54 +262,126 @@ double logged_resolution(const Target& t, const StepCurve& c, const std::string&
   return kTrainerStateLossResolution;
 }
 
-// Compares two curves step by step over the subject's steps. Both curves and the band
-// go into `result`, so a report can draw what was judged.
-// `hint` ends the message when the subject reports no `metric` at all. `resolution`: how finely
-// either curve was logged; a failure whose tolerance is finer says it judged the rounding.
-void compare_curves(const StepCurve& got, const StepCurve& want, const std::string& metric,
-                    const std::string& got_label, const std::string& want_label, double rtol, double atol, bool exact,
-                    const std::string& hint, double resolution, CheckResult& result) {
-  result.series = {{"subject", got_label, metric, points(got, metric)},
-                   {"reference", want_label, metric, points(want, metric)}};
+// What a curve is compared with: another phase's curve (each step one value), or a golden file
+// (each step one value, or a band over several runs).
+struct Reference {
+  std::string label;
+  std::map<long long, GoldenBand> values;  // the steps with the metric
+  std::set<long long> steps;               // every step it has, with the metric or without
+  bool band = false;                       // some step's min differs from its max
+};
+
+Reference reference_of(const StepCurve& c, const std::string& metric, const std::string& label) {
+  Reference r{label, {}, {}, false};
+  for (const auto& [step, m] : c) {
+    r.steps.insert(step);
+    if (const auto v = metric_value(m, metric); v && (metric != "grad_norm" || m.has_grad_norm))
+      r.values[step] = {*v, *v};
+  }
+  return r;
+}
+
+// `path` as the check's golden; `written` is the path as the matrix wrote it (with {hardware}).
+Reference golden_reference(const std::string& path, const std::string& written) {
+  std::error_code ec;
+  if (written.find("{hardware}") != std::string::npos && !fs::exists(path, ec))
+    throw Failure{"no golden file for this hardware (" + this_hardware().name +
+                      ", {hardware} = " + this_hardware().slug + "): " + path +
+                      " does not exist; meshtest golden regen records one (docs/matrix.md)",
+                  ""};
+  try {
+    const GoldenCurve golden = read_golden_curve(path);
+    Reference r{"golden " + path, golden.steps, {}, false};
+    for (const auto& [step, b] : golden.steps) r.steps.insert(step), r.band = r.band || b.min != b.max;
+    return r;
+  } catch (const MetricsError& e) {
+    throw Failure{e.what(), ""};
+  }
+}
+
+// One step's comparison with the reference's value or band: the distance outside it (0 inside)
+// and the tolerance at the end it is nearer, atol + rtol x |end|. A non-finite value or reference
+// never matches, except exactly.
+struct StepComparison {
+  double edge = 0, diff = 0, tolerance = 0;
+  bool ok = false;
+};
+
+StepComparison compare_step(double a, const GoldenBand& b, double rtol, double atol, bool exact) {
+  StepComparison c;
+  c.edge = a < b.min ? b.min : a > b.max ? b.max : (b.min == b.max ? b.min : a);
+  c.diff = b.min == b.max ? std::fabs(a - b.min) : a < b.min ? b.min - a : a > b.max ? a - b.max : 0;
+  if (std::isnan(a)) c.diff = NAN, c.edge = b.min;
+  c.tolerance = exact ? 0.0 : atol + rtol * std::fabs(c.edge);
+  c.ok = exact ? (b.min == b.max ? a == b.min : b.min <= a && a <= b.max)
+               : std::isfinite(a) && std::isfinite(c.edge) && c.diff <= c.tolerance;
+  return c;
+}
+
+// The first mismatch's message: "step 3: loss 4.01 in phase train vs 4 in baseline ...: |diff| ..."
+Finding mismatch(long long step, double a, const GoldenBand& b, const StepComparison& c, const std::string& metric,
+                 const std::string& got_label, const Reference& want, double rtol, double atol, bool exact) {
+  const bool band = b.min != b.max;
+  std::string m = "step " + std::to_string(step) + ": " + metric + " " + num(a) + " in " + got_label + " vs ";
+  m += band ? "band [" + num(b.min) + ", " + num(b.max) + "] of " + want.label + ": " + sci(c.diff) + " outside it"
+            : num(b.min) + " in " + want.label + ": |diff| " + sci(c.diff);
+  m += exact ? (band ? " (exact: inside the band required)" : " (exact match required)")
+             : " > " + tolerance_text(atol, rtol, c.edge);
+  Finding f{m, ""};
+  f.step = step, f.value = a, f.reference = c.edge, f.tolerance = c.tolerance;
+  return f;
+}
+
+// A step of the subject the reference lacks, or has without `metric`: no matter of tolerance.
+[[noreturn]] void missing_in_reference(long long step, const std::string& metric, const std::string& got_label,
+                                       const Reference& want) {
+  if (want.steps.count(step))
+    throw Finding{
+        got_label + " has " + metric + " at step " + std::to_string(step) + " but " + want.label + " has none there",
+        ""};
+  throw Finding{got_label + " has step " + std::to_string(step) + " but " + want.label + " has steps " +
+                    std::to_string(*want.steps.begin()) + "-" + std::to_string(*want.steps.rbegin()),
+                ""};
+}
+
+// Compares a curve with its reference step by step over the subject's steps. Both curves and the
+// band go into `result`, so a report can draw what was judged. `hint` ends the message when the
+// subject reports no `metric` at all. `resolution`: how finely either curve was logged; a
+// failure whose tolerance is finer says it judged the rounding.
+void compare_curves(const StepCurve& got, const Reference& want, const std::string& metric,
+                    const std::string& got_label, double rtol, double atol, bool exact, const std::string& hint,
+                    double resolution, CheckResult& result) {
+  std::vector<std::pair<long long, double>> lo, hi;
+  for (const auto& [step, b] : want.values) lo.emplace_back(step, b.min), hi.emplace_back(step, b.max);
+  result.series = {{"subject", got_label, metric, points(got, metric)}, {"reference", want.label, metric, lo}};
+  if (want.band) result.series.push_back({"reference-max", want.label + " (max)", metric, hi});
   result.band = std::make_pair(exact ? 0.0 : rtol, exact ? 0.0 : atol);
   std::string table;
-  std::optional<Failure> first;
+  std::optional<Finding> first;
   int mismatches = 0, compared = 0;
   for (const auto& [step, m] : got) {
     const auto value = metric_value(m, metric);
     if (!value) continue;  // a step without validation
     ++compared;
-    auto it = want.find(step);
-    if (it != want.end() && !metric_value(it->second, metric)) {
-      result.margin.reset();
-      throw Finding{
-          got_label + " has " + metric + " at step " + std::to_string(step) + " but " + want_label + " has none there",
-          ""};
-    }
-    if (it == want.end()) {
+    const auto it = want.values.find(step);
+    if (it == want.values.end()) {
       result.margin.reset();  // a missing step is no matter of tolerance
-      throw Finding{got_label + " has step " + std::to_string(step) + " but " + want_label + " has steps " +
-                        std::to_string(want.begin()->first) + "-" + std::to_string(want.rbegin()->first),
-                    ""};
+      missing_in_reference(step, metric, got_label, want);
     }
-    const double a = *value, b = *metric_value(it->second, metric);
-    const double diff = std::fabs(a - b);
-    const bool ok = exact ? a == b : std::isfinite(a) && diff <= atol + rtol * std::fabs(b);
-    if (!exact) widen_margin(result, std::isfinite(a) ? diff : NAN, atol + rtol * std::fabs(b));
-    char row[160];
-    std::snprintf(row, sizeof(row), "%6lld  %14.8g  %14.8g  %10.3e%s\n", step, a, b, diff, ok ? "" : "  <-");
+    const double a = *value;
+    const StepComparison c = compare_step(a, it->second, rtol, atol, exact);
+    if (!exact) widen_margin(result, std::isfinite(a) ? c.diff : NAN, c.tolerance);
+    char row[200];
+    if (want.band)
+      std::snprintf(row, sizeof(row), "%6lld  %14.8g  [%.8g, %.8g]  %10.3e%s\n", step, a, it->second.min,
+                    it->second.max, c.diff, c.ok ? "" : "  <-");
+    else
+      std::snprintf(row, sizeof(row), "%6lld  %14.8g  %14.8g  %10.3e%s\n", step, a, it->second.min, c.diff,
+                    c.ok ? "" : "  <-");
     table += row;
-    if (ok) continue;
+    if (c.ok) continue;
     ++mismatches;
-    if (!first)
-      first = Finding{"step " + std::to_string(step) + ": " + metric + " " + num(a) + " in " + got_label + " vs " +
-                          num(b) + " in " + want_label + ": |diff| " + sci(diff) +
-                          (exact ? " (exact match required)" : " > " + tolerance_text(atol, rtol, b)),
-                      ""};
-    if (!first->step) {
-      first->step = step, first->value = a, first->reference = b;
-      first->tolerance = exact ? 0.0 : atol + rtol * std::fabs(b);
-    }
+    if (!first) first = mismatch(step, a, it->second, c, metric, got_label, want, rtol, atol, exact);
   }
   if (compared == 0) {
     result.margin.reset();
@@ -329,12 +391,12 @@ void compare_curves(const StepCurve& got, const StepCurve& want, const std::stri
   // lost log line, a step that never ran) is no match: the comparison above saw only the rest.
   // Steps before or after the span are the subject's choice (a resumed run, a --stop-at).
   const long long from = got.begin()->first, to = got.rbegin()->first;
-  for (const auto& [step, m] : want) {
-    if (step < from || step > to || !metric_value(m, metric)) continue;
+  for (const auto& [step, b] : want.values) {
+    if (step < from || step > to) continue;
     auto it = got.find(step);
     if (it == got.end() || !metric_value(it->second, metric)) {
       result.margin.reset();  // a missing step is no matter of tolerance
-      throw Finding{want_label + " has " + metric + " at step " + std::to_string(step) + " but " + got_label +
+      throw Finding{want.label + " has " + metric + " at step " + std::to_string(step) + " but " + got_label +
                         " skipped it (it has steps " + std::to_string(from) + "-" + std::to_string(to) + ")",
                     ""};
     }
@@ -344,9 +406,17 @@ void compare_curves(const StepCurve& got, const StepCurve& want, const std::stri
     if (resolution > 0 && first->tolerance.value_or(0) < resolution)
       first->message += "; " + metric + " is logged rounded to " + sci(resolution) +
                         " (trainer_state.json), so a tolerance under that judges the rounding, not the run";
-    first->details = "  step  " + got_label + "  |  " + want_label + "  |  |diff|\n" + table;
+    first->details = "  step  " + got_label + "  |  " + want.label + "  |  |diff|\n" + table;
     throw *first;
   }
+}
+
+// The steps that reported `metric` (a trainer that reports only the loss has no grad_norm step).
+std::map<long long, double> values_of(const StepCurve& c, const std::string& metric) {
+  std::map<long long, double> out;
+  for (const auto& [step, m] : c)
+    if (const auto v = metric_value(m, metric); v && (metric != "grad_norm" || m.has_grad_norm)) out[step] = *v;
+  return out;
 }
 
 }  // namespace
@@ -389,21 +459,23 @@ void check_loss_matches(const CaseOutcome& o, const CheckSpec& spec, const Check
   const StepCurve got = read_metrics(t);
   const std::string metric = spec.params.metric.value();
   check_metric_name(metric);
-  StepCurve want;
-  std::string want_label;
+  Reference want;
   double resolution = 0;
   if (spec.params.golden) {
-    const std::string golden = golden_path(o, spec);
-    want = read_golden(golden);
-    want_label = "golden " + golden;
+    want = golden_reference(golden_path(o, spec), *spec.params.golden);
   } else {
     const auto ref = reference(o, spec, from);
     if (!ref) throw Failure{"loss_matches needs baseline, against or golden", ""};
-    want = read_metrics(*ref);
-    want_label = ref->label;
-    resolution = logged_resolution(*ref, want, metric);
+    const StepCurve curve = read_metrics(*ref);
+    want = reference_of(curve, metric, ref->label);
+    resolution = logged_resolution(*ref, curve, metric);
   }
-  compare_curves(got, want, metric, t.label, want_label, spec.params.rtol.value(), spec.params.atol.value(),
+  if (spec.params.curve_rule) {
+    judge_by_rule(*spec.params.curve_rule,
+                  {values_of(got, metric), want.values, metric, t.label, want.label, report_hint(o, metric)}, result);
+    return;
+  }
+  compare_curves(got, want, metric, t.label, spec.params.rtol.value(), spec.params.atol.value(),
                  spec.params.exact.value(), report_hint(o, metric),
                  std::max(resolution, logged_resolution(t, got, metric)), result);
 }
@@ -418,8 +490,8 @@ void check_resume_matches(const CaseOutcome& o, const CheckSpec& spec, const Che
         t.label + " started at step " + std::to_string(got.begin()->first) + ": it did not resume from a checkpoint",
         ""};
   const StepCurve want = read_metrics(*ref);
-  compare_curves(got, want, "loss", t.label + " (resumed)", ref->label + " (uninterrupted)", spec.params.rtol.value(),
-                 spec.params.atol.value(), spec.params.exact.value(), report_hint(o, "loss"),
+  compare_curves(got, reference_of(want, "loss", ref->label + " (uninterrupted)"), "loss", t.label + " (resumed)",
+                 spec.params.rtol.value(), spec.params.atol.value(), spec.params.exact.value(), report_hint(o, "loss"),
                  std::max(logged_resolution(t, got, "loss"), logged_resolution(*ref, want, "loss")), result);
 }
 
@@ -492,6 +564,24 @@ std::map<long long, double> read_loss_curve(const std::string& phase_dir, const 
       if (auto v = metric_value(m, metric)) out[step] = *v;
     }
     if (out.empty()) throw std::runtime_error(phase_dir + " reports no " + metric);
+    return out;
+  } catch (const Failure& f) {
+    throw std::runtime_error(f.message);
+  }
+}
+
+std::map<std::string, std::map<long long, double>> read_phase_curves(const std::string& phase_dir,
+                                                                     const Outputs& outputs,
+                                                                     const std::optional<TimeWindow>& window) {
+  try {
+    const RunPaths paths{"", fs::path(phase_dir).parent_path().string(), phase_dir, {}};
+    const StepCurve curve = read_curve(outputs.metrics, paths, window);
+    std::map<std::string, std::map<long long, double>> out;
+    for (const auto& metric : kCurveMetrics)
+      for (const auto& [step, m] : curve) {
+        if (metric == "grad_norm" && !m.has_grad_norm) continue;  // a trainer that reports only the loss
+        if (const auto v = metric_value(m, metric)) out[metric][step] = *v;
+      }
     return out;
   } catch (const Failure& f) {
     throw std::runtime_error(f.message);
