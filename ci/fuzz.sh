@@ -63,7 +63,7 @@ fi
 seconds=${1:-60}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(pickle_fuzz checkpoint_fuzz tfrecord_fuzz log_fuzz matrix_fuzz report_fuzz hf_fuzz)
+[ ${#targets[@]} -gt 0 ] || targets=(pickle_fuzz checkpoint_fuzz tfrecord_fuzz log_fuzz matrix_fuzz report_fuzz hf_fuzz golden_fuzz)
 # Targets that fuzzed clean, by program and seeds, outside the checkout (cpu.yml keeps the file).
 clean=$HOME/.cache/meshtest/fuzz-clean.txt
 mkdir -p "$(dirname "$clean")" && touch "$clean"
@@ -95,6 +95,7 @@ fuzz_one() {
     tfrecord_fuzz) seeds=$(find tests/fixtures -name 'events.out.tfevents.*' 2>/dev/null || true) ;;
     matrix_fuzz) seeds=$(ls test_matrix/*.yaml examples/*.yaml) ;;
     hf_fuzz) seeds=$(find tests/fixtures/hf-made -name '*.json' -o -name '*.safetensors' 2>/dev/null || true) ;;
+    golden_fuzz) seeds=$(find tests/fixtures/megatron-golden test_matrix/golden -name '*.json' -o -name '*.txt' 2>/dev/null || true) ;;
   esac
   for f in $seeds; do cp "$f" "$corpus/seed-$(echo "$f" | md5sum | cut -c1-8)"; done
   # The same program from the same seeds with the same script fuzzed clean before: not again.

@@ -13,6 +13,7 @@
 #include "history/queries.h"
 #include "meshtrain/adapter.h"
 #include "report/finished_run.h"
+#include "report/megatron_golden.h"
 #include "run/launch.h"
 #include "run/requirements.h"
 #include "run/runner.h"
@@ -249,17 +250,41 @@ Subcommand add_diff(CLI::App& app) {
 
 Subcommand add_golden(CLI::App& app) {
   struct Args {
-    std::string dir = "meshtest-out", id, phase, metric = "loss";
+    std::string dir = "meshtest-out", id, phase, metric = "loss", format = "text";
+    std::vector<std::string> files;
+    std::string import_out;
   };
   auto a = std::make_shared<Args>();
-  auto* cmd = app.add_subcommand("golden", "Golden loss files for loss_matches");
+  auto* cmd = app.add_subcommand("golden", "Golden files for loss_matches: export, import Megatron-LM's");
   cmd->require_subcommand(1);
-  auto* export_cmd = cmd->add_subcommand("export", "Print a case's losses (or grad norms) as '<step> <value>' lines");
+  auto* export_cmd = cmd->add_subcommand(
+      "export",
+      "Print a case's curve as '<step> <value>' lines, or as Megatron-LM's golden values (--format megatron)");
   export_cmd->add_option("ID", a->id, "Case id")->required();
   export_cmd->add_option("--phase", a->phase, "Phase (default: the last)");
   export_cmd->add_option("--out", a->dir, "The run's --out folder")->capture_default_str();
-  export_cmd->add_option("--metric", a->metric, "loss, grad_norm or validation_loss")->capture_default_str();
-  return {cmd, [a] { return export_golden(a->dir, a->id, a->phase, a->metric); }};
+  auto* metric = export_cmd->add_option("--metric", a->metric, "loss, grad_norm, validation_loss or num_zeros (text)")
+                     ->capture_default_str();
+  export_cmd
+      ->add_option("--format", a->format,
+                   "text ('<step> <value>' lines) | megatron (Megatron-LM's golden_values JSON, every metric)")
+      ->check(CLI::IsMember({"text", "megatron"}))
+      ->capture_default_str();
+  auto* import_cmd = cmd->add_subcommand("import", "Golden files from another trainer's");
+  import_cmd->require_subcommand(1);
+  auto* megatron = import_cmd->add_subcommand(
+      "megatron", "Megatron-LM's golden_values_*.json: a golden file per metric meshtest judges, <stem>.<metric>.txt");
+  megatron->add_option("FILE", a->files, "golden_values_*.json files")->required()->check(CLI::ExistingFile);
+  megatron->add_option("--out", a->import_out, "Folder for the golden files (default: each file's own)");
+  return {cmd, [a, megatron, metric] {
+            if (*megatron) return import_megatron_golden(a->files, a->import_out);
+            if (a->format == "text") return export_golden(a->dir, a->id, a->phase, a->metric);
+            if (metric->count() > 0)
+              throw std::runtime_error(
+                  "golden export: --metric is for --format text; --format megatron writes "
+                  "every metric the phase reported");
+            return export_megatron_golden(a->dir, a->id, a->phase);
+          }};
 }
 
 Subcommand add_ckpt(CLI::App& app) {

@@ -100,6 +100,7 @@ const json* find_case(const json& summary, const std::string& id) {
 // A phase of a finished case (default: the last): its folder, where its numbers are, and
 // when it wrote them.
 struct FinishedPhase {
+  std::string name;
   std::string dir;
   Outputs outputs;
   std::optional<TimeWindow> window;  // none in a summary written before meshtest recorded it
@@ -121,7 +122,8 @@ FinishedPhase finished_phase(const json& c, const std::string& phase) {
     if (!found) throw std::runtime_error(c.value("id", "") + " has no phase '" + phase + "'");
   }
   if (!found) return {};
-  return {found->value("dir", ""), outputs_from_json(found->value("outputs", json::object())), window_of(*found)};
+  return {found->value("name", ""), found->value("dir", ""), outputs_from_json(found->value("outputs", json::object())),
+          window_of(*found)};
 }
 
 }  // namespace
@@ -176,6 +178,13 @@ int export_golden(const std::string& dir, const std::string& id, const std::stri
   for (const auto& [step, value] : read_loss_curve(p.dir, p.outputs, metric, p.window))
     std::printf("%lld %.9g\n", step, value);
   return 0;
+}
+
+FinishedCurves finished_curves(const std::string& dir, const std::string& id, const std::string& phase) {
+  const json summary = read_summary(dir);
+  const FinishedPhase p = finished_phase(*find_case(summary, id), phase);
+  if (p.dir.empty()) throw std::runtime_error(id + " has no phase that ran");
+  return {p.name, read_phase_curves(p.dir, p.outputs, p.window)};
 }
 
 }  // namespace meshtest

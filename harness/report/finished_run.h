@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -35,5 +36,13 @@ int diff_cases(const std::string& dir, const std::string& a, const std::string& 
 // `meshtest golden export`: torchtitan's "<step> <loss>" golden format from a finished case's
 // phase (default: its last), or its grad norms.
 int export_golden(const std::string& dir, const std::string& id, const std::string& phase, const std::string& metric);
+
+// A finished case's phase (default: its last) as `golden export --format megatron` and `golden
+// regen` read it: its name and every metric it reported (judge/checks.h read_phase_curves).
+struct FinishedCurves {
+  std::string phase;
+  std::map<std::string, std::map<long long, double>> metrics;  // "loss" -> step -> value
+};
+FinishedCurves finished_curves(const std::string& dir, const std::string& id, const std::string& phase);
 
 }  // namespace meshtest
