@@ -9,6 +9,7 @@
 
 #include "bisect.h"
 #include "ckpt_cli.h"
+#include "golden_regen.h"
 #include "core/selection.h"
 #include "history/queries.h"
 #include "meshtrain/adapter.h"
@@ -248,14 +249,37 @@ Subcommand add_diff(CLI::App& app) {
   return {cmd, [dir, ids] { return diff_cases(*dir, ids->first, ids->second); }};
 }
 
-Subcommand add_golden(CLI::App& app) {
+// `golden regen`'s options: the case, K, where the runs go, and how they run.
+CLI::App* add_golden_regen(CLI::App& golden, RegenRequest& r) {
+  auto* regen = golden.add_subcommand(
+      "regen",
+      "Run a case K times; write each golden file its loss_matches checks name as a band: min and max per step");
+  regen->add_option("ID", r.case_id, "Case id")->required();
+  regen->add_option("MATRIX", r.matrices, "Matrix YAML files (default: the built-in cpu.yaml)")
+      ->check(CLI::ExistingFile);
+  regen->add_option("--runs", r.runs, "Runs of the case (K)")->required()->check(CLI::PositiveNumber);
+  regen->add_option("--out", r.out, "Folder for the runs: <out>/run-<k>")->capture_default_str();
+  regen->add_option("--write-to", r.write_to,
+                    "Write the band files under this folder (at the paths the matrix names) instead of in place");
+  RunOptions& opt = r.run.options;
+  regen->add_option("--backend", opt.backend, "gloo (CPU) | nccl (GPU)")
+      ->check(CLI::IsMember({"gloo", "nccl"}))
+      ->capture_default_str();
+  regen->add_option("--ngpu", r.run.ngpu, "Devices in the pool, as for run");
+  regen->add_option("--grace", opt.grace_s, "Seconds between SIGTERM and SIGKILL")->capture_default_str();
+  add_meshtrain_option(*regen, r.run.meshtrain);
+  return regen;
+}
+
+Subcommand add_golden(CLI::App& app, const char* argv0) {
   struct Args {
     std::string dir = "meshtest-out", id, phase, metric = "loss", format = "text";
     std::vector<std::string> files;
     std::string import_out;
+    RegenRequest regen;
   };
   auto a = std::make_shared<Args>();
-  auto* cmd = app.add_subcommand("golden", "Golden files for loss_matches: export, import Megatron-LM's");
+  auto* cmd = app.add_subcommand("golden", "Golden files for loss_matches: export, import Megatron-LM's, regen bands");
   cmd->require_subcommand(1);
   auto* export_cmd = cmd->add_subcommand(
       "export",
@@ -276,8 +300,10 @@ Subcommand add_golden(CLI::App& app) {
       "megatron", "Megatron-LM's golden_values_*.json: a golden file per metric meshtest judges, <stem>.<metric>.txt");
   megatron->add_option("FILE", a->files, "golden_values_*.json files")->required()->check(CLI::ExistingFile);
   megatron->add_option("--out", a->import_out, "Folder for the golden files (default: each file's own)");
-  return {cmd, [a, megatron, metric] {
+  auto* regen = add_golden_regen(*cmd, a->regen);
+  return {cmd, [a, megatron, regen, metric, argv0] {
             if (*megatron) return import_megatron_golden(a->files, a->import_out);
+            if (*regen) return regen_golden(a->regen, argv0);
             if (a->format == "text") return export_golden(a->dir, a->id, a->phase, a->metric);
             if (metric->count() > 0)
               throw std::runtime_error(
@@ -360,11 +386,13 @@ int main(int argc, char** argv) {
   CLI::App app{"meshtest: a matrix runner for distributed-training CI (docs/matrix.md)", "meshtest"};
   app.set_version_flag("--version", std::string("meshtest ") + meshtest_version());
   app.require_subcommand(1);
-  const std::vector<Subcommand> subcommands = {
-      add_run(app, argv[0]), add_list(app),   add_show(app),   add_launch(app),
-      add_slurm_task(app),   add_merge(app),  add_report(app), add_rerun_failed(app, argv[0]),
-      add_diff(app),         add_golden(app), add_ckpt(app),   add_bisect(app),
-      add_history(app)};
+  const std::vector<Subcommand> subcommands = {add_run(app, argv[0]), add_list(app),
+                                               add_show(app),         add_launch(app),
+                                               add_slurm_task(app),   add_merge(app),
+                                               add_report(app),       add_rerun_failed(app, argv[0]),
+                                               add_diff(app),         add_golden(app, argv[0]),
+                                               add_ckpt(app),         add_bisect(app),
+                                               add_history(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,5 +1,6 @@
 // Golden files end to end, through the meshtest binary: Megatron-LM's golden values imported and
-// judged by Megatron's rules, and `golden export --format megatron` and back.
+// judged by Megatron's rules, `golden export --format megatron` and back, and `golden regen`'s
+// bands over K real runs of a case, keyed by hardware, with the diff a reviewer reads.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -163,4 +164,91 @@ TEST_F(Run, GoldenExportAsMegatronRoundTripsThroughImport) {
   EXPECT_EQ(refused.text,
             "meshtest: golden export: --metric is for --format text; --format megatron writes every "
             "metric the phase reported\n");
+}
+
+// `golden regen`: three real runs of a case whose first loss moves from run to run, recorded as a
+// band keyed by the hardware, the diff against the file it replaces, and the case then judged by
+// the band: inside it passes, outside it fails.
+TEST_F(Run, GoldenRegenRecordsABandOverKRunsKeyedByHardwareAndSaysWhatChanged) {
+  std::ofstream(dir_ + "/trainer.sh") << "n=$(cat " + dir_ + "/count 2>/dev/null || echo 0); n=$((n+1)); echo $n > " +
+                                             dir_ +
+                                             "/count\n"
+                                             "printf '{\"step\":1,\"loss\":6.%d}\\n{\"step\":2,\"loss\":5.0}\\n' $n > "
+                                             "\"$1/metrics.jsonl\"\n";
+  std::ofstream(dir_ + "/uneven.sh") << "n=$(cat " + dir_ + "/count2 2>/dev/null || echo 0); n=$((n+1)); echo $n > " +
+                                            dir_ +
+                                            "/count2\n"
+                                            "for s in $(seq 1 $n); do echo \"{\\\"step\\\":$s,\\\"loss\\\":5}\"; done "
+                                            "> \"$1/metrics.jsonl\"\n";
+  matrix(
+      "suite: s\ndefaults: {ngpu: 1}\ncases:\n"
+      "  - name: wobbly\n    command: [sh, " +
+      dir_ +
+      "/trainer.sh, \"{phase_dir}\"]\n"
+      "    checks: [{loss_matches: {golden: \"golden/{hardware}/wobbly.loss.txt\", rtol: 0}}]\n"
+      "  - name: uneven\n    command: [sh, " +
+      dir_ +
+      "/uneven.sh, \"{phase_dir}\"]\n"
+      "    checks: [{loss_matches: {golden: golden/uneven.loss.txt}}]\n"
+      "  - name: plain\n    command: [sh, " +
+      dir_ + "/trainer.sh, \"{phase_dir}\"]\n");
+  const std::string env = "CI=1 MESHTEST_HARDWARE='Test Box 3000' ";
+  const std::string band = dir_ + "/golden/test-box-3000/wobbly.loss.txt";
+  fs::create_directories(dir_ + "/golden/test-box-3000");
+  std::ofstream(band) << "# the old golden, one run's\n1 6.1\n2 5.0\n3 4.0\n";
+  const std::string regen = env + kMeshtest + " golden regen s/wobbly " + dir_ + "/m.yaml --out " + dir_ + "/regen";
+  const Output made = sh("(" + regen + " --runs 3 2>" + dir_ + "/err)");
+  ASSERT_EQ(made.rc, 0) << made.text << whole_file(dir_ + "/err");
+  const std::string prefix = band + " (loss of phase train), against " + band + ":\n";
+  EXPECT_EQ(made.text.substr(0, made.text.find("3 runs of")),
+            prefix +
+                "  step      1  [6.1, 6.1]                   -> [6.1, 6.3]\n"
+                "  step      3  [4, 4]                       -> (none)\n"
+                "  2 steps: 1 changed, 0 added, 1 removed; widest band 0.2 at step 1 (0.0317 of |max|)\n");
+  EXPECT_NE(made.text.find("\n3 runs of s/wobbly on Test Box 3000 in "), std::string::npos) << made.text;
+  const std::string err = whole_file(dir_ + "/err");
+  EXPECT_NE(err.find("meshtest golden regen: run 3 of 3: s/wobbly failed in"), std::string::npos) << err;
+  const std::string text = whole_file(band);
+  EXPECT_NE(text.find("# meshtest golden band: loss of s/wobbly (phase train), min and max per step over 3 runs\n"
+                      "# hardware: Test Box 3000 ({hardware} = test-box-3000)\n"
+                      "# written by `meshtest golden regen s/wobbly --runs 3` at "),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.substr(text.find("# <step> <min> <max>\n")), "# <step> <min> <max>\n1 6.1 6.3\n2 5 5\n");
+  EXPECT_TRUE(fs::exists(dir_ + "/regen/run-3/summary.json"));
+
+  // Judged by the band: the fourth run's 6.4 is outside it, the second's 6.2 inside.
+  Output judged = sh(env + kMeshtest + " run " + dir_ + "/m.yaml --id s/wobbly --out " + dir_ + "/out");
+  EXPECT_EQ(judged.rc, 1);
+  EXPECT_NE(judged.text.find("step 1: loss 6.4 in phase train vs band [6.1, 6.3] of golden " + band), std::string::npos)
+      << judged.text;
+  std::ofstream(dir_ + "/count") << "1\n";
+  EXPECT_EQ(sh(env + kMeshtest + " run " + dir_ + "/m.yaml --id s/wobbly --out " + dir_ + "/out").rc, 0);
+  // Another machine has no golden of its own yet.
+  judged = sh("CI=1 MESHTEST_HARDWARE=elsewhere " + kMeshtest + " run " + dir_ + "/m.yaml --id s/wobbly --out " + dir_ +
+              "/out");
+  EXPECT_NE(judged.text.find("no golden file for this hardware (elsewhere, {hardware} = elsewhere)"), std::string::npos)
+      << judged.text;
+
+  // --write-to leaves the matrix's file alone; the diff is still against it.
+  const Output elsewhere = sh("(" + regen + " --runs 1 --write-to " + dir_ + "/review 2>/dev/null)");
+  ASSERT_EQ(elsewhere.rc, 0) << elsewhere.text;
+  EXPECT_EQ(
+      elsewhere.text.rfind(
+          dir_ + "/review/golden/test-box-3000/wobbly.loss.txt (loss of phase train), against " + band + ":\n", 0),
+      0u)
+      << elsewhere.text;
+  EXPECT_EQ(whole_file(band), text);
+
+  const Output uneven = sh(env + kMeshtest + " golden regen s/uneven " + dir_ + "/m.yaml --runs 2 --out " + dir_ +
+                           "/regen2 2>&1 | tail -1");
+  EXPECT_EQ(uneven.text,
+            "meshtest: run 2 of s/uneven logged loss at steps 1-2 (2), run 1 at 1-1 (1): a band needs "
+            "the same steps in every run\n");
+  EXPECT_FALSE(fs::exists(dir_ + "/golden/uneven.loss.txt"));
+  const Output none = sh(env + kMeshtest + " golden regen s/plain " + dir_ + "/m.yaml --runs 2");
+  EXPECT_EQ(none.rc, 2);
+  EXPECT_EQ(none.text,
+            "meshtest: s/plain judges by no golden file: regen writes the files its loss_matches checks "
+            "name (e.g. {loss_matches: {golden: golden/{hardware}/plain.loss.txt}})\n");
 }
