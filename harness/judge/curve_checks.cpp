@@ -105,23 +105,32 @@ int last_rank_with_log(const std::string& dir) {
 // Megatron's TensorBoard scalars when its folder has a loss (the last rank writes them), else its
 // console line in that rank's log. When neither has one, `warnings` say what each held, and
 // whether Megatron said it could not write TensorBoard.
+bool has_loss(const MetricSeries& s) {
+  return std::any_of(s.begin(), s.end(), [](const auto& step) { return step.second.count("loss") > 0; });
+}
+
+// Megatron's TensorBoard scalars, when its folder has a loss; else none, and `why_not` says why.
+std::optional<MetricSeries> megatron_tensorboard(const MetricsSource& source, const RunPaths& paths,
+                                                 const std::optional<TimeWindow>& window,
+                                                 std::vector<std::string>* warnings, std::string& why_not) {
+  const std::string tensorboard = resolve_path(source.path, paths);
+  try {
+    MetricSeries series = read_tensorboard_scalars(tensorboard, megatron_tensorboard_tags(), warnings, window);
+    if (has_loss(series)) return series;
+    why_not = "no `lm loss` scalars in " + tensorboard_run_folder(tensorboard, window);
+  } catch (const MetricsError& e) {
+    why_not = e.what();
+  }
+  return std::nullopt;
+}
+
 MetricSeries read_megatron_curve(const MetricsSource& source, const RunPaths& paths,
                                  const std::optional<TimeWindow>& window, std::vector<std::string>& warnings,
                                  std::string& where) {
-  auto has_loss = [](const MetricSeries& s) {
-    return std::any_of(s.begin(), s.end(), [](const auto& step) { return step.second.count("loss") > 0; });
-  };
-  const std::string tensorboard = resolve_path(source.path, paths);
   std::string why_not_tensorboard;
-  try {
-    MetricSeries series = read_tensorboard_scalars(tensorboard, megatron_tensorboard_tags(), &warnings, window);
-    if (has_loss(series)) {
-      where = tensorboard;
-      return series;
-    }
-    why_not_tensorboard = "no `lm loss` scalars in " + tensorboard_run_folder(tensorboard, window);
-  } catch (const MetricsError& e) {
-    why_not_tensorboard = e.what();
+  if (auto series = megatron_tensorboard(source, paths, window, &warnings, why_not_tensorboard)) {
+    where = resolve_path(source.path, paths);
+    return *series;
   }
   where = rank_log_path(paths.phase_dir, source.rank >= 0 ? source.rank : last_rank_with_log(paths.phase_dir));
   MetricSeries series = read_megatron_log(where, &warnings);
@@ -250,16 +259,38 @@ std::vector<std::pair<long long, double>> points(const StepCurve& c, const std::
   return out;
 }
 
-// How finely a phase's curve `c` logged `metric`, 0 for full floats. The Hugging Face Trainer
-// before transformers 5 rounded the loss in trainer_state.json to 4 decimals (5.17 writes full
-// floats, measured): a curve from there whose every loss is a multiple of 1e-4 was rounded.
-double logged_resolution(const Target& t, const StepCurve& c, const std::string& metric) {
-  if (!t.spec || t.spec->outputs.metrics.kind != MetricsSource::kHfTrainerState || metric != "loss") return 0;
-  for (const auto& [step, m] : c) {
-    const double scaled = m.loss / kTrainerStateLossResolution;
-    if (std::isfinite(scaled) && std::fabs(scaled - std::round(scaled)) > 1e-3) return 0;
+// How finely a curve was logged (0: full floats), and where, for the message that says a failing
+// tolerance finer than that judged the rounding.
+struct LoggedResolution {
+  double value = 0;
+  std::string where;
+};
+LoggedResolution coarser(const LoggedResolution& a, const LoggedResolution& b) { return a.value >= b.value ? a : b; }
+
+// How finely a phase's curve `c` logged `metric`. The Hugging Face Trainer before transformers 5
+// rounded the loss in trainer_state.json to 4 decimals (5.17 writes full floats, measured): a
+// curve from there whose every loss is a multiple of 1e-4 was rounded. Megatron's iteration line,
+// read when its TensorBoard folder has no loss, prints the loss to 7 significant digits and the
+// grad norm to 3 decimals.
+LoggedResolution logged_resolution(const Target& t, const StepCurve& c, const std::string& metric) {
+  if (!t.spec) return {};
+  const MetricsSource& source = t.spec->outputs.metrics;
+  if (source.kind == MetricsSource::kHfTrainerState && metric == "loss") {
+    for (const auto& [step, m] : c) {
+      const double scaled = m.loss / kTrainerStateLossResolution;
+      if (std::isfinite(scaled) && std::fabs(scaled - std::round(scaled)) > 1e-3) return {};
+    }
+    return {kTrainerStateLossResolution, "trainer_state.json"};
   }
-  return kTrainerStateLossResolution;
+  std::string why_not;
+  if (source.kind != MetricsSource::kMegatron || megatron_tensorboard(source, t.paths(), t.window, nullptr, why_not))
+    return {};
+  // Megatron's iteration line: `lm loss: %.6E` (7 significant digits), `grad norm: %.3f`.
+  if (metric == "grad_norm") return {1e-3, "Megatron's iteration line, 3 decimals"};
+  double largest = 0;
+  for (const auto& [step, m] : c)
+    if (const auto v = metric_value(m, metric); v && std::isfinite(*v)) largest = std::max(largest, std::fabs(*v));
+  return {largest * 1e-6, "Megatron's iteration line, 7 significant digits"};
 }
 
 // What a curve is compared with: another phase's curve (each step one value), or a golden file
@@ -350,7 +381,7 @@ Finding mismatch(long long step, double a, const GoldenBand& b, const StepCompar
 // failure whose tolerance is finer says it judged the rounding.
 void compare_curves(const StepCurve& got, const Reference& want, const std::string& metric,
                     const std::string& got_label, double rtol, double atol, bool exact, const std::string& hint,
-                    double resolution, CheckResult& result) {
+                    const LoggedResolution& resolution, CheckResult& result) {
   std::vector<std::pair<long long, double>> lo, hi;
   for (const auto& [step, b] : want.values) lo.emplace_back(step, b.min), hi.emplace_back(step, b.max);
   result.series = {{"subject", got_label, metric, points(got, metric)}, {"reference", want.label, metric, lo}};
@@ -403,9 +434,9 @@ void compare_curves(const StepCurve& got, const Reference& want, const std::stri
   }
   if (first) {
     first->message += " (" + std::to_string(mismatches) + " of " + std::to_string(compared) + " steps differ)";
-    if (resolution > 0 && first->tolerance.value_or(0) < resolution)
-      first->message += "; " + metric + " is logged rounded to " + sci(resolution) +
-                        " (trainer_state.json), so a tolerance under that judges the rounding, not the run";
+    if (resolution.value > 0 && first->tolerance.value_or(0) < resolution.value)
+      first->message += "; " + metric + " is logged rounded to " + sci(resolution.value) + " (" + resolution.where +
+                        "), so a tolerance under that judges the rounding, not the run";
     first->details = "  step  " + got_label + "  |  " + want.label + "  |  |diff|\n" + table;
     throw *first;
   }
@@ -460,7 +491,7 @@ void check_loss_matches(const CaseOutcome& o, const CheckSpec& spec, const Check
   const std::string metric = spec.params.metric.value();
   check_metric_name(metric);
   Reference want;
-  double resolution = 0;
+  LoggedResolution resolution;
   if (spec.params.golden) {
     want = golden_reference(golden_path(o, spec), *spec.params.golden);
   } else {
@@ -477,7 +508,7 @@ void check_loss_matches(const CaseOutcome& o, const CheckSpec& spec, const Check
   }
   compare_curves(got, want, metric, t.label, spec.params.rtol.value(), spec.params.atol.value(),
                  spec.params.exact.value(), report_hint(o, metric),
-                 std::max(resolution, logged_resolution(t, got, metric)), result);
+                 coarser(resolution, logged_resolution(t, got, metric)), result);
 }
 
 void check_resume_matches(const CaseOutcome& o, const CheckSpec& spec, const CheckSources& from, CheckResult& result) {
@@ -492,7 +523,7 @@ void check_resume_matches(const CaseOutcome& o, const CheckSpec& spec, const Che
   const StepCurve want = read_metrics(*ref);
   compare_curves(got, reference_of(want, "loss", ref->label + " (uninterrupted)"), "loss", t.label + " (resumed)",
                  spec.params.rtol.value(), spec.params.atol.value(), spec.params.exact.value(), report_hint(o, "loss"),
-                 std::max(logged_resolution(t, got, "loss"), logged_resolution(*ref, want, "loss")), result);
+                 coarser(logged_resolution(t, got, "loss"), logged_resolution(*ref, want, "loss")), result);
 }
 
 void check_drift(const CaseOutcome& o, const CheckSpec& spec, const CheckSources& from, CheckResult& result) {

@@ -895,6 +895,25 @@ TEST_F(Checks, MegatronCurvesComeFromTensorBoardElseTheLastRanksLine) {
         " iteration        2/       2 | lm loss: 9.250000E+00 | grad norm: 1.500 |\n");
   run(1, "loss_matches");
   for (const auto& check : outcomes_[1].checks) EXPECT_TRUE(check.passed) << check.kind << ": " << check.message;
+  // The line prints the grad norm to 3 decimals: a failure finer than that says it judged the rounding.
+  fs::remove_all(dir_ + "/mg");
+  load(cases);
+  write("ref/train/metrics.jsonl",
+        "{\"step\":1,\"loss\":10.5,\"grad_norm\":2.5004}\n{\"step\":2,\"loss\":9.25,\"grad_norm\":1.5}\n");
+  write("mg/train/rank0.log",
+        " iteration        1/       2 | lm loss: 1.050000E+01 | grad norm: 2.500 |\n"
+        " iteration        2/       2 | lm loss: 9.250000E+00 | grad norm: 1.500 |\n");
+  run(1, "loss_matches");
+  std::vector<CheckResult> matches;
+  for (const auto& check : outcomes_[1].checks)
+    if (check.kind == "loss_matches") matches.push_back(check);
+  ASSERT_EQ(matches.size(), 2u);
+  EXPECT_TRUE(matches[0].passed) << matches[0].message;
+  EXPECT_FALSE(matches[1].passed);
+  EXPECT_NE(matches[1].message.find("grad_norm is logged rounded to 1.00e-03 (Megatron's iteration line, 3 decimals), "
+                                    "so a tolerance under that judges the rounding"),
+            std::string::npos)
+      << matches[1].message;
   // Neither: Megatron's own warning is quoted.
   fs::remove_all(dir_ + "/mg");
   load(cases);
