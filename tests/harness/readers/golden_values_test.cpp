@@ -90,13 +90,15 @@ TEST_F(GoldenFiles, RealMegatronGoldenValuesAreReadAsMegatronWroteThem) {
   EXPECT_DOUBLE_EQ(metric_named(vp1, "num-zeros").values.at(5), 1803.0);
 
   // Megatron's "nan": num-zeros logged nothing on the first steps (skipped iterations).
-  const GoldenValuesMetric& zeros = metric_named(read_golden_values(kNoTe), "num-zeros");
+  const GoldenValues no_te = read_golden_values(kNoTe);  // held: metric_named returns into it
+  const GoldenValuesMetric& zeros = metric_named(no_te, "num-zeros");
   EXPECT_TRUE(std::isnan(zeros.values.at(1)));
   EXPECT_TRUE(std::isnan(zeros.values.at(15)));
   EXPECT_DOUBLE_EQ(zeros.values.at(20), 1751.0);
 
   // Indented, with an MTP loss meshtest does not judge: read all the same.
-  EXPECT_EQ(metric_named(read_golden_values(kMtp), "mtp_1 loss").values.size(), 11u);
+  const GoldenValues mtp = read_golden_values(kMtp);
+  EXPECT_EQ(metric_named(mtp, "mtp_1 loss").values.size(), 11u);
 }
 
 // A real file of Megatron-LM whose steps leave its own grid: refused, its missing steps named.
