@@ -33,6 +33,9 @@ timeout -s TERM "$left" build/harness/meshtest run examples/megatron.yaml --back
   --out "$out/run" "$@" > "$out/meshtest.log" 2>&1
 status=$?
 tail -n 40 "$out/meshtest.log"
+# Every rank log, summary and report in one archive: the device tool drops folders this deep.
+(cd "$out/run" && find . \( -name 'rank*.log' -o -name summary.json -o -name summary.md -o -name junit.xml \) \
+  -print0 | tar czf "$out/megatron-run.tgz" --null -T -) 2>/dev/null
 # The fixtures, as the real Megatron wrote them (small: 4 layers of width 64).
 fixtures=$out/fixtures
 mkdir -p "$fixtures"
