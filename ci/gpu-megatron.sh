@@ -21,10 +21,6 @@ helpers=$!
 cmake --build --preset harness -j "$(nproc)" --target meshtest | grep -E "error|FAILED" || true
 wait "$helpers"; tail -n 3 "$out/helpers.log"
 export PATH=${TMPDIR:-/tmp}/meshtest-megatron-bin:$PATH
-# The flags this Megatron accepts (the adapter asks the same, cached): a failure here is the
-# first thing to read when cases fail to start.
-timeout 300 python3 "$MESHTEST_MEGATRON_LM/pretrain_gpt.py" --help > "$out/help.txt" 2>&1
-echo "pretrain_gpt.py --help: exit $? ($(grep -c -- '--' "$out/help.txt") lines with flags)"
 export MESHTEST_SIM_CACHE=${MESHTEST_SIM_CACHE:-/tmp/meshtest-sim-cache}
 # A device call ends at 600 s: meshtest gets what is left of ${CALL_LIMIT_S:-590} s less a minute
 # for the fixtures; on SIGTERM it stops the running case and still writes its reports.
@@ -33,6 +29,20 @@ timeout -s TERM "$left" build/harness/meshtest run examples/megatron.yaml --back
   --out "$out/run" "$@" > "$out/meshtest.log" 2>&1
 status=$?
 tail -n 40 "$out/meshtest.log"
+# The first Python traceback of the one-GPU case, where it failed: the first thing to read.
+log=$out/run/megatron/one_gpu/train/rank0.log
+[ -f "$log" ] && grep -q Traceback "$log" && { echo "--- one_gpu rank0.log, first traceback:"; sed -n '/Traceback/,+45p' "$log" | head -60; }
+# Diagnosis while the example does not train yet: the one-GPU case again with the weights
+# initialised on the GPU (without use-cpu-initialization).
+if [ -f "$log" ] && grep -q "indices should be" "$log"; then
+  grep -v "use-cpu-initialization" examples/megatron.yaml > examples/megatron-gpuinit.yaml
+  timeout -s TERM 150 build/harness/meshtest run examples/megatron-gpuinit.yaml --backend nccl --ngpu 1 \
+    --id megatron/one_gpu --out "$out/run-gpuinit" > "$out/gpuinit.log" 2>&1
+  echo "--- one_gpu without use-cpu-initialization: exit $?"; tail -n 15 "$out/gpuinit.log"
+  glog=$out/run-gpuinit/megatron/one_gpu/train/rank0.log
+  [ -f "$glog" ] && { grep -m1 -A45 Traceback "$glog" | head -50; grep "iteration " "$glog" | tail -n 3; }
+  rm -f examples/megatron-gpuinit.yaml
+fi
 # Every rank log, summary and report in one archive: the device tool drops folders this deep.
 (cd "$out/run" && find . \( -name 'rank*.log' -o -name summary.json -o -name summary.md -o -name junit.xml \) \
   -print0 | tar czf "$out/megatron-run.tgz" --null -T -) 2>/dev/null
