@@ -80,6 +80,9 @@ class ReceiveWork : public c10d::Work {
   bool isSuccess() const override { return received_; }
   bool wait(std::chrono::milliseconds /*timeout*/) override {
     std::call_once(once_, [this] {
+      // The caller waits with autograd on, on a tensor that may be a leaf requiring grad (a
+      // pipeline's activation): the bytes land below autograd, as the receive itself would.
+      at::AutoDispatchBelowADInplaceOrView below_autograd;
       receive_();
       received_ = true;
     });

@@ -102,6 +102,16 @@ def run(rank, world, device_kind, out, port):
     for work in dist.batch_isend_irecv(ops):
         work.wait()
     check("batch_isend_irecv ring", incoming, everyone[left])
+    # Megatron's pipeline receives into a leaf that requires grad, with autograd on where it waits:
+    # NCCL writes the bytes unseen by autograd, and so must the simulated receive.
+    activation = torch.empty_like(mine, requires_grad=True)
+    ops = [dist.P2POp(dist.irecv, activation, left), dist.P2POp(dist.isend, mine.clone(), right)]
+    try:
+        for work in dist.batch_isend_irecv(ops):
+            work.wait()
+        check("irecv into a leaf that requires grad", activation.detach(), everyone[left])
+    except RuntimeError as e:
+        lines.append(f"FAILED irecv into a leaf that requires grad: {e}")
 
     objects = [None] * world
     dist.all_gather_object(objects, {"rank": rank, "text": "x" * rank})
