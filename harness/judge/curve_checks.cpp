@@ -133,7 +133,8 @@ MetricSeries read_megatron_curve(const MetricsSource& source, const RunPaths& pa
     return *series;
   }
   where = rank_log_path(paths.phase_dir, source.rank >= 0 ? source.rank : last_rank_with_log(paths.phase_dir));
-  MetricSeries series = read_megatron_log(where, &warnings);
+  MetricSeries series =
+      read_megatron_log(where, &warnings, megatron_keeps_first_iteration(rank_log_path(paths.phase_dir, 0)));
   if (!has_loss(series)) {
     warnings.insert(warnings.begin(), "TensorBoard: " + why_not_tensorboard);
     if (tail_of_file(where, 1 << 20, 4 << 20).find(kMegatronNoTensorboard) != std::string::npos)

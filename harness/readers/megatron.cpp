@@ -85,6 +85,9 @@ struct MegatronLine {
   enum Kind { kNone, kTraining, kValidation } kind = kNone;
   long long step = 0;
   std::map<std::string, double> metrics;
+  // The fields training_log sums over its logging window (every loss: those printed after
+  // `global batch size` and before `loss scale`); the others are the iteration's own.
+  std::vector<std::string> summed;
 };
 
 // The metric name a field of `kind`'s line goes under ("" for a validation field not read).
@@ -132,6 +135,7 @@ MegatronLine read_megatron_line(std::string_view text, long line_number, Warning
   } else {
     return line;
   }
+  bool in_losses = false;
   for (std::size_t start = rest.find('|'); start != std::string_view::npos;) {
     const std::size_t end = rest.find('|', start + 1);
     const std::string_view field =
@@ -145,6 +149,9 @@ MegatronLine read_megatron_line(std::string_view text, long line_number, Warning
       continue;
     }
     const std::string_view key = trim(field.substr(0, colon)), value = trim(field.substr(colon + 1));
+    if (key == "loss scale") in_losses = false;
+    const bool summed = in_losses;
+    if (key == "global batch size") in_losses = true;
     const std::string name = metric_name(line.kind, key);
     if (name.empty() || is_not_available(value)) continue;
     double number = 0;
@@ -154,9 +161,38 @@ MegatronLine read_megatron_line(std::string_view text, long line_number, Warning
       continue;
     }
     line.metrics[name] = number;
+    if (summed && line.kind == MegatronLine::kTraining) line.summed.push_back(name);
   }
   return line;
 }
+
+// A Megatron that keeps its first iteration in the next line's sums (megatron.h): with one
+// iteration per line, the second line of a launch prints the mean of both, so its own loss is
+// twice that less the first's.
+class FirstIterationKept {
+ public:
+  explicit FirstIterationKept(bool kept) : kept_(kept) {}
+  void apply(MegatronLine& line) {
+    if (!kept_ || line.kind != MegatronLine::kTraining) return;
+    if (!first_) {
+      first_ = line;
+      return;
+    }
+    if (done_ || line.step == first_->step) return;
+    done_ = true;
+    if (line.step != first_->step + 1) return;  // a window of several iterations: a mean anyway
+    for (const auto& name : line.summed) {
+      const auto mine = line.metrics.find(name), theirs = first_->metrics.find(name);
+      if (mine != line.metrics.end() && theirs != first_->metrics.end())
+        mine->second = 2 * mine->second - theirs->second;
+    }
+  }
+
+ private:
+  bool kept_;
+  bool done_ = false;
+  std::optional<MegatronLine> first_;
+};
 
 // ---- the checkpoint folder ---------------------------------------------------------------
 
@@ -208,9 +244,11 @@ void check_torch_dist(const fs::path& dir) {
 
 // ---- public ----------------------------------------------------------------------------
 
-MetricSeries parse_megatron_log(std::istream& in, const std::string& file, std::vector<std::string>* warnings) {
+MetricSeries parse_megatron_log(std::istream& in, const std::string& file, std::vector<std::string>* warnings,
+                                bool first_iteration_kept) {
   Warnings warn(warnings, file);
   StepRecorder training(warn);
+  FirstIterationKept first(first_iteration_kept);
   MetricSeries validation;  // an iteration's validation lines add up (one per loss or data set)
   LineReader reader(in);
   std::string line;
@@ -224,6 +262,7 @@ MetricSeries parse_megatron_log(std::istream& in, const std::string& file, std::
     long rank = -1;
     const std::string_view text = trim_left(drop_rank_prefix(trim_left(clean), rank));
     MegatronLine read = read_megatron_line(text, reader.number(), warn);
+    first.apply(read);
     if (read.kind == MegatronLine::kTraining) training.record(read.step, std::move(read.metrics), reader.number());
     if (read.kind == MegatronLine::kValidation)
       for (auto& [name, value] : read.metrics) validation[read.step][name] = value;
@@ -235,9 +274,22 @@ MetricSeries parse_megatron_log(std::istream& in, const std::string& file, std::
   return series;
 }
 
-MetricSeries read_megatron_log(const std::string& path, std::vector<std::string>* warnings) {
+MetricSeries read_megatron_log(const std::string& path, std::vector<std::string>* warnings,
+                               bool first_iteration_kept) {
   std::ifstream in = open_or_throw(path);
-  return parse_megatron_log(in, path, warnings);
+  return parse_megatron_log(in, path, warnings, first_iteration_kept);
+}
+
+bool megatron_keeps_first_iteration(const std::string& rank0_log) {
+  std::ifstream in(rank0_log, std::ios::binary);
+  if (!in) return false;
+  LineReader reader(in);
+  std::string line;
+  std::size_t length = 0;
+  // Rank 0 prints it before the first iteration, after the arguments (about 1000 lines in).
+  for (int lines = 0; lines < 100000 && reader.next(line, length); ++lines)
+    if (line.find(kMegatronFirstIterationMarker) != std::string::npos) return true;
+  return false;
 }
 
 const std::map<std::string, std::string>& megatron_tensorboard_tags() {

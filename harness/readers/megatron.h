@@ -26,9 +26,24 @@ namespace meshtest {
 // "nan_iterations", "iteration_time_ms", and any other `key: number` field under its key in
 // snake case; a validation line's `lm loss value` goes under its iteration as "validation_loss"
 // (another loss's `<name> value` as "validation_<name>"). Other lines are passed over.
-MetricSeries parse_megatron_log(std::istream& in, const std::string& file, std::vector<std::string>* warnings);
+// `first_iteration_kept`: the log is of a Megatron that prints its first iteration's line and
+// keeps that iteration in the sums of its next line (megatron_keeps_first_iteration), so with one
+// iteration per line the second line's losses are the mean of two iterations; the second
+// iteration's own is read (twice the printed mean less the first's). Per-iteration fields (grad
+// norm, num zeros, learning rate) are read as printed.
+MetricSeries parse_megatron_log(std::istream& in, const std::string& file, std::vector<std::string>* warnings,
+                                bool first_iteration_kept = false);
 // The same for a file; throws MetricsError("cannot read <path>") when it cannot be opened.
-MetricSeries read_megatron_log(const std::string& path, std::vector<std::string>* warnings);
+MetricSeries read_megatron_log(const std::string& path, std::vector<std::string>* warnings,
+                               bool first_iteration_kept = false);
+
+// Megatron-LM since 2026-01-16 (c40b6ea, Megatron-Core 0.16: "better time accounting of startup
+// operations") logs its first iteration without resetting its loss sums. The same change made
+// rank 0 print this line before training, by which such a Megatron is known.
+constexpr const char* kMegatronFirstIterationMarker = "after in-process setup and before initialize_megatron";
+// Whether `rank0_log` (rank 0's log of one launch) is of such a Megatron: the marker appears
+// before its first iteration line. False for a file that cannot be read.
+bool megatron_keeps_first_iteration(const std::string& rank0_log);
 
 // Megatron's TensorBoard tags -> meshtest's metric names.
 const std::map<std::string, std::string>& megatron_tensorboard_tags();
