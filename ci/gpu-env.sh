@@ -14,3 +14,24 @@ gpu_build() {
   cmake --build --preset cuda -j "$(nproc)" "${targets[@]}" | grep -E "error|FAILED" || true
   for t in "$@"; do [ ! -e "build/cuda/$t" ] || [ -x "build/cuda/$t" ]; done
 }
+
+# shared_gpu N: the first visible GPU listed N times, for CUDA_VISIBLE_DEVICES, so that meshtest
+# (--ngpu N) runs N cases on it at once, each case's ranks seeing that one GPU. For examples whose
+# models take megabytes and whose time goes to Python start-up, as the Megatron and HF ones.
+shared_gpu() {
+  local gpu=${CUDA_VISIBLE_DEVICES:-0} list i
+  gpu=${gpu%%,*} list=${gpu%%,*}
+  for ((i = 1; i < $1; i++)); do list+=",$gpu"; done
+  echo "$list"
+}
+
+# archive_run RUN_DIR TGZ: every rank log, summary and report of a run in one archive (the device
+# tool drops folders as deep as a case's phase), and the first Python traceback of a failed case.
+archive_run() {
+  (cd "$1" && find . \( -name 'rank*.log' -o -name summary.json -o -name summary.md -o -name junit.xml \) \
+    -print0 | tar czf "$2" --null -T -) 2>/dev/null
+  local log
+  log=$(grep -l -m1 Traceback "$1"/*/*/*/rank*.log 2>/dev/null | head -n 1)
+  [ -n "$log" ] && { echo "--- first traceback: $log"; grep -m1 -A40 Traceback "$log" | grep -v '^\[rank[0-9]*\]:  ' | head -n 40; }
+  return 0
+}

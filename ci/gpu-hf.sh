@@ -19,10 +19,12 @@ export MESHTEST_SIM_CACHE=${MESHTEST_SIM_CACHE:-/tmp/meshtest-sim-cache}
 # A device call ends at 600 s: meshtest gets what is left of ${CALL_LIMIT_S:-590} s less a minute
 # for the fixtures; on SIGTERM it stops the running case and still writes its reports.
 left=$(( ${CALL_LIMIT_S:-590} - SECONDS - 60 ))
-timeout -s TERM "$left" build/harness/meshtest run examples/hf.yaml --backend nccl --ngpu 1 --jobs 1 \
-  --out "$out/run" "$@" > "$out/meshtest.log" 2>&1
+# Four cases at once on the one GPU (shared_gpu, ci/gpu-env.sh): a 2-layer model of width 64.
+CUDA_VISIBLE_DEVICES=$(shared_gpu 4) timeout -s TERM "$left" build/harness/meshtest run examples/hf.yaml \
+  --backend nccl --ngpu 4 --jobs 4 --out "$out/run" "$@" > "$out/meshtest.log" 2>&1
 status=$?
 tail -n 30 "$out/meshtest.log"
+archive_run "$out/run" "$out/hf-run.tgz"
 # The fixtures, as the real Trainer wrote them (small: a 2-layer model of width 64).
 fixtures=$out/fixtures
 mkdir -p "$fixtures"

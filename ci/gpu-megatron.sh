@@ -14,6 +14,7 @@ mkdir -p "${OUT:-build/cuda/results}/megatron"
 out=$(cd "${OUT:-build/cuda/results}/megatron" && pwd)
 python3 -c 'import torch; print("torch", torch.__version__, torch.cuda.get_device_name(0))' | tee "$out/versions.txt"
 cat .deps/megatron-lm/MANIFEST.txt | tee -a "$out/versions.txt"
+source ci/gpu-env.sh
 source ci/gpu-megatron-env.sh
 (megatron_helpers > "$out/helpers.log" 2>&1; echo "dataset helpers: exit $?" >> "$out/helpers.log") &
 helpers=$!
@@ -25,20 +26,13 @@ export MESHTEST_SIM_CACHE=${MESHTEST_SIM_CACHE:-/tmp/meshtest-sim-cache}
 # A device call ends at 600 s: meshtest gets what is left of ${CALL_LIMIT_S:-590} s less a minute
 # for the fixtures; on SIGTERM it stops the running case and still writes its reports.
 left=$(( ${CALL_LIMIT_S:-590} - SECONDS - 60 ))
-# The one GPU is listed four times, so four cases share it at once (each case's ranks see
-# CUDA_VISIBLE_DEVICES=0): these models take megabytes, and a Megatron start-up takes half a minute
-# of Python imports and set-up whatever the model.
-gpu=${CUDA_VISIBLE_DEVICES:-0}; gpu=${gpu%%,*}
-CUDA_VISIBLE_DEVICES=$gpu,$gpu,$gpu,$gpu timeout -s TERM "$left" build/harness/meshtest run examples/megatron.yaml \
+# Four cases at once on the one GPU (shared_gpu, ci/gpu-env.sh): a Megatron start-up takes half a
+# minute of Python imports and set-up whatever the model.
+CUDA_VISIBLE_DEVICES=$(shared_gpu 4) timeout -s TERM "$left" build/harness/meshtest run examples/megatron.yaml \
   --backend nccl --ngpu 4 --jobs 4 --out "$out/run" "$@" > "$out/meshtest.log" 2>&1
 status=$?
 tail -n 40 "$out/meshtest.log"
-# The first Python traceback of the one-GPU case, where it failed: the first thing to read.
-log=$out/run/megatron/one_gpu/train/rank0.log
-[ -f "$log" ] && grep -q Traceback "$log" && { echo "--- one_gpu rank0.log, first traceback:"; sed -n '/Traceback/,+45p' "$log" | head -60; }
-# Every rank log, summary and report in one archive: the device tool drops folders this deep.
-(cd "$out/run" && find . \( -name 'rank*.log' -o -name summary.json -o -name summary.md -o -name junit.xml \) \
-  -print0 | tar czf "$out/megatron-run.tgz" --null -T -) 2>/dev/null
+archive_run "$out/run" "$out/megatron-run.tgz"
 # The fixtures, as the real Megatron wrote them (small: 4 layers of width 64).
 fixtures=$out/fixtures
 mkdir -p "$fixtures"
