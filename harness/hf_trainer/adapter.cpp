@@ -50,11 +50,14 @@ class HfTrainerAdapter : public TrainerAdapter {
     return args;
   }
 
-  Outputs default_outputs(const Layout&) const override {
+  Outputs default_outputs(const Layout& layout) const override {
     Outputs o;
     o.metrics.kind = MetricsSource::kHfTrainerState;
     o.metrics.path = ".";
     o.checkpoint = CheckpointSource{".", -1, "", {}};  // the newest complete checkpoint-<N>
+    // Under FSDP the Trainer saves DCP through Accelerate as {"model": state_dict}: its keys read
+    // as the model's own (model.embed_tokens.weight), as the safetensors of a run without FSDP.
+    if (layout.size("dp_shard") > 1) o.checkpoint->rename = {{"^model\\.", ""}};
     o.tokens = "";
     o.contract_files = false;
     return o;

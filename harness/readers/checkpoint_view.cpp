@@ -335,9 +335,19 @@ class SafetensorsCheckpoint : public CheckpointView::Impl {
   std::map<std::string, size_t> by_key_;
 };
 
+// Inside a Hugging Face checkpoint-<N> folder without safetensors, FSDP's sharded state dict is
+// DCP in pytorch_model_fsdp_0/; `dir` itself otherwise.
+std::string hf_model_dir(const fs::path& dir) {
+  std::error_code ec;
+  if (!safetensors::is_safetensors(dir.string()) &&
+      fs::exists(dir / "pytorch_model_fsdp_0" / contract::kMetadataFile, ec))
+    return (dir / "pytorch_model_fsdp_0").string();
+  return dir.string();
+}
+
 // The Hugging Face Trainer's checkpoint-<N> folders under `path`: the newest complete one (its
 // trainer_state.json, written last, is there), or checkpoint-<step>; `path` itself when it holds
-// none. Inside one, FSDP's sharded state dict is DCP in pytorch_model_fsdp_0/.
+// none (a checkpoint-<N> folder itself, or not the Trainer's).
 std::string hf_checkpoint_dir(const std::string& path, long long& step) {
   std::error_code ec;
   if (!fs::is_directory(path, ec)) return path;
@@ -349,7 +359,7 @@ std::string hf_checkpoint_dir(const std::string& path, long long& step) {
     if (digits.empty() || digits.size() > 15 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
     found[std::stoll(digits)] = fs::exists(entry.path() / "trainer_state.json", ec);
   }
-  if (found.empty()) return path;
+  if (found.empty()) return hf_model_dir(path);
   std::string listing;
   for (const auto& [n, complete] : found)
     listing += (listing.empty() ? "" : ", ") + ("checkpoint-" + std::to_string(n)) +
@@ -364,11 +374,7 @@ std::string hf_checkpoint_dir(const std::string& path, long long& step) {
     if (chosen < 0) fail(path + ": no complete checkpoint-<N> folder (found: " + listing + ")");
   }
   step = -1;  // chosen here
-  const fs::path dir = fs::path(path) / ("checkpoint-" + std::to_string(chosen));
-  if (!safetensors::is_safetensors(dir.string()) &&
-      fs::exists(dir / "pytorch_model_fsdp_0" / contract::kMetadataFile, ec))
-    return (dir / "pytorch_model_fsdp_0").string();
-  return dir.string();
+  return hf_model_dir(fs::path(path) / ("checkpoint-" + std::to_string(chosen)));
 }
 
 std::string resolve_step_dir(const std::string& path, long long step) {
