@@ -274,8 +274,7 @@ MetricSeries parse_megatron_log(std::istream& in, const std::string& file, std::
   return series;
 }
 
-MetricSeries read_megatron_log(const std::string& path, std::vector<std::string>* warnings,
-                               bool first_iteration_kept) {
+MetricSeries read_megatron_log(const std::string& path, std::vector<std::string>* warnings, bool first_iteration_kept) {
   std::ifstream in = open_or_throw(path);
   return parse_megatron_log(in, path, warnings, first_iteration_kept);
 }

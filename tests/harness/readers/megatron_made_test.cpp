@@ -28,7 +28,8 @@ const fs::path kMegatronMade = fs::path(MESHTEST_SOURCE_DIR) / "tests" / "fixtur
 
 MetricSeries megatron_made_tensorboard() {
   std::vector<std::string> warnings;
-  return read_tensorboard_scalars((kMegatronMade / "one_gpu-tensorboard").string(), megatron_tensorboard_tags(), &warnings);
+  return read_tensorboard_scalars((kMegatronMade / "one_gpu-tensorboard").string(), megatron_tensorboard_tags(),
+                                  &warnings);
 }
 
 TEST(MegatronMade, TensorBoardHoldsEveryIterationsLossGradNormAndZeros) {
