@@ -45,7 +45,12 @@ class HfMadeChecks : public Checks {
     fs::create_directories(dir_ + "/" + phase_dir);
     fs::copy(kHfMade / fixture, dir_ + "/" + phase_dir + "/checkpoint-4", fs::copy_options::recursive);
   }
-  void load_pair() {
+  // One rank's and FSDP 4's checkpoint-4, the FSDP case with `fsdp_lines` of its own.
+  void load_pair(const std::string& fsdp_lines =
+                     "    checks: [{keys_match: {baseline: one}}, {tensors_match: {baseline: one, rtol: 1.0e-5, "
+                     "atol: 1.0e-6}}]\n") {
+    fs::remove_all(dir_ + "/fsdp4");
+    fs::remove_all(dir_ + "/one");
     load(
         "  - name: one\n"
         "    adapter: hf-trainer\n"
@@ -53,8 +58,8 @@ class HfMadeChecks : public Checks {
         "  - name: fsdp4\n"
         "    adapter: hf-trainer\n"
         "    ngpu: 4\n"
-        "    mesh: {dp_shard: 4}\n"
-        "    checks: [{keys_match: {baseline: one}}, {tensors_match: {baseline: one, rtol: 1.0e-5, atol: 1.0e-6}}]\n");
+        "    mesh: {dp_shard: 4}\n" +
+        fsdp_lines);
     place("one/train", "one_rank-checkpoint-4");
     place("fsdp4/train", "fsdp4-checkpoint-4");
   }
@@ -76,8 +81,6 @@ TEST_F(HfMadeChecks, ACorruptedCopyIsRefusedByName) {
   EXPECT_FALSE(r.passed);
   EXPECT_NE((r.message + r.details).find("__2_0.distcp"), std::string::npos) << r.message << "\n" << r.details;
   // A safetensors header length past the file's end.
-  fs::remove_all(dir_ + "/fsdp4");
-  fs::remove_all(dir_ + "/one");
   load_pair();
   const std::string model = dir_ + "/one/train/checkpoint-4/model.safetensors";
   fs::permissions(model, fs::perms::owner_read | fs::perms::owner_write);
@@ -90,20 +93,9 @@ TEST_F(HfMadeChecks, ACorruptedCopyIsRefusedByName) {
   EXPECT_FALSE(r.passed);
   EXPECT_NE((r.message + r.details).find("model.safetensors"), std::string::npos) << r.message << "\n" << r.details;
   // Without the FSDP key mapping the keys differ, every one of them, by Accelerate's wrapper.
-  fs::remove_all(dir_ + "/fsdp4");
-  fs::remove_all(dir_ + "/one");
-  load(
-      "  - name: one\n"
-      "    adapter: hf-trainer\n"
-      "    ngpu: 1\n"
-      "  - name: fsdp4\n"
-      "    adapter: hf-trainer\n"
-      "    ngpu: 4\n"
-      "    mesh: {dp_shard: 4}\n"
+  load_pair(
       "    outputs: {checkpoint: {rename: {'^lm_head': 'lm_head'}}}\n"
       "    checks: [{keys_match: {baseline: one}}]\n");
-  place("one/train", "one_rank-checkpoint-4");
-  place("fsdp4/train", "fsdp4-checkpoint-4");
   r = run(1, "keys_match");
   EXPECT_FALSE(r.passed);
   EXPECT_NE((r.message + r.details).find("model.model.embed_tokens.weight"), std::string::npos) << r.message;
