@@ -165,5 +165,37 @@ TEST_F(Checks, MegatronsLineIsReadAsTheIterationsOwnLoss) {
   }
 }
 
+// examples/megatron.yaml's golden case on the H100 it was recorded on: the real run's TensorBoard
+// passes Megatron's deterministic rule against the imported golden values; the TP 2 x PP 2 run's
+// line (without rank 0's log: iteration 2 read as the printed mean) does not.
+TEST_F(Checks, TheExamplesH100GoldenJudgesTheRunItCameFrom) {
+  const std::string golden = std::string(MESHTEST_SOURCE_DIR) + "/examples/megatron/golden/{hardware}/one_gpu";
+  ::setenv("MESHTEST_HARDWARE", "NVIDIA H100 80GB HBM3", 1);
+  load(
+      "  - name: mg\n"
+      "    outputs: {metrics: {from: megatron}}\n"
+      "    checks: [{loss_matches: {golden: \"" +
+      golden +
+      ".loss.txt\", rule: megatron-deterministic}}, "
+      "{loss_matches: {golden: \"" +
+      golden + ".num_zeros.txt\", metric: num_zeros, rule: megatron-deterministic}}]\n");
+  fs::create_directories(dir_ + "/mg/train");
+  fs::copy(kMegatronMade / "one_gpu-tensorboard", dir_ + "/mg/train/tensorboard");
+  run(0, "loss_matches");
+  int judged = 0;
+  for (const auto& check : outcomes_[0].checks)
+    if (check.kind == "loss_matches") {
+      EXPECT_TRUE(check.passed) << check.message;
+      ++judged;
+    }
+  EXPECT_EQ(judged, 2);
+  fs::remove_all(dir_ + "/mg/train/tensorboard");
+  fs::copy_file(kMegatronMade / "tp2_pp2-rank3.log", dir_ + "/mg/train/rank3.log");
+  const CheckResult r = run(0, "loss_matches");
+  EXPECT_FALSE(r.passed);
+  EXPECT_NE(r.message.find("step 2"), std::string::npos) << r.message;
+  ::unsetenv("MESHTEST_HARDWARE");
+}
+
 }  // namespace
 }  // namespace meshtest
