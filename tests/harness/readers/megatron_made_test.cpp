@@ -136,6 +136,53 @@ TEST(MegatronMade, ATensorParallelPipelineSaveReadsAsWholeTensors) {
   }
 }
 
+// Copies of the real files, corrupted: each is refused, or its damage reported, by file name.
+TEST(MegatronMade, ACorruptedCopyIsNamed) {
+  char tmpl[] = "/tmp/meshtest-megatron-made-XXXXXX";
+  const fs::path dir = ::mkdtemp(tmpl);
+  // A shard of the TP 2 x PP 2 save cut short: the tensor whose chunk lies there names the file.
+  fs::copy(kMegatronMade / "checkpoint", dir / "checkpoint", fs::copy_options::recursive);
+  fs::resize_file(dir / "checkpoint" / "iter_0000005" / "__1_0.distcp", 4096);
+  const CheckpointView cut = CheckpointView::open((dir / "checkpoint").string(), 5);
+  std::string missing;
+  for (const auto& entry : cut.entries()) {
+    if (!entry.is_tensor) continue;
+    try {
+      cut.read_tensor(entry.key);
+    } catch (const CheckpointError& e) {
+      missing = e.what();
+      break;
+    }
+  }
+  EXPECT_NE(missing.find("__1_0.distcp"), std::string::npos) << "no tensor read failed: " << missing;
+  // TensorBoard events with a record's bytes changed: the CRC says so, naming the file.
+  fs::copy(kMegatronMade / "one_gpu-tensorboard", dir / "tb", fs::copy_options::recursive);
+  const fs::path events = fs::directory_iterator(dir / "tb")->path();
+  {
+    std::fstream f(events, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(fs::file_size(events) / 2));
+    f.put('\x7f');
+  }
+  std::vector<std::string> warnings;
+  std::string said;
+  try {
+    read_tensorboard_scalars((dir / "tb").string(), megatron_tensorboard_tags(), &warnings);
+  } catch (const MetricsError& e) {
+    said = e.what();
+  }
+  for (const auto& w : warnings) said += "\n" + w;
+  EXPECT_NE(said.find(events.filename().string()), std::string::npos) << said;
+  // A tracker that is not a number.
+  std::ofstream(dir / "checkpoint" / "latest_checkpointed_iteration.txt") << "five";
+  try {
+    CheckpointView::open((dir / "checkpoint").string());
+    ADD_FAILURE() << "a tracker of 'five' was followed";
+  } catch (const CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("'five' is not an iteration number"), std::string::npos) << e.what();
+  }
+  fs::remove_all(dir);
+}
+
 // A phase judged from the last rank's line alone (no TensorBoard): with rank 0's log beside it,
 // iteration 2 is read as iteration 2 and the TP 2 x PP 2 run matches one GPU's TensorBoard at
 // rtol 1e-5; without rank 0's log the mean is taken for iteration 2's loss, and the check says
