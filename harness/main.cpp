@@ -287,8 +287,9 @@ Subcommand add_golden(CLI::App& app, const char* argv0) {
   export_cmd->add_option("ID", a->id, "Case id")->required();
   export_cmd->add_option("--phase", a->phase, "Phase (default: the last)");
   export_cmd->add_option("--out", a->dir, "The run's --out folder")->capture_default_str();
-  auto* metric = export_cmd->add_option("--metric", a->metric, "loss, grad_norm, validation_loss or num_zeros (text)")
-                     ->capture_default_str();
+  auto* metric =
+      export_cmd->add_option("--metric", a->metric, "loss, grad_norm, validation_loss, num_zeros or tokens_seen (text)")
+          ->capture_default_str();
   export_cmd
       ->add_option("--format", a->format,
                    "text ('<step> <value>' lines) | megatron (Megatron-LM's golden_values JSON, every metric)")

@@ -24,6 +24,7 @@ const CheckParam kRule = [] {
   return rule;
 }();
 const CheckParam kPrefix{"prefix", &CheckParams::prefix, ""};  // every key
+const CheckParam kMetric{"metric", &CheckParams::metric, "loss"};
 const CheckParam kText{"text", &CheckParams::text};
 
 // What `kind` reads and its parameters, one row each. A switch with no default, built with
@@ -41,8 +42,7 @@ CheckSignature signature_of(CheckKind kind) {
       return {kind, name, CheckInput::kMetrics, {kPhase, {"factor", &CheckParams::factor, 0.9, kStrictness}}, {}};
     case CheckKind::kLossMatches:
       return {kind, name, CheckInput::kMetrics,
-              {kPhase, kAgainst, kBaseline, kBaselinePhase, kGolden, kRtol, kAtol, kExact,
-               {"metric", &CheckParams::metric, "loss"}, kRule},
+              {kPhase, kAgainst, kBaseline, kBaselinePhase, kGolden, kRtol, kAtol, kExact, kMetric, kRule},
               {"baseline", "against", "golden"}};
     case CheckKind::kKeysMatch:
       return {kind, name, CheckInput::kCheckpoint,
@@ -51,7 +51,7 @@ CheckSignature signature_of(CheckKind kind) {
     case CheckKind::kTokensMatch:
       return {kind, name, CheckInput::kTokens, {kPhase, kAgainst, kBaseline, kBaselinePhase}, {"against", "baseline"}};
     case CheckKind::kResumeMatches:
-      return {kind, name, CheckInput::kMetrics, {kPhase, kAgainst, kBaseline, kBaselinePhase, kRtol, kAtol, kExact}, {"against", "baseline"}};
+      return {kind, name, CheckInput::kMetrics, {kPhase, kAgainst, kBaseline, kBaselinePhase, kRtol, kAtol, kExact, kMetric}, {"against", "baseline"}};
     case CheckKind::kReplicasEqual:
       return {kind, name, CheckInput::kContractFiles, {kPhase}, {}};
     case CheckKind::kParamsMatch:

@@ -25,14 +25,14 @@ void record_curves(CaseOutcome& outcome);
 
 // What `meshtest diff` and `golden export` read, from where `outputs` says (the default:
 // the contract files, docs/contracts.md); throw std::runtime_error.
-// `metric`: loss, grad_norm, validation_loss or num_zeros (only the steps that have one).
+// `metric`: loss, grad_norm, validation_loss, num_zeros or tokens_seen (only the steps that have one).
 // `window`: when the phase ran (summary.json's `metrics_window`), so a TensorBoard folder it
 // shared with another phase gives only its own events; none reads every event.
 std::map<long long, double> read_loss_curve(const std::string& phase_dir, const Outputs& outputs = {},
                                             const std::string& metric = "loss",
                                             const std::optional<TimeWindow>& window = std::nullopt);
 // Every metric the phase reported, by name (`golden export --format megatron`): loss, and
-// grad_norm, validation_loss and num_zeros where some step has one.
+// grad_norm, validation_loss, num_zeros and tokens_seen where some step has one.
 std::map<std::string, std::map<long long, double>> read_phase_curves(
     const std::string& phase_dir, const Outputs& outputs = {}, const std::optional<TimeWindow>& window = std::nullopt);
 // key (after the checkpoint source's mapping) -> "[shape]"

@@ -37,23 +37,27 @@ struct StepMetrics {
   bool has_grad_norm = true;              // a trainer may report only the loss
   std::optional<double> validation_loss;  // only on the steps a run validated
   std::optional<double> num_zeros;        // zeros in the gradient (Megatron's num-zeros), where reported
+  std::optional<double> tokens_seen;      // tokens trained on so far, where reported
 };
 using StepCurve = std::map<long long, StepMetrics>;
 
-const std::vector<std::string> kCurveMetrics = {"loss", "grad_norm", "validation_loss", "num_zeros"};
+const std::vector<std::string> kCurveMetrics = {"loss", "grad_norm", "validation_loss", "num_zeros", "tokens_seen"};
 
-// metrics.jsonl's field for num_zeros: meshtrain writes none, another trainer's file may.
+// metrics.jsonl's fields for num_zeros and tokens_seen: meshtrain writes neither, another
+// trainer's file may.
 constexpr char kNumZerosField[] = "num_zeros";
+constexpr char kTokensSeenField[] = "tokens_seen";
 
 void check_metric_name(const std::string& metric) {
   if (std::find(kCurveMetrics.begin(), kCurveMetrics.end(), metric) == kCurveMetrics.end())
-    throw Failure{"metric must be loss, grad_norm, validation_loss or num_zeros, got " + metric, ""};
+    throw Failure{"metric must be loss, grad_norm, validation_loss, num_zeros or tokens_seen, got " + metric, ""};
 }
 
-// A step's value of `metric`; none where the step has no validation loss or num_zeros.
+// A step's value of `metric`; none where the step has no validation loss, num_zeros or tokens_seen.
 std::optional<double> metric_value(const StepMetrics& m, const std::string& metric) {
   if (metric == "validation_loss") return m.validation_loss;
   if (metric == "num_zeros") return m.num_zeros;
+  if (metric == "tokens_seen") return m.tokens_seen;
   return metric == "grad_norm" ? m.grad_norm : m.loss;
 }
 
@@ -78,6 +82,8 @@ StepCurve read_metrics_jsonl(const std::string& path) {
         m.validation_loss = j.at(f::kValidationLoss).is_null() ? NAN : j.at(f::kValidationLoss).get<double>();
       if (j.contains(kNumZerosField))
         m.num_zeros = j.at(kNumZerosField).is_null() ? NAN : j.at(kNumZerosField).get<double>();
+      if (j.contains(kTokensSeenField))
+        m.tokens_seen = j.at(kTokensSeenField).is_null() ? NAN : j.at(kTokensSeenField).get<double>();
       curve[j.at(f::kStep).get<long long>()] = m;
     } catch (const std::exception& e) {
       throw Failure{path + ":" + std::to_string(number) + ": not a metrics line: " + e.what(), ""};
@@ -124,17 +130,34 @@ std::optional<MetricSeries> megatron_tensorboard(const MetricsSource& source, co
   return std::nullopt;
 }
 
+// Megatron's tokens seen at each step of `series` that its line logged: consumed samples times
+// the sequence length rank 0 printed among its arguments.
+void add_megatron_tokens_seen(MetricSeries& series, const MetricSeries& line, const MegatronStart& start) {
+  if (!start.seq_length) return;
+  for (auto& [step, metrics] : series)
+    if (auto it = line.find(step); it != line.end())
+      if (auto samples = it->second.find("consumed_samples"); samples != it->second.end())
+        metrics["tokens_seen"] = samples->second * static_cast<double>(*start.seq_length);
+}
+
 MetricSeries read_megatron_curve(const MetricsSource& source, const RunPaths& paths,
                                  const std::optional<TimeWindow>& window, std::vector<std::string>& warnings,
                                  std::string& where) {
+  const MegatronStart start = read_megatron_start(rank_log_path(paths.phase_dir, 0));
+  const std::string line_log =
+      rank_log_path(paths.phase_dir, source.rank >= 0 ? source.rank : last_rank_with_log(paths.phase_dir));
   std::string why_not_tensorboard;
   if (auto series = megatron_tensorboard(source, paths, window, &warnings, why_not_tensorboard)) {
     where = resolve_path(source.path, paths);
+    if (start.seq_length) try {
+        add_megatron_tokens_seen(*series, read_megatron_log(line_log, nullptr, start.keeps_first_iteration), start);
+      } catch (const MetricsError&) {  // no line to read: no tokens_seen, which a check of it reports
+      }
     return *series;
   }
-  where = rank_log_path(paths.phase_dir, source.rank >= 0 ? source.rank : last_rank_with_log(paths.phase_dir));
-  MetricSeries series =
-      read_megatron_log(where, &warnings, megatron_keeps_first_iteration(rank_log_path(paths.phase_dir, 0)));
+  where = line_log;
+  MetricSeries series = read_megatron_log(where, &warnings, start.keeps_first_iteration);
+  add_megatron_tokens_seen(series, series, start);
   if (!has_loss(series)) {
     warnings.insert(warnings.begin(), "TensorBoard: " + why_not_tensorboard);
     if (tail_of_file(where, 1 << 20, 4 << 20).find(kMegatronNoTensorboard) != std::string::npos)
@@ -199,6 +222,7 @@ StepCurve read_curve(const MetricsSource& source, const RunPaths& paths, const s
     m.grad_norm = m.has_grad_norm ? grad_norm->second : NAN;
     if (auto v = values.find("validation_loss"); v != values.end()) m.validation_loss = v->second;
     if (auto v = values.find("num_zeros"); v != values.end()) m.num_zeros = v->second;
+    if (auto v = values.find("tokens_seen"); v != values.end()) m.tokens_seen = v->second;
     curve[step] = m;
   }
   if (curve.empty()) {
@@ -521,10 +545,12 @@ void check_resume_matches(const CaseOutcome& o, const CheckSpec& spec, const Che
     throw Finding{
         t.label + " started at step " + std::to_string(got.begin()->first) + ": it did not resume from a checkpoint",
         ""};
+  const std::string metric = spec.params.metric.value();
+  check_metric_name(metric);
   const StepCurve want = read_metrics(*ref);
-  compare_curves(got, reference_of(want, "loss", ref->label + " (uninterrupted)"), "loss", t.label + " (resumed)",
-                 spec.params.rtol.value(), spec.params.atol.value(), spec.params.exact.value(), report_hint(o, "loss"),
-                 coarser(logged_resolution(t, got, "loss"), logged_resolution(*ref, want, "loss")), result);
+  compare_curves(got, reference_of(want, metric, ref->label + " (uninterrupted)"), metric, t.label + " (resumed)",
+                 spec.params.rtol.value(), spec.params.atol.value(), spec.params.exact.value(), report_hint(o, metric),
+                 coarser(logged_resolution(t, got, metric), logged_resolution(*ref, want, metric)), result);
 }
 
 void check_drift(const CaseOutcome& o, const CheckSpec& spec, const CheckSources& from, CheckResult& result) {

@@ -279,16 +279,28 @@ MetricSeries read_megatron_log(const std::string& path, std::vector<std::string>
   return parse_megatron_log(in, path, warnings, first_iteration_kept);
 }
 
-bool megatron_keeps_first_iteration(const std::string& rank0_log) {
+MegatronStart read_megatron_start(const std::string& rank0_log) {
+  MegatronStart start;
   std::ifstream in(rank0_log, std::ios::binary);
-  if (!in) return false;
+  if (!in) return start;
   LineReader reader(in);
   std::string line;
   std::size_t length = 0;
-  // Rank 0 prints it before the first iteration, after the arguments (about 1000 lines in).
-  for (int lines = 0; lines < 100000 && reader.next(line, length); ++lines)
-    if (line.find(kMegatronFirstIterationMarker) != std::string::npos) return true;
-  return false;
+  // Rank 0 prints both before its first iteration, the arguments first (about 1000 lines in all).
+  for (int lines = 0; lines < 100000 && reader.next(line, length); ++lines) {
+    if (line.find(kMegatronFirstIterationMarker) != std::string::npos) {
+      start.keeps_first_iteration = true;
+      break;
+    }
+    std::string_view text = trim_left(line);
+    if (!start.seq_length && starts_with(text, "seq_length ")) {
+      text.remove_prefix(11);
+      while (!text.empty() && (text.front() == '.' || text.front() == ' ')) text.remove_prefix(1);
+      long long value = 0;
+      if (take_count(text, value) && trim(text).empty() && value > 0) start.seq_length = value;
+    }
+  }
+  return start;
 }
 
 const std::map<std::string, std::string>& megatron_tensorboard_tags() {

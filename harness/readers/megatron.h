@@ -12,6 +12,7 @@
 
 #include <istream>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,7 +28,7 @@ namespace meshtest {
 // snake case; a validation line's `lm loss value` goes under its iteration as "validation_loss"
 // (another loss's `<name> value` as "validation_<name>"). Other lines are passed over.
 // `first_iteration_kept`: the log is of a Megatron that prints its first iteration's line and
-// keeps that iteration in the sums of its next line (megatron_keeps_first_iteration), so with one
+// keeps that iteration in the sums of its next line (read_megatron_start), so with one
 // iteration per line the second line's losses are the mean of two iterations; the second
 // iteration's own is read (twice the printed mean less the first's). Per-iteration fields (grad
 // norm, num zeros, learning rate) are read as printed.
@@ -41,9 +42,14 @@ MetricSeries read_megatron_log(const std::string& path, std::vector<std::string>
 // operations") logs its first iteration without resetting its loss sums. The same change made
 // rank 0 print this line before training, by which such a Megatron is known.
 constexpr const char* kMegatronFirstIterationMarker = "after in-process setup and before initialize_megatron";
-// Whether `rank0_log` (rank 0's log of one launch) is of such a Megatron: the marker appears
-// before its first iteration line. False for a file that cannot be read.
-bool megatron_keeps_first_iteration(const std::string& rank0_log);
+// What rank 0's log of one launch says before training: whether it is of such a Megatron (the
+// marker line), and `seq_length` from the arguments Megatron prints (`  seq_length ....... 64`).
+// Nothing for a file that cannot be read.
+struct MegatronStart {
+  bool keeps_first_iteration = false;
+  std::optional<long long> seq_length;
+};
+MegatronStart read_megatron_start(const std::string& rank0_log);
 
 // Megatron's TensorBoard tags -> meshtest's metric names.
 const std::map<std::string, std::string>& megatron_tensorboard_tags();

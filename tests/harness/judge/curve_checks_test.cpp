@@ -120,6 +120,30 @@ TEST_F(Checks, ResumeMatchesNeedsAResumeAndTheSameLosses) {
   EXPECT_TRUE(run(1, "resume_matches").passed);
 }
 
+// metric: tokens_seen: a resume whose losses match but whose count of tokens starts over (the
+// data position restored, its counter not) is caught, exactly, by step.
+TEST_F(Checks, ResumeMatchesJudgesTokensSeenWhenAsked) {
+  load(R"(  - name: straight
+  - name: resumed
+    phases: [{name: save}, {name: load}]
+    checks: [{resume_matches: {phase: load, baseline: straight, metric: tokens_seen, exact: true}}]
+)");
+  write("straight/train/metrics.jsonl",
+        "{\"step\":1,\"loss\":6,\"tokens_seen\":512}\n{\"step\":2,\"loss\":5,\"tokens_seen\":1024}\n"
+        "{\"step\":3,\"loss\":4,\"tokens_seen\":1536}\n");
+  write("resumed/load/metrics.jsonl",
+        "{\"step\":2,\"loss\":5,\"tokens_seen\":1024}\n{\"step\":3,\"loss\":4,\"tokens_seen\":1536}\n");
+  EXPECT_TRUE(run(1, "resume_matches").passed) << run(1, "resume_matches").message;
+  write("resumed/load/metrics.jsonl",
+        "{\"step\":2,\"loss\":5,\"tokens_seen\":512}\n{\"step\":3,\"loss\":4,\"tokens_seen\":1024}\n");
+  const auto r = run(1, "resume_matches");
+  EXPECT_FALSE(r.passed);
+  EXPECT_NE(r.message.find("step 2: tokens_seen 512 in phase load (resumed) vs 1024"), std::string::npos) << r.message;
+  write("resumed/load/metrics.jsonl", "{\"step\":2,\"loss\":5}\n{\"step\":3,\"loss\":4}\n");
+  EXPECT_NE(run(1, "resume_matches").message.find("reports no tokens_seen"), std::string::npos)
+      << run(1, "resume_matches").message;
+}
+
 // ---- outputs: a foreign trainer's numbers -----------------------------------------
 
 namespace {

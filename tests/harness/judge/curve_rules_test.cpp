@@ -292,7 +292,8 @@ TEST_F(Checks, NumZerosIsACurveMetricAndValidationLossHasGoldensToo) {
   load("  - name: a\n    checks: [{loss_matches: {golden: g.txt, metric: zeros}}]\n");
   write("g.txt", "1 5\n");
   write("a/train/metrics.jsonl", curve({5.0}));
-  EXPECT_EQ(run(0, "loss_matches").message, "metric must be loss, grad_norm, validation_loss or num_zeros, got zeros");
+  EXPECT_EQ(run(0, "loss_matches").message,
+            "metric must be loss, grad_norm, validation_loss, num_zeros or tokens_seen, got zeros");
   // A trainer that reports only the loss reports no grad_norm: not judged, rather than nan at every step.
   load("  - name: a\n    checks: [{loss_matches: {golden: g.txt, metric: grad_norm, rule: megatron-approximate}}]\n");
   write("g.txt", "1 1.5\n");

@@ -51,11 +51,15 @@ TEST(MegatronMade, TensorBoardHoldsEveryIterationsLossGradNormAndZeros) {
 // printed, iteration 2 is off by 2.2e-3.
 TEST(MegatronMade, TheSecondLineOfALaunchAveragesTheFirstIterationIn) {
   const MetricSeries tb = megatron_made_tensorboard();
-  ASSERT_TRUE(megatron_keeps_first_iteration((kMegatronMade / "one_gpu-rank0.log").string()));
-  ASSERT_TRUE(megatron_keeps_first_iteration((kMegatronMade / "tp2_pp2-rank0.log").string()));
-  EXPECT_FALSE(megatron_keeps_first_iteration((kMegatronMade / "tp2_pp2-rank3.log").string()))
-      << "the last rank does not print rank 0's line";
-  EXPECT_FALSE(megatron_keeps_first_iteration((kMegatronMade / "no-such-rank0.log").string()));
+  for (const std::string rank0 : {"one_gpu-rank0.log", "tp2_pp2-rank0.log"}) {
+    const MegatronStart start = read_megatron_start((kMegatronMade / rank0).string());
+    EXPECT_TRUE(start.keeps_first_iteration) << rank0;
+    EXPECT_EQ(start.seq_length, 64) << rank0;  // examples/megatron.yaml's seq-length
+  }
+  const MegatronStart last = read_megatron_start((kMegatronMade / "tp2_pp2-rank3.log").string());
+  EXPECT_FALSE(last.keeps_first_iteration) << "the last rank does not print rank 0's lines";
+  EXPECT_FALSE(last.seq_length);
+  EXPECT_FALSE(read_megatron_start((kMegatronMade / "no-such-rank0.log").string()).keeps_first_iteration);
   for (const std::string log : {"one_gpu-rank0.log", "tp2_pp2-rank3.log"}) {
     std::vector<std::string> warnings;
     const MetricSeries kept = read_megatron_log((kMegatronMade / log).string(), &warnings, true);
@@ -192,10 +196,12 @@ TEST_F(Checks, MegatronsLineIsReadAsTheIterationsOwnLoss) {
       "  - name: ref\n"
       "  - name: mg\n"
       "    outputs: {metrics: {from: megatron}}\n"
-      "    checks: [{loss_matches: {baseline: ref, rtol: 1.0e-5}}]\n";
-  std::string jsonl;
+      "    checks: [{loss_matches: {baseline: ref, rtol: 1.0e-5}}, {loss_matches: {baseline: ref, metric: tokens_seen, "
+      "exact: true}}]\n";
+  std::string jsonl;  // TensorBoard's losses, and 8 sequences of 64 tokens per iteration
   for (const auto& [step, m] : megatron_made_tensorboard())
-    jsonl += "{\"step\":" + std::to_string(step) + ",\"loss\":" + nlohmann::json(m.at("loss")).dump() + "}\n";
+    jsonl += "{\"step\":" + std::to_string(step) + ",\"loss\":" + nlohmann::json(m.at("loss")).dump() +
+             ",\"tokens_seen\":" + std::to_string(512 * step) + "}\n";
   for (bool with_rank0 : {true, false}) {
     fs::remove_all(dir_ + "/mg");
     load(cases);
@@ -205,9 +211,20 @@ TEST_F(Checks, MegatronsLineIsReadAsTheIterationsOwnLoss) {
     const CheckResult r = run(1, "loss_matches");
     if (with_rank0) {
       EXPECT_TRUE(r.passed) << r.message << "\n" << r.details;
+      bool tokens_judged = false;
+      for (const auto& check : outcomes_[1].checks)
+        if (check.kind == "loss_matches" && check.message.empty() && !check.series.empty() &&
+            check.series[0].metric == "tokens_seen") {
+          EXPECT_TRUE(check.passed);
+          tokens_judged = true;
+        }
+      EXPECT_TRUE(tokens_judged) << "tokens_seen: consumed samples x seq_length from rank 0's arguments";
     } else {
       EXPECT_FALSE(r.passed);
       EXPECT_NE(r.message.find("step 2: loss 6.939672"), std::string::npos) << r.message;
+      const CheckResult& tokens = outcomes_[1].checks.back();  // no sequence length known: none read
+      EXPECT_FALSE(tokens.passed);
+      EXPECT_NE(tokens.message.find("reports no tokens_seen"), std::string::npos) << tokens.message;
     }
   }
 }
