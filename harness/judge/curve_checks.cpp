@@ -108,9 +108,6 @@ int last_rank_with_log(const std::string& dir) {
   return last;
 }
 
-// Megatron's TensorBoard scalars when its folder has a loss (the last rank writes them), else its
-// console line in that rank's log. When neither has one, `warnings` say what each held, and
-// whether Megatron said it could not write TensorBoard.
 bool has_loss(const MetricSeries& s) {
   return std::any_of(s.begin(), s.end(), [](const auto& step) { return step.second.count("loss") > 0; });
 }
@@ -140,6 +137,10 @@ void add_megatron_tokens_seen(MetricSeries& series, const MetricSeries& line, co
         metrics["tokens_seen"] = samples->second * static_cast<double>(*start.seq_length);
 }
 
+// Megatron's TensorBoard scalars when its folder has a loss (the last rank writes them), else its
+// console line in that rank's log. When neither has one, `warnings` say what each held, and
+// whether Megatron said it could not write TensorBoard. Tokens seen join either (rank 0 says the
+// sequence length).
 MetricSeries read_megatron_curve(const MetricsSource& source, const RunPaths& paths,
                                  const std::optional<TimeWindow>& window, std::vector<std::string>& warnings,
                                  std::string& where) {
@@ -151,7 +152,7 @@ MetricSeries read_megatron_curve(const MetricsSource& source, const RunPaths& pa
     where = resolve_path(source.path, paths);
     if (start.seq_length) try {
         add_megatron_tokens_seen(*series, read_megatron_log(line_log, nullptr, start.keeps_first_iteration), start);
-      } catch (const MetricsError&) {  // no line to read: no tokens_seen, which a check of it reports
+      } catch (const MetricsError&) {  // no line to read: no tokens_seen, which a check of it says
       }
     return *series;
   }
