@@ -17,6 +17,10 @@ int64_t Layout::size(const std::string& axis) const {
   return 1;
 }
 
+bool Layout::names(const std::string& axis) const {
+  return std::any_of(axes.begin(), axes.end(), [&](const auto& a) { return a.first == axis; });
+}
+
 std::string Layout::to_compact_string() const {
   std::string out;
   for (const auto& [axis, size] : axes)

@@ -24,6 +24,7 @@ struct Layout {
   std::vector<std::pair<std::string, int64_t>> axes;
   int64_t ranks() const;                        // the product of the sizes
   int64_t size(const std::string& axis) const;  // 1 when the layout does not name it
+  bool names(const std::string& axis) const;    // written in the mesh, whatever its size
   std::string to_compact_string() const;        // "dp_shard=2,tp=2": the sizes other than 1
 };
 

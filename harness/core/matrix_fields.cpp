@@ -79,7 +79,8 @@ std::string option_text(const Options& options, const std::string& key) {
   return "";
 }
 
-// The layout as the adapter takes it: only its axes, in its order, sizes of 1 left out.
+// The layout as the adapter takes it: only its axes, in its order, those the mesh writes (a size
+// of 1 too: hf-trainer's `dp_shard: 1` is FSDP over one rank).
 // Refused where the mesh is written: an axis the adapter does not know, and then a layout the
 // model cannot be split along (the adapter knows the rules).
 std::optional<Layout> checked_layout(const ReadContext& ctx, const TrainerAdapter& adapter, const Fields& f) {
@@ -102,7 +103,7 @@ std::optional<Layout> checked_layout(const ReadContext& ctx, const TrainerAdapte
     }
     layout.axes.clear();
     for (const auto& axis : axes)
-      if (const int64_t size = f.mesh->size(axis); size != 1) layout.axes.emplace_back(axis, size);
+      if (f.mesh->names(axis)) layout.axes.emplace_back(axis, f.mesh->size(axis));
     if (layout.axes.empty()) layout = adapter.default_layout(1).value_or(layout);
   }
   if (f.model && axes_known) {

@@ -13,12 +13,17 @@ const std::vector<ReservedOption> kHfTrainerReserved = {
     {"logging_steps", "nothing: every step is logged (the adapter sets 1)"},
     {"logging_strategy", "nothing: every step is logged"},
     {"full_determinism", "nothing: the adapter sets it"},
-    {"fsdp", "mesh (dp_shard: N is FSDP 2)"},
-    {"fsdp_config", "mesh (dp_shard: N is FSDP 2)"},
+    {"fsdp", "mesh (dp_shard: N is FSDP 2, N = 1 too)"},
+    {"fsdp_config", "mesh (dp_shard: N is FSDP 2, N = 1 too)"},
     {"deepspeed", "mesh (DeepSpeed through the Trainer is not supported yet)"},
     {"report_to", "nothing: the curves come from trainer_state.json"},
     {"local_rank", "nothing: meshtest starts the ranks"},
 };
+
+// FSDP 2 where the mesh names dp_shard without replicas, `dp_shard: 1` too: FSDP over one rank is
+// how the Trainer loads a sharded (DCP) checkpoint at one rank; without FSDP it reads only
+// model.safetensors and optimizer.pt.
+bool uses_fsdp(const Layout& layout) { return layout.names("dp_shard") && layout.size("dp_replicate") == 1; }
 
 class HfTrainerAdapter : public TrainerAdapter {
  public:
@@ -41,7 +46,7 @@ class HfTrainerAdapter : public TrainerAdapter {
       throw std::invalid_argument(
           "hf-trainer: HSDP (dp_replicate and dp_shard both over 1) is not supported yet; use dp_shard (FSDP) or "
           "dp_replicate (DDP) alone");
-    if (const int64_t shard = phase.layout.size("dp_shard"); shard > 1)
+    if (uses_fsdp(phase.layout))
       args.insert(args.end(),
                   {"--fsdp", "full_shard auto_wrap", "--fsdp_config",
                    R"({"fsdp_version": 2, "reshard_after_forward": true, "state_dict_type": "SHARDED_STATE_DICT"})"});
@@ -57,7 +62,7 @@ class HfTrainerAdapter : public TrainerAdapter {
     o.checkpoint = CheckpointSource{".", -1, "", {}};  // the newest complete checkpoint-<N>
     // Under FSDP the Trainer saves DCP through Accelerate as {"model": state_dict}: its keys read
     // as the model's own (model.embed_tokens.weight), as the safetensors of a run without FSDP.
-    if (layout.size("dp_shard") > 1) o.checkpoint->rename = {{"^model\\.", ""}};
+    if (uses_fsdp(layout)) o.checkpoint->rename = {{"^model\\.", ""}};
     o.tokens = "";
     o.contract_files = false;
     return o;

@@ -51,6 +51,16 @@ TEST(HfTrainerAdapter, WritesTheFlagsThatMakeARunJudgeableAndItsLayoutReal) {
             with({"--seed", "42", "--save_strategy", "steps", "--fsdp", "full_shard auto_wrap", "--fsdp_config",
                   R"({"fsdp_version": 2, "reshard_after_forward": true, "state_dict_type": "SHARDED_STATE_DICT"})",
                   "--save_steps", "2"}));
+  // dp_shard: 1 is FSDP over one rank (how the Trainer loads a DCP checkpoint at one rank);
+  // beside replicas it is DDP.
+  const Argv fsdp = {"--seed",
+                     "42",
+                     "--fsdp",
+                     "full_shard auto_wrap",
+                     "--fsdp_config",
+                     R"({"fsdp_version": 2, "reshard_after_forward": true, "state_dict_type": "SHARDED_STATE_DICT"})"};
+  EXPECT_EQ(argv_of("    mesh: {dp_shard: 1}\n"), with(fsdp));
+  EXPECT_EQ(argv_of("    mesh: {dp_replicate: 2, dp_shard: 1}\n"), with({"--seed", "42"}));
 }
 
 TEST(HfTrainerAdapter, RefusesWhatItCannotRunWhereTheMatrixSaysIt) {
@@ -70,6 +80,10 @@ TEST(HfTrainerAdapter, ReadsTheCurvesFromTrainerStateAndTheNewestCheckpoint) {
   ASSERT_TRUE(o.checkpoint.has_value());
   EXPECT_EQ(o.checkpoint->path, ".");
   EXPECT_FALSE(o.contract_files);
+  // A checkpoint saved under FSDP (Accelerate's {"model": state_dict}) reads as the model's own keys.
+  EXPECT_EQ(o.checkpoint->rename.size(), 1u);
+  EXPECT_EQ(a->default_outputs(Layout{{{"dp_shard", 1}}}).checkpoint->rename.size(), 1u);
+  EXPECT_TRUE(a->default_outputs(Layout{{{"dp_replicate", 2}}}).checkpoint->rename.empty());
   EXPECT_EQ(a->steps({"python3", "train.py", "--max_steps", "12"}), 12.0);
 }
 
