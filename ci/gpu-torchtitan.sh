@@ -29,7 +29,7 @@ if [ -n "$simulate" ]; then
   [ -f build/harness/build.ninja ] || cmake --preset harness >/dev/null
   cmake --build --preset harness -j "$(nproc)" --target meshtest | grep -E "error|FAILED" || true
   meshtest=build/harness/meshtest
-  selection=(--tag sim)
+  read -ra selection <<< "${TORCHTITAN_SELECTION:---tag sim}"  # e.g. "--tag seed" for the seed alone
   export MESHTEST_SIM_CACHE=${MESHTEST_SIM_CACHE:-/tmp/meshtest-sim-cache}
   start=$SECONDS
   PYTHONPATH=$PWD/sim/python MESHTEST_SIM=1 python3 tests/sim/collectives_check.py 4 cuda "$out/collectives" \
