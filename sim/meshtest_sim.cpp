@@ -294,10 +294,27 @@ class SimBackend final : public SimBase {
     output.copy_(gather(input).view(output.sizes()));
   }
 
-  // What this rank contributes to a sum: its tensor, or nothing under the planted drop-last-rank.
-  at::Tensor contribution(const at::Tensor& t) const {
+  // The ops reduced by a sum: SUM, AVG (then divided), and PREMUL_SUM, which FSDP2 asks for when a
+  // trainer sets its own gradient divide factor (torchtitan does): each tensor times the factor,
+  // then summed, as NCCL does.
+  static bool is_sum(const ReduceOp& op) {
+    const auto kind = static_cast<ReduceOp::RedOpType>(op);
+    return kind == ReduceOp::SUM || kind == ReduceOp::AVG || kind == ReduceOp::PREMUL_SUM;
+  }
+
+  // What this rank contributes to a sum: its tensor (times PREMUL_SUM's factor), or nothing under
+  // the planted drop-last-rank.
+  at::Tensor contribution(const at::Tensor& t, const ReduceOp& op) const {
     if (fault_ == Fault::kDropLastRank && rank_ == size_ - 1 && size_ > 1) return at::zeros_like(t);
-    return t;
+    if (static_cast<ReduceOp::RedOpType>(op) != ReduceOp::PREMUL_SUM) return t;
+    const auto* factor = dynamic_cast<const c10d::NCCLPreMulSumSupplement*>(op.supplement_.get());
+    TORCH_CHECK(factor, "meshtest_sim: a PREMUL_SUM without its factor");
+#if TORCH_VERSION_MAJOR >= 2
+    const at::Tensor& tensor_factor = factor->tensor_factor;
+#else
+    const at::Tensor tensor_factor = factor->tensor_factors.empty() ? at::Tensor() : factor->tensor_factors.front();
+#endif
+    return tensor_factor.defined() ? t * tensor_factor.to(t.device()) : t * factor->double_factor;
   }
 
   void divide(at::Tensor& t) const {
@@ -310,17 +327,15 @@ class SimBackend final : public SimBase {
 
   // The reduction of every rank's `t` in rank order, into `t`.
   void all_reduce(at::Tensor& t, const ReduceOp& op) {
-    switch (static_cast<ReduceOp::RedOpType>(op)) {
-      case ReduceOp::SUM:
-      case ReduceOp::AVG: {
-        auto sum = contribution(t).clone();
-        comm_->all_reduce_sum(sum);
-        t.copy_(sum);
-        if (static_cast<ReduceOp::RedOpType>(op) == ReduceOp::AVG) divide(t);
-        return;
-      }
-      case ReduceOp::MAX: comm_->all_reduce_max(t); return;
-      default: t.copy_(fold(gather(t).view({size_, -1}), op).view(t.sizes()));
+    if (is_sum(op)) {
+      auto sum = contribution(t, op).clone();
+      comm_->all_reduce_sum(sum);
+      t.copy_(sum);
+      if (static_cast<ReduceOp::RedOpType>(op) == ReduceOp::AVG) divide(t);
+    } else if (static_cast<ReduceOp::RedOpType>(op) == ReduceOp::MAX) {
+      comm_->all_reduce_max(t);
+    } else {
+      t.copy_(fold(gather(t).view({size_, -1}), op).view(t.sizes()));
     }
   }
 
@@ -338,7 +353,7 @@ class SimBackend final : public SimBase {
         case ReduceOp::BXOR: acc.bitwise_xor_(x); break;
         default:
           TORCH_CHECK(false, "meshtest_sim: reduce op ", static_cast<int>(static_cast<ReduceOp::RedOpType>(op)),
-                      " is not supported (sum, avg, max, min, product, band, bor, bxor are)");
+                      " is not supported (sum, avg, premul_sum, max, min, product, band, bor, bxor are)");
       }
     }
     return acc;
@@ -351,8 +366,8 @@ class SimBackend final : public SimBase {
                 " elements, not ", size_, " x ", n);
     const auto kind = static_cast<ReduceOp::RedOpType>(op);
     at::Tensor mine;
-    if (kind == ReduceOp::SUM || kind == ReduceOp::AVG) {
-      const auto flat = contribution(input).contiguous().reshape({-1});
+    if (is_sum(op)) {
+      const auto flat = contribution(input, op).contiguous().reshape({-1});
       if (fault_ == Fault::kReduceScatterWrongShard && size_ > 1) {
         auto sum = flat.clone();
         comm_->all_reduce_sum(sum);

@@ -81,6 +81,13 @@ def run(rank, world, device_kind, out, port):
         check("reduce_scatter_tensor sum", piece, total[2 * rank:2 * rank + 2])
         dist.reduce_scatter_tensor(piece, uneven, op=dist.ReduceOp.AVG)
         check("reduce_scatter_tensor avg", piece, (total.double() / world).float()[2 * rank:2 * rank + 2])
+    if hasattr(dist, "_make_nccl_premul_sum") and hasattr(dist, "reduce_scatter_tensor"):
+        # FSDP2's reduction when the trainer sets its own gradient divide factor (torchtitan does)
+        dist.reduce_scatter_tensor(piece, uneven, op=dist._make_nccl_premul_sum(0.5))
+        check("reduce_scatter_tensor premul_sum", piece, (total.double() * 0.5).float()[2 * rank:2 * rank + 2])
+        t = mine.clone()
+        dist.all_reduce(t, op=dist._make_nccl_premul_sum(0.5))
+        check("all_reduce premul_sum", t, (sum(e.double() for e in everyone) * 0.5).float())
     chunks = list(values(rank, 2 * world, torch.float32, device).chunk(world))
     piece = torch.empty(2, device=device)
     dist.reduce_scatter(piece, chunks)
