@@ -60,15 +60,41 @@ std::string error_file_message(const std::string& error_file) {
   }
 }
 
+std::string trimmed(const std::string& line) {
+  const size_t first = line.find_first_not_of(" \t");
+  return first == std::string::npos ? "" : line.substr(first, line.find_last_not_of(" \t\r") - first + 1);
+}
+
+// Python's faulthandler on a fatal signal writes "Fatal Python error: Segmentation fault", then
+// each thread's frames, the crashing one first and innermost first, then the extension modules:
+// no line after it names the error, and a frame's path may ("errors/__init__.py"). The error is
+// that line with the crashing thread's innermost frame.
+std::string fatal_python_error(const std::string& tail) {
+  const size_t at = tail.rfind("Fatal Python error: ");
+  if (at == std::string::npos) return "";
+  std::istringstream lines(tail.substr(at));
+  std::string fatal, line;
+  std::getline(lines, fatal);
+  while (std::getline(lines, line))
+    if (line.find("(most recent call first)") != std::string::npos) {
+      if (std::getline(lines, line) && trimmed(line).rfind("File ", 0) == 0)
+        return trimmed(fatal) + " (innermost: " + trimmed(line) + ")";
+      break;
+    }
+  return trimmed(fatal);
+}
+
 // The last log line that names an error: a Python traceback ends with one, meshtrain
-// prints "meshtrain: error: ...", most C++ trainers print something like it.
+// prints "meshtrain: error: ...", most C++ trainers print something like it. A traceback's
+// frame lines do not count (their paths may say "error").
 std::string last_error_line(const std::string& log) {
+  if (std::string fatal = fatal_python_error(tail_of_file(log, 200)); !fatal.empty()) return fatal;
   std::istringstream lines(tail_of_file(log, 40));
   std::string found;
   for (std::string line; std::getline(lines, line);) {
     std::string lower = line;
     std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
-    if (lower.find("error") != std::string::npos) found = line;
+    if (lower.find("error") != std::string::npos && trimmed(line).rfind("File \"", 0) != 0) found = line;
   }
   return found;
 }

@@ -57,3 +57,36 @@ TEST_F(TailOfFile, NothingButRegularFiles) {
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
   EXPECT_EQ(tail_of_file(fifo, 5), "");  // opening it would wait for a writer forever
 }
+
+// A rank killed by a signal under Python's faulthandler (torch's elastic wrapper enables it): the
+// error is the fatal line and the crashing thread's innermost frame, not the last line with
+// "error" in it, which is a frame of torch/distributed/elastic/multiprocessing/errors/.
+TEST_F(TailOfFile, ARankKilledUnderPythonsFaulthandlerIsQuotedByItsFatalLineAndInnermostFrame) {
+  file(
+      "[titan] Training starts at step 1\n"
+      "Fatal Python error: Segmentation fault\n"
+      "\n"
+      "Current thread 0x00007f1c695df6c0 (most recent call first):\n"
+      "  File \"/torch/distributed/distributed_c10d.py\", line 4652 in reduce_scatter_tensor\n"
+      "  File \"/torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py\", line 544 in foreach_reduce\n"
+      "\n"
+      "Thread 0x00007f1f77323140 (most recent call first):\n"
+      "  File \"/torch/distributed/elastic/multiprocessing/errors/__init__.py\", line 362 in wrapper\n"
+      "  File \"/torchtitan/train.py\", line 55 in main\n"
+      "\n"
+      "Extension modules: numpy._core._multiarray_umath, torch._C (total: 2)\n");
+  EXPECT_EQ(rank_error_message(dir_, 0),
+            "Fatal Python error: Segmentation fault (innermost: File \"/torch/distributed/distributed_c10d.py\", "
+            "line 4652 in reduce_scatter_tensor)");
+}
+
+TEST_F(TailOfFile, ATracebacksFramePathsDoNotNameItsError) {
+  file(
+      "Traceback (most recent call last):\n"
+      "  File \"/torch/distributed/elastic/multiprocessing/errors/__init__.py\", line 362, in wrapper\n"
+      "    return f(*args, **kwargs)\n"
+      "RuntimeError: Missing key in checkpoint state_dict: layers.0.attention.wk.weight.\n"
+      "  File \"/torch/distributed/elastic/multiprocessing/errors/__init__.py\", line 362, in wrapper\n");
+  EXPECT_EQ(rank_error_message(dir_, 0),
+            "RuntimeError: Missing key in checkpoint state_dict: layers.0.attention.wk.weight.");
+}
