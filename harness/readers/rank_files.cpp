@@ -84,6 +84,15 @@ std::string fatal_python_error(const std::string& tail) {
   return trimmed(fatal);
 }
 
+// A Python traceback's frame line, `  File "...", line N, in f`, bare or as torch prefixes a
+// rank's uncaught exception (`[rank1]:   File ...`).
+bool is_frame_line(const std::string& line) {
+  std::string rest = trimmed(line);
+  if (rest.rfind("[rank", 0) == 0 && rest.find("]:") != std::string::npos)
+    rest = trimmed(rest.substr(rest.find("]:") + 2));
+  return rest.rfind("File \"", 0) == 0;
+}
+
 // The last log line that names an error: a Python traceback ends with one, meshtrain
 // prints "meshtrain: error: ...", most C++ trainers print something like it. A traceback's
 // frame lines do not count (their paths may say "error").
@@ -94,7 +103,7 @@ std::string last_error_line(const std::string& log) {
   for (std::string line; std::getline(lines, line);) {
     std::string lower = line;
     std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
-    if (lower.find("error") != std::string::npos && trimmed(line).rfind("File \"", 0) != 0) found = line;
+    if (lower.find("error") != std::string::npos && !is_frame_line(line)) found = line;
   }
   return found;
 }

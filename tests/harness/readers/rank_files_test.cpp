@@ -89,4 +89,10 @@ TEST_F(TailOfFile, ATracebacksFramePathsDoNotNameItsError) {
       "  File \"/torch/distributed/elastic/multiprocessing/errors/__init__.py\", line 362, in wrapper\n");
   EXPECT_EQ(rank_error_message(dir_, 0),
             "RuntimeError: Missing key in checkpoint state_dict: layers.0.attention.wk.weight.");
+  // As torch prefixes a rank's uncaught exception.
+  file(
+      "[rank1]: RuntimeError: Missing key in checkpoint state_dict: layers.0.attention.wk.weight.\n"
+      "[rank1]:   File \"/torch/distributed/elastic/multiprocessing/errors/__init__.py\", line 362, in wrapper\n");
+  EXPECT_EQ(rank_error_message(dir_, 0),
+            "[rank1]: RuntimeError: Missing key in checkpoint state_dict: layers.0.attention.wk.weight.");
 }
