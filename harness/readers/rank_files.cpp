@@ -7,6 +7,9 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <string_view>
+
+#include "readers/log_lines.h"
 
 namespace meshtest {
 
@@ -87,10 +90,9 @@ std::string fatal_python_error(const std::string& tail) {
 // A Python traceback's frame line, `  File "...", line N, in f`, bare or as torch prefixes a
 // rank's uncaught exception (`[rank1]:   File ...`).
 bool is_frame_line(const std::string& line) {
-  std::string rest = trimmed(line);
-  if (rest.rfind("[rank", 0) == 0 && rest.find("]:") != std::string::npos)
-    rest = trimmed(rest.substr(rest.find("]:") + 2));
-  return rest.rfind("File \"", 0) == 0;
+  long rank = -1;
+  const std::string_view rest = log_lines::drop_rank_prefix(log_lines::trim_left(line), rank);
+  return log_lines::starts_with(log_lines::trim_left(rest), "File \"");
 }
 
 // The last log line that names an error: a Python traceback ends with one, meshtrain
