@@ -396,6 +396,7 @@ int train(const TrainConfig& cfg) {
     run.state->save_if_due(step, last_step, lr_offset);
   }
   metrics.print_median_throughput(start.step + 2, last_step);
+  run.state->finish_saves();
 
   // ---- final facts: parameter digests and this rank's memory
   write_digests(job, *run.pm, run.shapes, last_step, run.is_logger());

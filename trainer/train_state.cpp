@@ -178,6 +178,7 @@ void TrainState::export_model(int64_t step) {
     objects[state_keys::kTrainState] = {
         {"step", step}, {"model_only", true}, {"dp_degree", groups_.shape.dp()}, {"mesh", groups_.shape.to_string()}};
   checkpointer_.save(step, model_state_, objects, config().export_dtype);
+  checkpointer_.finish();  // the step folder is published before it is consolidated
   if (config().last_save_in_hf && rank_ == 0) {
     const std::string dir = checkpointer_.step_dir(step);
     ckpt_consolidate(dir, dir + "/model.safetensors", facts_.model);

@@ -68,11 +68,13 @@ class TrainState {
   // The checkpoint's cadence: saves `step` when checkpointing is on and the step is a
   // multiple of --checkpoint.interval or the run's last.
   void save_if_due(int64_t step, int64_t last_step, int64_t lr_step_offset);
+  // Collective: the last asynchronous save written and published (Checkpointer::finish).
+  void finish_saves() { checkpointer_.finish(); }
 
   const Checkpointer& checkpointer() const { return checkpointer_; }
   const CheckpointConfig& config() const { return checkpointer_.config(); }
   double load_s() const { return load_s_; }  // this rank's wall time in the resume
-  double save_s() const { return save_s_; }  // and in all saves
+  double save_s() const { return save_s_; }  // and in all saves: the pauses, when asynchronous
   int64_t initial_load_bytes() const { return initial_load_bytes_; }
 
  private:

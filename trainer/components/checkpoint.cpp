@@ -51,6 +51,11 @@ void remove_folder(const std::string& path) {
 // bytes and their checksums, not whole blocks of rows.
 const std::string kMetadata(kMetadataFile);
 
+// In a step's temporary folder: each rank's plan (where its chunks landed, its objects), which
+// rank 0 merges into the metadata; and, from an asynchronous save whose write failed, the error.
+std::string plan_file_name(int rank) { return "rank" + std::to_string(rank) + ".plan.json"; }
+std::string failed_file_name(int rank) { return "rank" + std::to_string(rank) + ".failed"; }
+
 [[noreturn]] void fail(const std::string& what) { throw std::runtime_error(what); }
 
 void write_all(int fd, const void* data, size_t size, const std::string& path) {
@@ -277,6 +282,9 @@ void add_options(CLI::App& cmd, CheckpointConfig& c) {
       ->capture_default_str();
   cmd.add_option("--checkpoint.load-step", c.load_step, "Resume from this step (-1: the latest)")
       ->capture_default_str();
+  add_parsed_option(cmd, "--checkpoint.async-mode", c.async_mode, parse_async_mode, "disabled",
+                    "disabled | async (a save pauses training only to copy this rank's chunks to host memory; a "
+                    "background thread writes them, and the next save waits for it)");
   add_parsed_option(cmd, "--checkpoint.exclude-from-loading", c.exclude_from_loading, parse_exclusions, "",
                     "Comma-separated parts not to load: optimizer, lr_scheduler, dataloader");
   cmd.add_option("--checkpoint.key-style", c.key_style,
@@ -298,6 +306,12 @@ void add_options(CLI::App& cmd, CheckpointConfig& c) {
   cmd.add_flag("--checkpoint.initial-load-in-hf", c.initial_load_in_hf,
                "--checkpoint.initial-load-path is a Hugging Face checkpoint: a folder with model.safetensors (or "
                "an index and its shards), or a .safetensors file");
+}
+
+AsyncMode parse_async_mode(const std::string& name) {
+  if (name == "disabled") return AsyncMode::kDisabled;
+  if (name == "async") return AsyncMode::kAsync;
+  throw std::invalid_argument("--checkpoint.async-mode: unknown mode '" + name + "' (known: disabled, async)");
 }
 
 std::set<std::string> parse_exclusions(const std::string& list) {
@@ -362,17 +376,61 @@ std::optional<int64_t> CheckpointReader::latest_step() const {
 
 void Checkpointer::save(int64_t step, const std::vector<CheckpointTensor>& tensors, const json& objects,
                         torch::ScalarType dtype) {
+  background_.wait();  // the previous asynchronous save: published (rank 0) or its error thrown
   const std::string tmp = make_temporary_folder(step);
   groups_.world->barrier();
-  write_own_chunks(tmp, tensors, objects, dtype, step);
-  groups_.world->barrier();
-  if (rank_ == 0) {
-    write_file(tmp + "/" + kMetadata,
-               to_json(metadata(step, merge_plans(tmp))).dump(1));  // last: it marks the folder whole
-    publish(tmp, step);
-    if (config_.keep_latest_k > 0) remove_old_steps();
+  if (config_.async_mode == AsyncMode::kDisabled) {
+    write_own_chunks(tmp, tensors, objects, dtype, step);
+    groups_.world->barrier();
+    if (rank_ == 0) complete(tmp, step);
+    groups_.world->barrier();
+    return;
   }
+  std::vector<CheckpointTensor> written;  // the chunks this rank writes, as host copies
+  std::vector<torch::Tensor> originals;
+  for (const auto& t : tensors)
+    if (writes(t)) written.push_back(t), originals.push_back(t.local);
+  const auto copies = host_snapshot(originals, dtype);
+  for (size_t i = 0; i < written.size(); ++i) written[i].local = copies[i];
+  background_.start([this, tmp, step, dtype, objects, written](const std::atomic<bool>& abandoned) {
+    try {
+      write_own_chunks(tmp, written, objects, dtype, step);
+    } catch (const std::exception& e) {  // rank 0 stops waiting for this rank's plan, and says why
+      try {
+        write_file(tmp + "/" + failed_file_name(rank_), e.what());
+      } catch (const std::exception&) {
+        // The disk that failed the write may refuse this too; rank 0 then learns it from the
+        // process group, as this rank's next save or finish() throws `e`.
+      }
+      throw;
+    }
+    if (rank_ != 0) return;
+    wait_for_plans(tmp, abandoned);
+    complete(tmp, step);
+  });
+}
+
+void Checkpointer::finish() {
+  background_.wait();
   groups_.world->barrier();
+}
+
+void Checkpointer::complete(const std::string& tmp, int64_t step) {
+  write_file(tmp + "/" + kMetadata,
+             to_json(metadata(step, merge_plans(tmp))).dump(1));  // last: it marks the folder whole
+  publish(tmp, step);
+  if (config_.keep_latest_k > 0) remove_old_steps();
+}
+
+void Checkpointer::wait_for_plans(const std::string& tmp, const std::atomic<bool>& abandoned) const {
+  for (int r = 0; r < groups_.world->size(); ++r)
+    while (!fs::exists(tmp + "/" + plan_file_name(r))) {
+      if (fs::exists(tmp + "/" + failed_file_name(r)))
+        fail("checkpoint: rank " + std::to_string(r) + " could not write its part of '" + tmp +
+             "': " + read_text(tmp + "/" + failed_file_name(r)));
+      if (abandoned) fail("checkpoint: the save into '" + tmp + "' was abandoned");
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
 }
 
 std::string Checkpointer::make_temporary_folder(int64_t step) {
@@ -395,9 +453,9 @@ void Checkpointer::write_own_chunks(const std::string& tmp, const std::vector<Ch
   DurableFile data_file(tmp + "/" + file);
   json entries = json::object();
   for (const auto& t : tensors) {
+    if (!writes(t)) continue;
     const Chunk& c = t.layout->chunk;
     const bool owner = writes_chunk(*t.layout, groups_.coord);
-    if (c.numel() == 0 || (!owner && !injected(Fault::kReplicasWriteTheirCopy))) continue;
     auto data = t.local.detach().to(torch::kCPU, dtype).contiguous();
     const auto* p = static_cast<const char*>(data.data_ptr());
     const int64_t length = static_cast<int64_t>(data.nbytes());
@@ -427,8 +485,15 @@ void Checkpointer::write_own_chunks(const std::string& tmp, const std::vector<Ch
   io_.bytes_written += data_file.size();
   io_.steps_saved.push_back(step);
   data_file.sync_and_close();
-  write_file(tmp + "/rank" + std::to_string(rank_) + ".plan.json",
-             json{{"tensors", entries}, {"objects", objects}}.dump());
+  // Renamed into place: an asynchronous rank 0 takes a plan that exists as whole.
+  const std::string plan = tmp + "/" + plan_file_name(rank_);
+  write_file(plan + ".partial", json{{"tensors", entries}, {"objects", objects}}.dump());
+  fs::rename(plan + ".partial", plan);
+}
+
+bool Checkpointer::writes(const CheckpointTensor& t) const {
+  const bool owner = writes_chunk(*t.layout, groups_.coord);
+  return t.layout->chunk.numel() > 0 && (owner || injected(Fault::kReplicasWriteTheirCopy));
 }
 
 // Merges the ranks' plans into the metadata's keys and checks every tensor is covered
@@ -436,7 +501,7 @@ void Checkpointer::write_own_chunks(const std::string& tmp, const std::vector<Ch
 std::map<std::string, SavedKey> Checkpointer::merge_plans(const std::string& tmp) const {
   std::map<std::string, SavedKey> keys;
   for (int r = 0; r < groups_.world->size(); ++r) {
-    const std::string plan_path = tmp + "/rank" + std::to_string(r) + ".plan.json";
+    const std::string plan_path = tmp + "/" + plan_file_name(r);
     const json plan = json::parse(read_text(plan_path));
     for (const auto& [key, e] : plan["tensors"].items()) {
       SavedKey& k = keys[key];

@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "components/async_save.h"
 #include "distributed/comm.h"
 #include "contract/checkpoint_format.h"
 #include "contract/placement.h"
@@ -28,6 +29,10 @@ using namespace contract;  // the mesh, placement and hash names meshtrain share
 
 // The format's version, metadata schema and step-<N> names: contract/checkpoint_format.h.
 
+// --checkpoint.async-mode: whether a save's writing overlaps the training that follows it
+// (torchtitan's async_mode; device tensors are always staged in pinned memory).
+enum class AsyncMode { kDisabled, kAsync };
+
 // --checkpoint.*: what is saved, when, where, and what a run starts from.
 struct CheckpointConfig {
   bool enable = false;
@@ -38,6 +43,7 @@ struct CheckpointConfig {
   std::string key_map = "none";                // none | parametrize-to-canonical
   std::set<std::string> exclude_from_loading;  // optimizer, lr_scheduler, dataloader
   int64_t load_step = -1;                      // -1: the latest complete step, if any
+  AsyncMode async_mode = AsyncMode::kDisabled;
   // The save after the last step: model weights only (no optimizer, schedule or data
   // position), in export_dtype, and with last_save_in_hf also as Hugging Face safetensors.
   bool last_save_model_only = false;
@@ -51,6 +57,9 @@ struct CheckpointConfig {
 };
 
 void add_options(CLI::App& cmd, CheckpointConfig& config);
+
+// "disabled" | "async"; throws std::invalid_argument naming the flag and the known modes.
+AsyncMode parse_async_mode(const std::string& name);
 
 // Parses "a,b" into {"a","b"}, accepting optimizer, lr_scheduler, dataloader only.
 std::set<std::string> parse_exclusions(const std::string& list);
@@ -113,8 +122,15 @@ class Checkpointer : public CheckpointReader {
   // (rank 0: lr_scheduler and train_state; a tp-rank-0 per dp rank: dataloader.dp_rank_<i>).
   // Tensors are stored in `dtype` (float32, or bfloat16 for an export); a load converts back.
   // Writes step-<N>/ atomically: nothing under that name exists until all of it does.
+  // With --checkpoint.async-mode async it returns once this rank's chunks are copied to host
+  // memory; a background thread writes them, and rank 0 publishes the step when every rank's
+  // plan has arrived (files, not collectives: the training thread owns the process groups).
+  // A save first waits for the one before it, and throws what that one threw.
   void save(int64_t step, const std::vector<CheckpointTensor>& tensors, const nlohmann::json& objects,
             torch::ScalarType dtype = torch::kFloat32);
+  // Collective: waits for this rank's asynchronous save, if any (rank 0: until the step is
+  // published), rethrowing its error. io() and the folder are final after it.
+  void finish();
 
   // Creates the folder and writes and removes a probe file in it; throws naming the folder
   // and the error when it cannot. Called before training, so a run that could never save
@@ -124,8 +140,13 @@ class Checkpointer : public CheckpointReader {
  private:
   // The steps of save, in order.
   std::string make_temporary_folder(int64_t step);
+  bool writes(const CheckpointTensor& t) const;  // the chunk lands in this rank's data file
   void write_own_chunks(const std::string& tmp, const std::vector<CheckpointTensor>& tensors,
                         const nlohmann::json& objects, torch::ScalarType dtype, int64_t step);
+  // Rank 0 of an asynchronous save: until every rank's plan is in `tmp`; throws the error of a
+  // rank whose write failed, or when abandoned.
+  void wait_for_plans(const std::string& tmp, const std::atomic<bool>& abandoned) const;
+  void complete(const std::string& tmp, int64_t step);  // rank 0: metadata, publish, keep-latest-k
   std::map<std::string, contract::SavedKey> merge_plans(const std::string& tmp) const;  // rank 0
   contract::CheckpointMetadata metadata(int64_t step, std::map<std::string, contract::SavedKey> keys) const;
   void publish(const std::string& tmp, int64_t step) const;
@@ -133,5 +154,6 @@ class Checkpointer : public CheckpointReader {
 
   MeshGroups& groups_;
   int rank_;
+  BackgroundSave background_;  // last: it is destroyed (and waited for) first
 };
 }  // namespace meshtrain

@@ -124,6 +124,42 @@ TEST(Checkpoint, ResumeOnTheSameMeshIsBitwiseEqual) {
   expect_resumed_matches(full, resumed, 0.0);
 }
 
+TEST(Checkpoint, AnAsyncSaveWritesTheSynchronousBytesAndResumesBitExactly) {
+  // Steps 3, 6, 9 and 10 saved synchronously, and each of them in the background, each
+  // background save waiting for the one before while training goes on.
+  auto sync = fresh_dir("async_reference");
+  auto full = uninterrupted_and_first_half(sync, {"--checkpoint.interval", "3"});
+  auto dump = fresh_dir("async");
+  expect_ok(run(
+      dump, 4, 1, "dp_shard=4",
+      {"--stop-at", "10", "--checkpoint.enable", "--checkpoint.async-mode", "async", "--checkpoint.interval", "3"}));
+  auto names = [](const fs::path& dir) {
+    std::set<std::string> found;
+    for (const auto& e : fs::directory_iterator(dir)) found.insert(e.path().filename().string());
+    return found;
+  };
+  EXPECT_EQ(names(dump / "checkpoint"), (std::set<std::string>{"step-3", "step-6", "step-9", "step-10"}))
+      << "no temporary folder is left";
+  for (const std::string step : {"step-3", "step-6", "step-9", "step-10"}) {
+    const fs::path a = sync / "checkpoint" / step, b = dump / "checkpoint" / step;
+    ASSERT_EQ(names(a), names(b)) << step;
+    for (const auto& name : names(a))  // the data files, their checksums and the metadata, byte for byte
+      EXPECT_TRUE(slurp(a / name) == slurp(b / name)) << step << "/" << name << " differs from the synchronous save's";
+  }
+
+  auto resumed = dump / "second";
+  expect_ok(
+      run(resumed, 4, 1, "dp_shard=4", {"--checkpoint.enable", "--checkpoint.folder", (dump / "checkpoint").string()}));
+  expect_resumed_matches(full, resumed, 0.0);
+}
+
+TEST(Checkpoint, AnUnknownAsyncModeIsRefusedWithTheKnownOnes) {
+  auto r = run(fresh_dir("async_mode"), 1, 1, "dp_shard=1", {"--checkpoint.enable", "--checkpoint.async-mode", "fast"});
+  EXPECT_NE(r.codes, std::vector<int>{0});
+  EXPECT_NE(r.err0.find("--checkpoint.async-mode: unknown mode 'fast' (known: disabled, async)"), std::string::npos)
+      << r.err0;
+}
+
 TEST(Checkpoint, ReshardsAcrossMeshesAndCarriesOptimizerState) {
   auto dump = fresh_dir("reshard");
   auto full = uninterrupted_and_first_half(dump);
@@ -576,10 +612,12 @@ TEST(Checkpoint, SigkillDuringSavesLeavesTheLatestCompleteStepLoadable) {
   EXPECT_GE(complete, 1);
 }
 
-TEST(Checkpoint, ADiskFullDuringASaveNamesTheFileAndErrnoAndThePreviousStepResumesBitExactly) {
-  auto dump = fresh_dir("disk_full");
+// A disk that fills during the save of step 10 (`mode`: the --checkpoint.async-mode flags).
+static void disk_full_during_a_save(const std::string& name, const std::vector<std::string>& mode) {
+  auto dump = fresh_dir(name);
   // The uninterrupted run, saving every 5 steps on an ordinary disk: the size of one step.
-  const std::vector<std::string> every5{"--checkpoint.enable", "--checkpoint.interval", "5"};
+  std::vector<std::string> every5{"--checkpoint.enable", "--checkpoint.interval", "5"};
+  every5.insert(every5.end(), mode.begin(), mode.end());
   expect_ok(run(dump / "full", 4, 1, "dp_shard=4", every5));
   const int64_t step_bytes = folder_bytes(dump / "full" / "checkpoint" / "step-5");
   ASSERT_GT(step_bytes, 0);
@@ -610,6 +648,15 @@ TEST(Checkpoint, ADiskFullDuringASaveNamesTheFileAndErrnoAndThePreviousStepResum
     ASSERT_EQ(resumed[i]["step"], full[5 + i]["step"]);
     EXPECT_EQ(resumed[i]["loss"].get<double>(), full[5 + i]["loss"].get<double>()) << "step " << resumed[i]["step"];
   }
+}
+
+TEST(Checkpoint, ADiskFullDuringASaveNamesTheFileAndErrnoAndThePreviousStepResumesBitExactly) {
+  disk_full_during_a_save("disk_full", {});
+}
+
+// The write fails on the background thread; the rank's next save throws it.
+TEST(Checkpoint, ADiskFullDuringAnAsyncSaveIsReportedAndThePreviousStepResumesBitExactly) {
+  disk_full_during_a_save("disk_full_async", {"--checkpoint.async-mode", "async"});
 }
 
 TEST(Checkpoint, AnUnwritableCheckpointFolderIsRefusedBeforeTraining) {
