@@ -14,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-#include "components/checkpoint.h"
+#include "components/checkpointer.h"
 #include "components/data.h"
 #include "model/flavors.h"
 #include "components/optim.h"

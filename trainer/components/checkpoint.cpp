@@ -21,6 +21,7 @@
 
 #include "contract/hash.h"
 #include "contract/model_names.h"
+#include "components/checkpoint_files.h"
 #include "components/outputs.h"
 #include "contract/placement.h"
 
@@ -29,128 +30,16 @@ using namespace contract;  // the mesh, placement and hash names meshtrain share
 
 namespace fs = std::filesystem;
 using nlohmann::json;
+using namespace checkpoint_files;
 
 namespace {
 
-// Removes a folder and everything in it; a folder that is not there is no error, and what
-// cannot be removed stays (as fs::remove_all with an error_code). Not fs::remove_all itself: the
-// PyTorch wheel's libtorch.so exports its own copy, which a CUDA build's calls bind to, and that
-// copy jumps to address 0 on a folder with files in it (docs/building.md, CUDA).
-void remove_folder(const std::string& path) {
-  auto remove_entry = [](const char* entry, const struct stat*, int, struct FTW*) {
-    ::remove(entry);
-    return 0;  // go on with the rest
-  };
-  ::nftw(path.c_str(), remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
-
 // The format itself (metadata schema, step-<N> names, leaves and their checksums, key styles)
-// is contract/checkpoint_format.h, which meshtest reads through too; this file writes and
-// reads the data files. A checksum per leaf of a chunk (64 bytes to 4 KiB) is stored after the
+// is contract/checkpoint_format.h, which meshtest reads through too; this file reads the data
+// files and checkpointer.cpp writes them. A checksum per leaf of a chunk (64 bytes to 4 KiB) is stored after the
 // chunk's bytes in the same file: a reshard that needs a column slice of every row reads those
 // bytes and their checksums, not whole blocks of rows.
 const std::string kMetadata(kMetadataFile);
-
-// In a step's temporary folder: each rank's plan (where its chunks landed, its objects), which
-// rank 0 merges into the metadata; and, from an asynchronous save whose write failed, the error.
-std::string plan_file_name(int rank) { return "rank" + std::to_string(rank) + ".plan.json"; }
-std::string failed_file_name(int rank) { return "rank" + std::to_string(rank) + ".failed"; }
-
-[[noreturn]] void fail(const std::string& what) { throw std::runtime_error(what); }
-
-void write_all(int fd, const void* data, size_t size, const std::string& path) {
-  const auto* p = static_cast<const char*>(data);
-  while (size > 0) {
-    ssize_t n = ::write(fd, p, size);
-    if (n < 0) fail("checkpoint: writing '" + path + "' failed: " + std::strerror(errno));
-    p += n;
-    size -= static_cast<size_t>(n);
-  }
-}
-
-// A file written from start to end and made durable, or an exception: the caller's
-// folder is temporary, so a failure leaves nothing that looks complete.
-class DurableFile {
- public:
-  explicit DurableFile(std::string path) : path_(std::move(path)) {
-    fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd_ < 0) fail("checkpoint: cannot create '" + path_ + "': " + std::strerror(errno));
-  }
-  ~DurableFile() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  void append(const void* data, size_t size) {
-    write_all(fd_, data, size, path_);
-    size_ += static_cast<int64_t>(size);
-  }
-  int64_t size() const { return size_; }
-  void sync_and_close() {
-    const int fd = fd_;
-    fd_ = -1;
-    const bool synced = ::fsync(fd) == 0;
-    const int sync_errno = errno;
-    if (::close(fd) != 0 || !synced)
-      fail("checkpoint: cannot sync '" + path_ + "': " + std::strerror(synced ? errno : sync_errno));
-  }
-
- private:
-  std::string path_;
-  int fd_ = -1;
-  int64_t size_ = 0;
-};
-
-void write_file(const std::string& path, const std::string& bytes) {
-  DurableFile f(path);
-  f.append(bytes.data(), bytes.size());
-  f.sync_and_close();
-}
-
-// Runs fn(first, last) over the leaves [0, leaves) in up to 8 contiguous ranges, one
-// thread each, when there are many bytes: one core reads the page cache or hashes at a
-// few GB/s, and a 1B model's checkpoint is 18 GB. fn must not throw.
-template <class Fn>
-void for_leaf_ranges(int64_t leaves, int64_t bytes, Fn fn) {
-  const int64_t threads = std::max<int64_t>(
-      1, std::min<int64_t>({8, std::max(1u, std::thread::hardware_concurrency()), 1 + bytes / (64 << 20), leaves}));
-  const int64_t per = (leaves + threads - 1) / threads;
-  std::vector<std::thread> pool;
-  for (int64_t t = 1; t < threads; ++t)
-    pool.emplace_back(fn, std::min(leaves, t * per), std::min(leaves, (t + 1) * per));
-  fn(0, std::min(leaves, per));
-  for (auto& th : pool) th.join();
-}
-
-// The checksum of every `leaf`-byte leaf of `length` bytes (the last leaf may be short).
-std::vector<uint64_t> leaf_sums(const char* p, int64_t length, int64_t leaf) {
-  const int64_t leaves = (length + leaf - 1) / leaf;
-  std::vector<uint64_t> sums(static_cast<size_t>(leaves));
-  for_leaf_ranges(leaves, length, [&](int64_t first, int64_t last) {
-    for (int64_t l = first; l < last; ++l)
-      sums[static_cast<size_t>(l)] =
-          leaf_checksum(p + l * leaf, static_cast<size_t>(std::min(leaf, length - l * leaf)));
-  });
-  return sums;
-}
-
-// pread until `size` bytes or the end of the file (one call returns at most ~2 GiB).
-int64_t pread_fully(int fd, char* out, int64_t size, int64_t at) {
-  int64_t done = 0;
-  while (done < size) {
-    const ssize_t n = ::pread(fd, out + done, static_cast<size_t>(size - done), at + done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    done += n;
-  }
-  return done;
-}
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("checkpoint: cannot read '" + path + "': " + std::strerror(errno));
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 std::vector<int64_t> strides_of(const std::vector<int64_t>& sizes) {
   std::vector<int64_t> s(sizes.size(), 1);
@@ -336,9 +225,6 @@ CheckpointReader::CheckpointReader(CheckpointConfig config, MeshShape shape)
                                 "' (known: none, parametrize-to-canonical)");
 }
 
-Checkpointer::Checkpointer(CheckpointConfig config, MeshGroups& groups, int rank)
-    : CheckpointReader(std::move(config), groups.shape), groups_(groups), rank_(rank) {}
-
 std::string CheckpointReader::step_dir(int64_t step) const { return config_.folder + "/" + step_folder_name(step); }
 
 std::string CheckpointReader::saved_key(const std::string& key) const {
@@ -370,211 +256,6 @@ std::optional<int64_t> CheckpointReader::latest_step() const {
   const auto steps = complete_steps();
   if (steps.empty()) return std::nullopt;
   return *std::max_element(steps.begin(), steps.end());
-}
-
-// ---- save
-
-void Checkpointer::save(int64_t step, const std::vector<CheckpointTensor>& tensors, const json& objects,
-                        torch::ScalarType dtype) {
-  background_.wait();  // the previous asynchronous save: published (rank 0) or its error thrown
-  const std::string tmp = make_temporary_folder(step);
-  groups_.world->barrier();
-  if (config_.async_mode == AsyncMode::kDisabled) {
-    write_own_chunks(tmp, tensors, objects, dtype, step);
-    groups_.world->barrier();
-    if (rank_ == 0) complete(tmp, step);
-    groups_.world->barrier();
-    return;
-  }
-  std::vector<CheckpointTensor> written;  // the chunks this rank writes, as host copies
-  std::vector<torch::Tensor> originals;
-  for (const auto& t : tensors)
-    if (writes(t)) written.push_back(t), originals.push_back(t.local);
-  const auto copies = host_snapshot(originals, dtype);
-  for (size_t i = 0; i < written.size(); ++i) written[i].local = copies[i];
-  background_.start([this, tmp, step, dtype, objects, written](const std::atomic<bool>& abandoned) {
-    try {
-      write_own_chunks(tmp, written, objects, dtype, step);
-    } catch (const std::exception& e) {  // rank 0 stops waiting for this rank's plan, and says why
-      try {
-        write_file(tmp + "/" + failed_file_name(rank_), e.what());
-      } catch (const std::exception&) {
-        // The disk that failed the write may refuse this too; rank 0 then learns it from the
-        // process group, as this rank's next save or finish() throws `e`.
-      }
-      throw;
-    }
-    if (rank_ != 0) return;
-    wait_for_plans(tmp, abandoned);
-    complete(tmp, step);
-  });
-}
-
-void Checkpointer::finish() {
-  background_.wait();
-  groups_.world->barrier();
-}
-
-void Checkpointer::complete(const std::string& tmp, int64_t step) {
-  write_file(tmp + "/" + kMetadata,
-             to_json(metadata(step, merge_plans(tmp))).dump(1));  // last: it marks the folder whole
-  publish(tmp, step);
-  if (config_.keep_latest_k > 0) remove_old_steps();
-}
-
-void Checkpointer::wait_for_plans(const std::string& tmp, const std::atomic<bool>& abandoned) const {
-  for (int r = 0; r < groups_.world->size(); ++r)
-    while (!fs::exists(tmp + "/" + plan_file_name(r))) {
-      if (fs::exists(tmp + "/" + failed_file_name(r)))
-        fail("checkpoint: rank " + std::to_string(r) + " could not write its part of '" + tmp +
-             "': " + read_text(tmp + "/" + failed_file_name(r)));
-      if (abandoned) fail("checkpoint: the save into '" + tmp + "' was abandoned");
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-}
-
-std::string Checkpointer::make_temporary_folder(int64_t step) {
-  const std::string tmp = config_.folder + "/" + temp_step_folder_name(step);
-  if (rank_ == 0) {
-    remove_folder(tmp);  // a save that died earlier
-    std::error_code ec;
-    fs::create_directories(tmp, ec);
-    if (ec) fail("checkpoint: cannot create '" + tmp + "': " + ec.message());
-  }
-  return tmp;
-}
-
-// This rank's data file: the chunks it owns, back to back, raw little-endian `dtype`,
-// each followed by its leaf checksums, written as it is produced (one tensor in memory);
-// then its plan: where each chunk landed, and its objects.
-void Checkpointer::write_own_chunks(const std::string& tmp, const std::vector<CheckpointTensor>& tensors,
-                                    const json& objects, torch::ScalarType dtype, int64_t step) {
-  const std::string file = data_file_name(rank_);
-  DurableFile data_file(tmp + "/" + file);
-  json entries = json::object();
-  for (const auto& t : tensors) {
-    if (!writes(t)) continue;
-    const Chunk& c = t.layout->chunk;
-    const bool owner = writes_chunk(*t.layout, groups_.coord);
-    auto data = t.local.detach().to(torch::kCPU, dtype).contiguous();
-    const auto* p = static_cast<const char*>(data.data_ptr());
-    const int64_t length = static_cast<int64_t>(data.nbytes());
-    io_.tensor_bytes_written += length;
-    if (!owner) {  // the planted bug: the bytes land in the file; the plan keeps the owner's copy
-      data_file.append(p, static_cast<size_t>(length));
-      continue;
-    }
-    const int64_t leaf = leaf_bytes_for(c.sizes, static_cast<int64_t>(data.element_size()));
-    const auto sums = leaf_sums(p, length, leaf);
-    const int64_t at = data_file.size();
-    SavedChunk saved{c.offsets,
-                     c.sizes,
-                     file,
-                     static_cast<uint64_t>(at),
-                     static_cast<uint64_t>(length),
-                     true,
-                     static_cast<uint64_t>(leaf),
-                     static_cast<uint64_t>(at + length)};
-    // The plan's entry: the chunk as the metadata will hold it, and its tensor's shape and dtype.
-    json entry = to_json(saved);
-    entry["shape"] = t.layout->global_shape, entry["dtype"] = dtype_name(dtype);
-    entries[saved_key(t.key)] = entry;
-    data_file.append(p, static_cast<size_t>(length));
-    data_file.append(sums.data(), sums.size() * kChecksumBytes);
-  }
-  io_.bytes_written += data_file.size();
-  io_.steps_saved.push_back(step);
-  data_file.sync_and_close();
-  // Renamed into place: an asynchronous rank 0 takes a plan that exists as whole.
-  const std::string plan = tmp + "/" + plan_file_name(rank_);
-  write_file(plan + ".partial", json{{"tensors", entries}, {"objects", objects}}.dump());
-  fs::rename(plan + ".partial", plan);
-}
-
-bool Checkpointer::writes(const CheckpointTensor& t) const {
-  const bool owner = writes_chunk(*t.layout, groups_.coord);
-  return t.layout->chunk.numel() > 0 && (owner || injected(Fault::kReplicasWriteTheirCopy));
-}
-
-// Merges the ranks' plans into the metadata's keys and checks every tensor is covered
-// exactly once.
-std::map<std::string, SavedKey> Checkpointer::merge_plans(const std::string& tmp) const {
-  std::map<std::string, SavedKey> keys;
-  for (int r = 0; r < groups_.world->size(); ++r) {
-    const std::string plan_path = tmp + "/" + plan_file_name(r);
-    const json plan = json::parse(read_text(plan_path));
-    for (const auto& [key, e] : plan["tensors"].items()) {
-      SavedKey& k = keys[key];
-      k.kind = "tensor", k.dtype = e.at("dtype").get<std::string>(),
-      k.shape = e.at("shape").get<std::vector<int64_t>>();
-      k.chunks.push_back(parse_chunk(e, plan_path + ": " + key_label(key)));
-    }
-    for (const auto& [key, value] : plan["objects"].items()) {
-      SavedKey& k = keys[key];
-      k.kind = "object", k.value = value;
-    }
-    fs::remove(plan_path);
-  }
-  for (const auto& [key, k] : keys) {
-    if (!k.is_tensor()) continue;
-    int64_t numel = 1, covered = 0;
-    for (auto d : k.shape) numel *= d;
-    std::vector<Box> boxes;
-    for (const auto& c : k.chunks) {
-      Box b = box_of(c.offsets, c.sizes);
-      for (const auto& other : boxes)
-        if (!intersect(b, other).empty()) fail("checkpoint: save plan writes overlapping chunks of '" + key + "'");
-      boxes.push_back(b);
-      covered += Chunk{c.offsets, c.sizes}.numel();
-    }
-    if (covered != numel)
-      fail("checkpoint: save plan covers " + std::to_string(covered) + " of " + std::to_string(numel) +
-           " elements of '" + key + "'");
-  }
-  return keys;
-}
-
-CheckpointMetadata Checkpointer::metadata(int64_t step, std::map<std::string, SavedKey> keys) const {
-  CheckpointMetadata m;
-  m.step = step;
-  m.writer_mesh = groups_.shape.to_string();
-  m.key_style = config_.key_style;
-  m.keys = std::move(keys);
-  return m;
-}
-
-// One rename makes the folder visible. An older folder of the same step moves aside first.
-void Checkpointer::publish(const std::string& tmp, int64_t step) const {
-  const std::string final_dir = step_dir(step), old = final_dir + ".old";
-  if (fs::exists(final_dir)) fs::rename(final_dir, old);
-  fs::rename(tmp, final_dir);
-  remove_folder(old);
-}
-
-void Checkpointer::remove_old_steps() const {
-  std::vector<int64_t> steps = complete_steps();
-  std::sort(steps.rbegin(), steps.rend());
-  std::error_code ec;
-  for (size_t i = static_cast<size_t>(config_.keep_latest_k); i < steps.size(); ++i) {
-    // Metadata first: a folder half-deleted by a crash must not look complete.
-    fs::remove(step_dir(steps[i]) + "/" + kMetadata, ec);
-    remove_folder(step_dir(steps[i]));
-  }
-}
-
-void Checkpointer::check_writable() const {
-  std::error_code ec;
-  fs::create_directories(config_.folder, ec);
-  if (ec) fail("checkpoint: cannot create folder '" + config_.folder + "': " + ec.message());
-  const std::string probe = config_.folder + "/.write-probe-rank" + std::to_string(rank_);
-  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  const bool written = fd >= 0 && ::write(fd, "1", 1) == 1;
-  const int error = errno;
-  if (fd >= 0) ::close(fd);
-  ::unlink(probe.c_str());
-  if (!written)
-    fail("checkpoint: folder '" + config_.folder + "' is not writable: " + std::strerror(error) +
-         "; refusing to train a run that could not save");
 }
 
 // ---- load

@@ -6,7 +6,7 @@
 
 #include <filesystem>
 
-#include "components/checkpoint.h"
+#include "components/checkpointer.h"
 
 using namespace meshtrain;
 
