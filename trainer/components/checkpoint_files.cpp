@@ -5,6 +5,10 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <condition_variable>
+#include <cstdlib>
+#include <deque>
+#include <mutex>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -38,33 +42,170 @@ void remove_folder(const std::string& path) {
   ::nftw(path.c_str(), remove_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
-DurableFile::DurableFile(std::string path) : path_(std::move(path)) {
-  fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+// ---- DurableFile: staging buffers filled by append(), written by writer threads
+
+namespace {
+constexpr size_t kAlign = 4096;            // O_DIRECT's alignment of address, offset and length
+constexpr size_t kBufferBytes = 32 << 20;  // one pwrite
+constexpr int kBuffers = 4;                // staging memory: 128 MiB at most, allocated as needed
+constexpr int kWriters = 2;                // writes in flight: keeps a disk's queue busy
+
+struct AlignedFree {
+  void operator()(char* p) const { std::free(p); }
+};
+}  // namespace
+
+struct DurableFile::Pipeline {
+  struct Job {
+    char* data;
+    size_t length;
+    int64_t at;
+  };
+  std::mutex mu;
+  std::condition_variable changed;
+  std::vector<std::unique_ptr<char, AlignedFree>> owned;
+  std::vector<char*> free;  // buffers to fill
+  std::deque<Job> queue;    // full buffers waiting for a writer
+  int writing = 0;          // jobs a writer holds
+  bool stopping = false;
+  std::string error;  // the first write's failure; later jobs are dropped
+  std::vector<std::thread> writers;
+  char* current = nullptr;  // the buffer append() fills
+  size_t used = 0;
+};
+
+DurableFile::DurableFile(std::string path) : path_(std::move(path)), pipeline_(std::make_unique<Pipeline>()) {
+  fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_DIRECT, 0644);
+  direct_ = fd_ >= 0;
+  if (fd_ < 0 && errno == EINVAL) fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);  // tmpfs
   if (fd_ < 0) fail("checkpoint: cannot create '" + path_ + "': " + std::strerror(errno));
+  for (int w = 0; w < kWriters; ++w) pipeline_->writers.emplace_back([this] { write_loop(); });
 }
 
 DurableFile::~DurableFile() {
+  stop_writers();
   if (fd_ >= 0) ::close(fd_);
 }
 
+void DurableFile::stop_writers() {
+  Pipeline& p = *pipeline_;
+  {
+    std::lock_guard<std::mutex> lock(p.mu);
+    p.stopping = true;
+  }
+  p.changed.notify_all();
+  for (auto& w : p.writers) w.join();
+  p.writers.clear();
+}
+
 void DurableFile::append(const void* data, size_t size) {
-  write_all(fd_, data, size, path_);
-  size_ += static_cast<int64_t>(size);
+  Pipeline& p = *pipeline_;
+  const auto* from = static_cast<const char*>(data);
+  while (size > 0) {
+    if (p.current == nullptr) {
+      std::unique_lock<std::mutex> lock(p.mu);
+      if (p.free.empty() && static_cast<int>(p.owned.size()) < kBuffers) {
+        void* memory = nullptr;
+        if (::posix_memalign(&memory, kAlign, kBufferBytes) != 0) fail("checkpoint: out of memory for staging");
+        p.owned.emplace_back(static_cast<char*>(memory));
+        p.free.push_back(p.owned.back().get());
+      }
+      p.changed.wait(lock, [&p] { return !p.free.empty() || !p.error.empty(); });
+      if (!p.error.empty()) fail(p.error);
+      p.current = p.free.back(), p.used = 0;
+      p.free.pop_back();
+    }
+    const size_t n = std::min(size, kBufferBytes - p.used);
+    std::memcpy(p.current + p.used, from, n);
+    p.used += n, from += n, size -= n;
+    size_ += static_cast<int64_t>(n);
+    if (p.used == kBufferBytes) hand_over(kBufferBytes);
+  }
+}
+
+void DurableFile::hand_over(size_t length) {
+  Pipeline& p = *pipeline_;
+  {
+    std::lock_guard<std::mutex> lock(p.mu);
+    p.queue.push_back({p.current, length, handed_});
+  }
+  p.changed.notify_all();
+  handed_ += static_cast<int64_t>(length);
+  p.current = nullptr, p.used = 0;
+}
+
+void DurableFile::write_loop() {
+  Pipeline& p = *pipeline_;
+  for (;;) {
+    Pipeline::Job job{};
+    {
+      std::unique_lock<std::mutex> lock(p.mu);
+      p.changed.wait(lock, [&p] { return p.stopping || !p.queue.empty(); });
+      if (p.queue.empty() || (p.stopping && !p.error.empty())) return;
+      job = p.queue.front();
+      p.queue.pop_front();
+      ++p.writing;
+    }
+    std::string error;
+    bool buffered = false;
+    for (size_t done = 0; done < job.length && error.empty();) {
+      const ssize_t n = ::pwrite(fd_, job.data + done, job.length - done, job.at + static_cast<int64_t>(done));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && errno == EINVAL && direct_ && !buffered) {      // opened O_DIRECT, refuses it (or a short write
+        ::fcntl(fd_, F_SETFL, ::fcntl(fd_, F_GETFL) & ~O_DIRECT);  // left the rest unaligned): through the cache
+        buffered = true;
+        continue;
+      }
+      if (n <= 0)
+        error = "checkpoint: writing '" + path_ + "' failed: " + std::strerror(n < 0 ? errno : EIO);
+      else
+        done += static_cast<size_t>(n);
+    }
+    {
+      std::lock_guard<std::mutex> lock(p.mu);
+      --p.writing;
+      p.free.push_back(job.data);
+      if (!error.empty() && p.error.empty()) p.error = error;
+    }
+    p.changed.notify_all();
+  }
 }
 
 void DurableFile::sync_and_close() {
+  Pipeline& p = *pipeline_;
+  if (p.current != nullptr) {  // the tail: whole blocks for O_DIRECT, cut back to size below
+    const size_t length = direct_ ? (p.used + kAlign - 1) / kAlign * kAlign : p.used;
+    std::memset(p.current + p.used, 0, length - p.used);
+    hand_over(length);
+  }
+  {
+    std::unique_lock<std::mutex> lock(p.mu);
+    p.changed.wait(lock, [&p] { return (p.queue.empty() && p.writing == 0) || !p.error.empty(); });
+  }
+  stop_writers();
+  if (!p.error.empty()) fail(p.error);
   const int fd = fd_;
   fd_ = -1;
-  const bool synced = ::fsync(fd) == 0;
+  const bool sized = ::ftruncate(fd, size_) == 0;
+  const bool synced = sized && ::fsync(fd) == 0;
   const int sync_errno = errno;
   if (::close(fd) != 0 || !synced)
     fail("checkpoint: cannot sync '" + path_ + "': " + std::strerror(synced ? errno : sync_errno));
 }
 
 void write_file(const std::string& path, const std::string& bytes) {
-  DurableFile f(path);
-  f.append(bytes.data(), bytes.size());
-  f.sync_and_close();
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) fail("checkpoint: cannot create '" + path + "': " + std::strerror(errno));
+  try {
+    write_all(fd, bytes.data(), bytes.size(), path);
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  const bool synced = ::fsync(fd) == 0;
+  const int sync_errno = errno;
+  if (::close(fd) != 0 || !synced)
+    fail("checkpoint: cannot sync '" + path + "': " + std::strerror(synced ? errno : sync_errno));
 }
 
 std::vector<uint64_t> leaf_sums(const char* p, int64_t length, int64_t leaf) {

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -21,24 +22,36 @@ namespace meshtrain::checkpoint_files {
 void remove_folder(const std::string& path);
 
 // A file written from start to end and made durable, or an exception: the caller's
-// folder is temporary, so a failure leaves nothing that looks complete.
+// folder is temporary, so a failure leaves nothing that looks complete. Written at the disk's
+// pace, not the caller's: append() copies into one of a few large aligned staging buffers, and
+// writer threads put the full ones at their offsets with pwrite (O_DIRECT where the file system
+// takes it, past the page cache), so hashing the next chunk overlaps writing this one. append()
+// waits only when every buffer is in flight, and throws a writer's error (file and errno).
 class DurableFile {
  public:
   explicit DurableFile(std::string path);
   DurableFile(const DurableFile&) = delete;
   DurableFile& operator=(const DurableFile&) = delete;
-  ~DurableFile();
+  ~DurableFile();  // stops the writers; a file not synced is left for the caller's folder to go
   void append(const void* data, size_t size);
   int64_t size() const { return size_; }
   void sync_and_close();
 
  private:
+  struct Pipeline;                // the buffers, the queue of full ones, the writer threads
+  void hand_over(size_t length);  // the current buffer's first `length` bytes, to the writers
+  void write_loop();              // one writer thread
+  void stop_writers();
+
   std::string path_;
   int fd_ = -1;
-  int64_t size_ = 0;
+  bool direct_ = false;  // opened with O_DIRECT: whole aligned blocks only
+  int64_t size_ = 0;     // bytes appended
+  int64_t handed_ = 0;   // bytes handed to the writers: the next buffer's offset in the file
+  std::unique_ptr<Pipeline> pipeline_;
 };
 
-void write_file(const std::string& path, const std::string& bytes);  // a whole DurableFile
+void write_file(const std::string& path, const std::string& bytes);  // small, written and synced at once
 std::string read_text(const std::string& path);
 
 // pread until `size` bytes or the end of the file (one call returns at most ~2 GiB).

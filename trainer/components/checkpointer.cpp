@@ -119,7 +119,8 @@ void Checkpointer::write_own_chunks(const std::string& tmp, const std::vector<Ch
     if (!writes(t)) continue;
     const Chunk& c = t.layout->chunk;
     const bool owner = writes_chunk(*t.layout, groups_.coord);
-    auto data = t.local.detach().to(torch::kCPU, dtype).contiguous();
+    // A device tensor comes through page-locked memory (the bus's speed, not a pageable bounce).
+    auto data = t.local.is_cpu() ? t.local.detach().to(dtype).contiguous() : host_snapshot({t.local}, dtype)[0];
     const auto* p = static_cast<const char*>(data.data_ptr());
     const int64_t length = static_cast<int64_t>(data.nbytes());
     io_.tensor_bytes_written += length;
