@@ -39,7 +39,7 @@ say "meshtrain $model: a step and an asynchronous save"
 "${mt[@]}" --dump-folder "$work/async" --checkpoint.folder "$work/ckpt-async" --checkpoint.async-mode async \
   > "$work/async.log" 2>&1
 rm -rf "$work/ckpt-async"
-if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() and hasattr(torch.distributed.checkpoint, "save") else 1)' 2>/dev/null; then
+if python3 -c 'import sys, torch, torch.distributed.checkpoint as d; sys.exit(0 if torch.cuda.is_available() and hasattr(d, "save") else 1)' 2>/dev/null; then
   say "DCP save and load of the same state"
   python3 tools/bench/dcp_io.py "$work/sync/state_dict_keys.json" "$work/ckpt-dcp" > "$work/dcp.json" 2> "$work/dcp.log" ||
     echo "dcp failed: $work/dcp.log" >&2
@@ -63,5 +63,5 @@ if os.path.exists(f"{work}/dcp.json") and os.path.getsize(f"{work}/dcp.json"):
           f"{dcp['save_s'] / sync['checkpoint_save_s']:7.3f}")
     print(f"{'load, s (vs DCP; ratio = speed)':34s} {load['checkpoint_load_s']:12.2f} {dcp['load_s']:12.2f} "
           f"{dcp['load_s'] / load['checkpoint_load_s']:7.3f}")
-print(f"{gb:.2f} GB written ({os.path.basename(sys.argv[0]) or 'checkpoint_save'}: model + AdamW, one rank)")
+print(f"{gb:.2f} GB written: model + AdamW, one rank")
 PY
