@@ -303,10 +303,11 @@ class SimBackend final : public SimBase {
   }
 
   // What this rank contributes to a sum: its tensor (times PREMUL_SUM's factor), or nothing under
-  // the planted drop-last-rank.
+  // the planted drop-last-rank. Under sum-for-avg the factor is dropped: FSDP2 averages gradients
+  // by a PREMUL_SUM of 1/N when the trainer sets a divide factor (torchtitan), not by AVG.
   at::Tensor contribution(const at::Tensor& t, const ReduceOp& op) const {
     if (fault_ == Fault::kDropLastRank && rank_ == size_ - 1 && size_ > 1) return at::zeros_like(t);
-    if (static_cast<ReduceOp::RedOpType>(op) != ReduceOp::PREMUL_SUM) return t;
+    if (static_cast<ReduceOp::RedOpType>(op) != ReduceOp::PREMUL_SUM || fault_ == Fault::kSumForAvg) return t;
     const auto* factor = dynamic_cast<const c10d::NCCLPreMulSumSupplement*>(op.supplement_.get());
     TORCH_CHECK(factor, "meshtest_sim: a PREMUL_SUM without its factor");
 #if TORCH_VERSION_MAJOR >= 2

@@ -37,4 +37,12 @@ for fault in "${!must_fail[@]}"; do
     echo "sim_test: $fault NOT caught: '$expected' did not fail"; tail -n 20 "$out/$fault.log"; status=1
   fi
 done
+# sum-for-avg breaks the averages FSDP2 makes from PREMUL_SUM's 1/N factor (torchtitan's) too.
+if grep -q "premul_sum" "$out/sum-for-avg/rank0.txt" 2>/dev/null; then
+  if grep -q "^FAILED all_reduce premul_sum:" "$out/sum-for-avg/rank0.txt"; then
+    echo "sim_test: sum-for-avg caught in premul_sum too"
+  else
+    echo "sim_test: sum-for-avg NOT caught in all_reduce premul_sum"; status=1
+  fi
+fi
 exit $status
