@@ -31,6 +31,10 @@ namespace {
 // rank 0 merges into the metadata; and, from an asynchronous save whose write failed, the error.
 std::string plan_file_name(int rank) { return "rank" + std::to_string(rank) + ".plan.json"; }
 std::string failed_file_name(int rank) { return "rank" + std::to_string(rank) + ".failed"; }
+// An asynchronous save's empty marker, made before the write starts: a failed write renames it to
+// rank<R>.failed, which needs no space on a full disk. Rank 0 removes the markers before it
+// publishes.
+std::string writing_file_name(int rank) { return "rank" + std::to_string(rank) + ".writing"; }
 
 }  // namespace
 
@@ -55,15 +59,18 @@ void Checkpointer::save(int64_t step, const std::vector<CheckpointTensor>& tenso
     if (writes(t)) written.push_back(t), originals.push_back(t.local);
   const auto copies = host_snapshot(originals, dtype);
   for (size_t i = 0; i < written.size(); ++i) written[i].local = copies[i];
+  write_file(tmp + "/" + writing_file_name(rank_), "");
   background_.start([this, tmp, step, dtype, objects, written](const std::atomic<bool>& abandoned) {
     try {
       write_own_chunks(tmp, written, objects, dtype, step);
     } catch (const std::exception& e) {  // rank 0 stops waiting for this rank's plan, and says why
+      const std::string failed = tmp + "/" + failed_file_name(rank_);
+      std::error_code ec;
+      fs::rename(tmp + "/" + writing_file_name(rank_), failed, ec);
       try {
-        write_file(tmp + "/" + failed_file_name(rank_), e.what());
+        write_file(failed, e.what());
       } catch (const std::exception&) {
-        // The disk that failed the write may refuse this too; rank 0 then learns it from the
-        // process group, as this rank's next save or finish() throws `e`.
+        // The disk that failed the write may refuse the message too: the marker stays, empty.
       }
       throw;
     }
@@ -79,6 +86,8 @@ void Checkpointer::finish() {
 }
 
 void Checkpointer::complete(const std::string& tmp, int64_t step) {
+  std::error_code ec;
+  for (int r = 0; r < groups_.world->size(); ++r) fs::remove(tmp + "/" + writing_file_name(r), ec);
   write_file(tmp + "/" + std::string(kMetadataFile),
              to_json(metadata(step, merge_plans(tmp))).dump(1));  // last: it marks the folder whole
   publish(tmp, step);
@@ -88,9 +97,11 @@ void Checkpointer::complete(const std::string& tmp, int64_t step) {
 void Checkpointer::wait_for_plans(const std::string& tmp, const std::atomic<bool>& abandoned) const {
   for (int r = 0; r < groups_.world->size(); ++r)
     while (!fs::exists(tmp + "/" + plan_file_name(r))) {
-      if (fs::exists(tmp + "/" + failed_file_name(r)))
-        fail("checkpoint: rank " + std::to_string(r) + " could not write its part of '" + tmp +
-             "': " + read_text(tmp + "/" + failed_file_name(r)));
+      if (fs::exists(tmp + "/" + failed_file_name(r))) {
+        std::string why = read_text(tmp + "/" + failed_file_name(r));
+        if (why.empty()) why = "the disk refused the message too; rank " + std::to_string(r) + "'s log has it";
+        fail("checkpoint: rank " + std::to_string(r) + " could not write its part of '" + tmp + "': " + why);
+      }
       if (abandoned) fail("checkpoint: the save into '" + tmp + "' was abandoned");
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
