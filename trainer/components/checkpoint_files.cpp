@@ -4,6 +4,7 @@
 #include <ftw.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <condition_variable>
 #include <cstdlib>
@@ -68,7 +69,8 @@ struct DurableFile::Pipeline {
   std::deque<Job> queue;    // full buffers waiting for a writer
   int writing = 0;          // jobs a writer holds
   bool stopping = false;
-  std::string error;  // the first write's failure; later jobs are dropped
+  std::string error;                // the first write's failure; later jobs are dropped
+  std::atomic<bool> failed{false};  // error is set: append() throws it at once
   std::vector<std::thread> writers;
   char* current = nullptr;  // the buffer append() fills
   size_t used = 0;
@@ -79,7 +81,13 @@ DurableFile::DurableFile(std::string path) : path_(std::move(path)), pipeline_(s
   direct_ = fd_ >= 0;
   if (fd_ < 0 && errno == EINVAL) fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);  // tmpfs
   if (fd_ < 0) fail("checkpoint: cannot create '" + path_ + "': " + std::strerror(errno));
-  for (int w = 0; w < kWriters; ++w) pipeline_->writers.emplace_back([this] { write_loop(); });
+  try {
+    for (int w = 0; w < kWriters; ++w) pipeline_->writers.emplace_back([this] { write_loop(); });
+  } catch (...) {  // no thread to be had: the ones started are joined, as the destructor would
+    stop_writers();
+    ::close(fd_);
+    throw;
+  }
 }
 
 DurableFile::~DurableFile() {
@@ -100,6 +108,10 @@ void DurableFile::stop_writers() {
 
 void DurableFile::append(const void* data, size_t size) {
   Pipeline& p = *pipeline_;
+  if (p.failed) {
+    std::lock_guard<std::mutex> lock(p.mu);
+    fail(p.error);
+  }
   const auto* from = static_cast<const char*>(data);
   while (size > 0) {
     if (p.current == nullptr) {
@@ -148,7 +160,8 @@ void DurableFile::write_loop() {
     }
     std::string error;
     bool buffered = false;
-    for (size_t done = 0; done < job.length && error.empty();) {
+    const size_t start = p.failed ? job.length : 0;  // after a failure the file is lost: not written
+    for (size_t done = start; done < job.length && error.empty();) {
       const ssize_t n = ::pwrite(fd_, job.data + done, job.length - done, job.at + static_cast<int64_t>(done));
       if (n < 0 && errno == EINTR) continue;
       if (n < 0 && errno == EINVAL && direct_ && !buffered) {      // opened O_DIRECT, refuses it (or a short write
@@ -165,7 +178,7 @@ void DurableFile::write_loop() {
       std::lock_guard<std::mutex> lock(p.mu);
       --p.writing;
       p.free.push_back(job.data);
-      if (!error.empty() && p.error.empty()) p.error = error;
+      if (!error.empty() && p.error.empty()) p.error = error, p.failed = true;
     }
     p.changed.notify_all();
   }

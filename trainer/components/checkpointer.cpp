@@ -53,31 +53,44 @@ void Checkpointer::save(int64_t step, const std::vector<CheckpointTensor>& tenso
     groups_.world->barrier();
     return;
   }
-  std::vector<CheckpointTensor> written;  // the chunks this rank writes, as host copies
-  std::vector<torch::Tensor> originals;
-  for (const auto& t : tensors)
-    if (writes(t)) written.push_back(t), originals.push_back(t.local);
-  const auto copies = host_snapshot(originals, dtype);
-  for (size_t i = 0; i < written.size(); ++i) written[i].local = copies[i];
-  write_file(tmp + "/" + writing_file_name(rank_), "");
-  background_.start([this, tmp, step, dtype, objects, written](const std::atomic<bool>& abandoned) {
+  // Rank 0's thread waits for this rank's plan: a failure here or on this rank's thread leaves
+  // rank<R>.failed instead, the error written into the marker and the marker renamed (a rename
+  // needs no space on a full disk, where the message itself may not fit).
+  auto report_failure = [this, tmp](const std::exception& e) {
+    const std::string writing = tmp + "/" + writing_file_name(rank_);
     try {
-      write_own_chunks(tmp, written, objects, dtype, step);
-    } catch (const std::exception& e) {  // rank 0 stops waiting for this rank's plan, and says why
-      const std::string failed = tmp + "/" + failed_file_name(rank_);
-      std::error_code ec;
-      fs::rename(tmp + "/" + writing_file_name(rank_), failed, ec);
-      try {
-        write_file(failed, e.what());
-      } catch (const std::exception&) {
-        // The disk that failed the write may refuse the message too: the marker stays, empty.
-      }
-      throw;
+      write_file(writing, e.what());
+    } catch (const std::exception&) {
+      // The marker stays as it was (empty): rank 0 still learns that this rank failed.
     }
-    if (rank_ != 0) return;
-    wait_for_plans(tmp, abandoned);
-    complete(tmp, step);
-  });
+    std::error_code ec;
+    fs::rename(writing, tmp + "/" + failed_file_name(rank_), ec);
+  };
+  try {
+    write_file(tmp + "/" + writing_file_name(rank_), "");
+    std::vector<CheckpointTensor> written;  // the chunks this rank writes, as host copies
+    std::vector<torch::Tensor> originals;
+    for (const auto& t : tensors)
+      if (writes(t)) written.push_back(t), originals.push_back(t.local);
+    const auto copies = host_snapshot(originals, dtype);
+    for (size_t i = 0; i < written.size(); ++i) written[i].local = copies[i];
+    background_.start(
+        [this, tmp, step, dtype, objects, written, report_failure](const std::atomic<bool>& abandoned) mutable {
+          try {
+            write_own_chunks(tmp, written, objects, dtype, step);
+          } catch (const std::exception& e) {
+            report_failure(e);
+            throw;
+          }
+          written.clear();  // the host copies go now, not at the next save
+          if (rank_ != 0) return;
+          wait_for_plans(tmp, abandoned);
+          complete(tmp, step);
+        });
+  } catch (const std::exception& e) {  // the snapshot (memory) or the thread: before any write
+    report_failure(e);
+    throw;
+  }
 }
 
 void Checkpointer::finish() {
