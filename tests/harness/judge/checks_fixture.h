@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "judge/check_sources.h"
 #include "judge/checks.h"
 #include "judge/judge.h"
 #include "test_paths.h"
@@ -64,7 +65,7 @@ class Checks : public ::testing::Test {
         if (o.spec->id == id) return &o;
       return nullptr;
     };
-    outcomes_[i].checks = run_checks(outcomes_[i], {find, {}});
+    outcomes_[i].checks = run_checks(outcomes_[i], {find, history_});
     judge(outcomes_[i]);
     for (const auto& c : outcomes_[i].checks)
       if (c.kind == kind) return c;
@@ -73,6 +74,7 @@ class Checks : public ::testing::Test {
   }
 
   std::string dir_;
+  HistorySource history_;  // none: the run has no history
   Suite suite_;
   std::vector<CaseOutcome> outcomes_;
 };
