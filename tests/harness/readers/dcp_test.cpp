@@ -591,6 +591,20 @@ TEST(DcpHandBuilt, MissingAndOverlappingChunksAreRefused) {
   expect_error([&] { CheckpointView::open(tmp.path() + "/overlap").read_tensor("w"); }, {"key 'w'", "overlap"});
 }
 
+// Two chunks that overlap by exactly the rows a missing chunk would hold: the volumes add up to
+// the tensor's, so only the overlap test refuses it (else row 3 would read as zeros).
+TEST(DcpHandBuilt, OverlappingChunksWhoseVolumesAddUpAreRefused) {
+  TempDir tmp;
+  write_dcp(tmp.path(), {{"w",
+                          true,
+                          "float32",
+                          {4, 2},
+                          {{{0, 0}, {3, 2}, counting_record({3, 2})}, {{2, 0}, {1, 2}, counting_record({1, 2})}}}});
+  const std::string message =
+      expect_error([&] { CheckpointView::open(tmp.path()).read_tensor("w"); }, {"key 'w'", "overlap"});
+  EXPECT_NE(message.find("[0, 0] and [2, 0]"), std::string::npos) << message;
+}
+
 TEST(DcpHandBuilt, RecordOutsideTheFileNamesFileKeyOffsetAndSize) {
   TempDir tmp;
   TestChunk c{{0}, {2}, counting_record({2})};
