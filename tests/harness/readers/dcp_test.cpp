@@ -184,6 +184,8 @@ struct TestChunk {
   std::string record;  // its bytes, appended to `file`
   std::string file = "__0_0.distcp";
   int64_t offset_override = -1, length_override = -1;  // to point a record somewhere wrong
+  std::string transform;                               // one transform_descriptors entry ("zstd"); none when empty
+  bool offset_as_text = false;                         // the record's offset pickled as a string
 };
 
 struct TestItem {
@@ -280,7 +282,12 @@ class MetadataWriter {
     }
     p_.str("index").integer(0).op('u').op('b');
     p_.global("torch.distributed.checkpoint.filesystem", "_StorageInfo").no_args_new().op('}').mark();
-    p_.str("relative_path").str(c.file).str("offset").integer(static_cast<int64_t>(at.first));
+    p_.str("relative_path").str(c.file).str("offset");
+    if (c.offset_as_text)
+      p_.str(std::to_string(at.first));
+    else
+      p_.integer(static_cast<int64_t>(at.first));
+    if (!c.transform.empty()) p_.str("transform_descriptors").op(']').mark().str(c.transform).op('e');
     p_.str("length").integer(static_cast<int64_t>(at.second)).op('u').op('b');
   }
 
@@ -555,7 +562,8 @@ TEST(DcpHandBuilt, AnEmptyChunkListedFirstDoesNotEndTheRead) {
 // collections (or any module's _get_layout, OrderedDict) passes as known. Each must still be named.
 TEST(DcpHandBuilt, OnlyTheKnownNamesOfAModulePassTheAllowList) {
   for (const char* global :
-       {"torch.serialization load", "collections Counter", "mylib _get_layout", "mylib OrderedDict"}) {
+       {"torch.serialization load", "collections Counter", "mylib _get_layout", "mylib OrderedDict", "copyreg other",
+        "mylib _reconstructor", "_codecs decode", "mylib encode"}) {
     TempDir tmp;
     write_dcp(tmp.path(), {{"w", true, "float32", {2}, {{{0}, {2}, counting_record({2})}}}},
               MetadataStyle{false, global});
@@ -565,6 +573,41 @@ TEST(DcpHandBuilt, OnlyTheKnownNamesOfAModulePassTheAllowList) {
     ASSERT_EQ(view.warnings().size(), 1u) << global;
     EXPECT_NE(view.warnings()[0].find(dotted), std::string::npos) << view.warnings()[0];
   }
+}
+
+// The names protocol 2 writes for plain objects and bytes pass without a warning, under both
+// spellings of copyreg.
+TEST(DcpHandBuilt, TheReconstructorAndTheBytesEncoderAreKnownNames) {
+  for (const char* global : {"copyreg _reconstructor", "copy_reg _reconstructor", "_codecs encode"}) {
+    TempDir tmp;
+    write_dcp(tmp.path(), {{"w", true, "float32", {2}, {{{0}, {2}, counting_record({2})}}}},
+              MetadataStyle{false, global});
+    EXPECT_TRUE(CheckpointView::open(tmp.path()).warnings().empty()) << global;
+  }
+}
+
+// A chunk that reaches past its tensor's end, though it starts inside it, is refused with the dim.
+TEST(DcpHandBuilt, AChunkReachingPastItsTensorIsRefused) {
+  TempDir tmp;
+  write_dcp(tmp.path(),
+            {{"w", true, "float32", {4}, {{{0}, {2}, counting_record({2})}, {{2}, {3}, counting_record({3})}}}});
+  expect_error([&] { CheckpointView::open(tmp.path()); },
+               {"key 'w'", "chunk at offset 2 size 3 in dim 0 lies outside the tensor's 4"});
+}
+
+// A record DCP wrote through a transform (compressed) is refused by name, never read as raw bytes;
+// a record offset that is not an integer is refused at load.
+TEST(DcpHandBuilt, ATransformedRecordAndATextOffsetAreRefused) {
+  TempDir tmp;
+  TestChunk compressed{{0}, {2}, counting_record({2})};
+  compressed.transform = "zstd";
+  write_dcp(tmp.path() + "/zstd", {{"w", true, "float32", {2}, {compressed}}});
+  expect_error([&] { CheckpointView::open(tmp.path() + "/zstd").read_tensor("w"); },
+               {"key 'w'", "transform_descriptors", "zstd", "not supported"});
+  TestChunk text{{0}, {2}, counting_record({2})};
+  text.offset_as_text = true;
+  write_dcp(tmp.path() + "/text", {{"w", true, "float32", {2}, {text}}});
+  expect_error([&] { CheckpointView::open(tmp.path() + "/text").read_tensor("w"); }, {"offset", "not an int"});
 }
 
 TEST(DcpHandBuilt, UnknownGlobalIsAWarningNotAnError) {
