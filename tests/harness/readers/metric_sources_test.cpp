@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "harness/judge/checks_fixture.h"
+#include "readers/log_lines.h"
 #include "readers/log_metrics.h"
 #include "readers/tensorboard.h"
 #include "readers/trainer_state.h"
@@ -229,6 +230,19 @@ TEST(LogNumbers, StripAnsi) {
                        "b"),
             "ab");                                   // OSC to BEL
   EXPECT_EQ(strip_ansi("a\x1b]8;;x\x1b\\b"), "ab");  // OSC to ST
+  // The ends of each byte range: CSI's final bytes 0x40 ('@') to 0x7E ('~'), intermediates 0x20 to 0x2F.
+  EXPECT_EQ(strip_ansi("a\x1b[2~b"), "ab");
+  EXPECT_EQ(strip_ansi("a\x1b[4@b"), "ab");
+  EXPECT_EQ(strip_ansi("a\x1b /Bb"), "ab");
+}
+
+// A step is a whole, finite number a double holds exactly; anything else is no step.
+TEST(LogNumbers, AStepIsAWholeFiniteNumber) {
+  long long step = -1;
+  EXPECT_TRUE(log_lines::parse_step("12", step) && step == 12);
+  EXPECT_TRUE(log_lines::parse_step("1,000", step) && step == 1000);
+  for (const char* bad : {"x", "2.5", "inf", "nan", "1e300", "-1e17", ""})
+    EXPECT_FALSE(log_lines::parse_step(bad, step)) << bad;
 }
 
 // ---- the user's pattern --------------------------------------------------------------
@@ -277,7 +291,8 @@ TEST(LogPattern, NamedBackReferences) {
 TEST(LogPattern, BadPatternsNameThePattern) {
   for (const char* bad :
        {R"(loss=(?P<loss>\S+))", R"((?P<step>\d+)", R"((?P<step>\d+) (?P<step>\d+))", R"((?P<1x>\d+) (?P<step>\d+))",
-        R"((?P<step>\d+)[)", R"((?P<step>\d+) (?P=nope))", R"((?P<step\d+))", "(?P<step>\\d+)\\"}) {
+        R"((?P<step>\d+)[)", R"((?P<step>\d+) (?P<lo-ss>\S+))", R"((?P<step>\d+) (?P<lo ss>\S+))",
+        R"((?P<step>\d+) (?P=nope))", R"((?P<step\d+))", "(?P<step>\\d+)\\"}) {
     try {
       LogPattern pattern(bad);
       ADD_FAILURE() << "accepted " << bad;
