@@ -867,15 +867,18 @@ TEST(Pickle, DamageIsAnErrorNamingFileOffsetAndOpcode) {
 
 TEST(Pickle, ValuesOfEveryProtocol) {
   // Protocol 0 text opcodes, then protocol 2-4 binary ones.
-  const std::string p0 = "(I42\nF2.5\nS'a\\nb'\nVcaf\\u00e9\nL-7L\nI01\ntp0\n.";
+  const std::string p0 = "(I42\nF2.5\nS'a\\nb'\nVcaf\\u00e9\nL-7L\nI01\nI00\ntp0\n.";
   const auto v0 = meshtest::pickle::parse(reinterpret_cast<const uint8_t*>(p0.data()), p0.size(), "p0");
-  ASSERT_EQ(v0.root().items.size(), 6u);
+  ASSERT_EQ(v0.root().items.size(), 7u);
   EXPECT_EQ(v0.root().items[0]->integer, 42);
   EXPECT_EQ(v0.root().items[1]->real, 2.5);
   EXPECT_EQ(v0.root().items[2]->text, "a\nb");
   EXPECT_EQ(v0.root().items[3]->text, "caf\xc3\xa9");
   EXPECT_EQ(v0.root().items[4]->integer, -7);
-  EXPECT_TRUE(v0.root().items[5]->is(meshtest::pickle::Value::Kind::Bool));
+  EXPECT_TRUE(v0.root().items[5]->is(meshtest::pickle::Value::Kind::Bool));  // I01 and I00: True and False
+  EXPECT_EQ(v0.root().items[5]->integer, 1);
+  EXPECT_TRUE(v0.root().items[6]->is(meshtest::pickle::Value::Kind::Bool));
+  EXPECT_EQ(v0.root().items[6]->integer, 0);
   // LONG1 of 2^40 and of -1 (one 0xff byte), a memoized list appended to itself (a cycle).
   const std::string p4 = std::string("\x80\x04\x8a\x06", 4) + le_bytes(uint64_t{1} << 40, 6) +
                          std::string(

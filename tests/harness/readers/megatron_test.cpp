@@ -189,6 +189,9 @@ TEST_F(MegatronCheckpoint, AMissingOrBadTrackerIsNamed) {
   track("four");
   EXPECT_NE(error_of(dir_).find("latest_checkpointed_iteration.txt: 'four' is not an iteration number"),
             std::string::npos);
+  track("4x");  // a number with more after it is no number, though iter_0000004 exists
+  EXPECT_NE(error_of(dir_).find("latest_checkpointed_iteration.txt: '4x' is not an iteration number"),
+            std::string::npos);
   track("release");
   EXPECT_NE(error_of(dir_).find("names a `release` checkpoint"), std::string::npos);
   EXPECT_NE(error_of(dir_, 5).find("no iter_0000005 folder (found: iter_0000004)"), std::string::npos);
