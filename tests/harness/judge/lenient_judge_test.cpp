@@ -1,5 +1,6 @@
 // The judge must not go soft: each test here fails on one realistic edit that would make a
 // check lenient (issue 47's held-out mutants of the judge), and says which.
+#include <cmath>
 #include <csignal>
 #include <map>
 
@@ -150,6 +151,11 @@ TEST_F(Checks, TensorsMatchFindsTheCheckpointInRank0JsonAndItsBoundIsInclusive) 
   const CheckResult r = run(1, "tensors_match");
   EXPECT_FALSE(r.passed);
   EXPECT_NE(r.message.find("model.w[0]"), std::string::npos) << r.message;
+  // A NaN element is the furthest beyond any bound: the message names it, not a finite difference.
+  write_meshtrain_step(dir_ + "/b/ckpt/step-5", {{"model.w", {std::nanf(""), 10.0f}}});
+  const CheckResult nan = run(1, "tensors_match");
+  EXPECT_FALSE(nan.passed);
+  EXPECT_NE(nan.message.find("model.w[0]: nan"), std::string::npos) << nan.message;
 }
 
 // Mutant: the ranks still running when a phase timed out listed with a leading comma.
