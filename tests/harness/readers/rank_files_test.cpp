@@ -96,3 +96,33 @@ TEST_F(TailOfFile, ATracebacksFramePathsDoNotNameItsError) {
   EXPECT_EQ(rank_error_message(dir_, 0),
             "[rank1]: RuntimeError: Missing key in checkpoint state_dict: layers.0.attention.wk.weight.");
 }
+
+// The same with the line endings a pseudo-terminal leaves (trailing spaces and a carriage
+// return): the quoted lines are trimmed at both ends.
+TEST_F(TailOfFile, TheFatalLineAndFrameAreTrimmedAtBothEnds) {
+  file(
+      "Fatal Python error: Aborted  \r\n"
+      "Current thread 0x00007f1c695df6c0 (most recent call first):\n"
+      "  File \"/x.py\", line 3 in f  \r\n");
+  EXPECT_EQ(rank_error_message(dir_, 0), "Fatal Python error: Aborted (innermost: File \"/x.py\", line 3 in f)");
+}
+
+// Who a hung phase waits for, from collective files as the trainer writes them: one line padded
+// with spaces to its fixed width. A stale file of a rank beyond the phase's (an earlier, wider
+// attempt in the same folder) is not read.
+TEST_F(TailOfFile, RanksNotArrivedReadsPaddedCollectiveLines) {
+  auto collective = [&](int rank, const std::string& text) {
+    std::string line = text;
+    line.resize(127, ' ');
+    std::ofstream(rank_collective_file(dir_, rank), std::ios::binary) << line << '\n';
+  };
+  collective(0, "collectives_entered=10 last=all_reduce_sum group=dp ranks=3");
+  collective(1, "collectives_entered=9 last=all_gather group=dp ranks=3");
+  collective(2, "collectives_entered=10 last=all_reduce_sum group=dp ranks=3");
+  collective(3, "collectives_entered=50 last=broadcast group=world ranks=4");
+  int behind = -1;
+  EXPECT_EQ(
+      ranks_not_arrived(dir_, 3, &behind),
+      "rank 1 did not arrive: ranks 0,2 wait in collective #10 (all_reduce_sum group=dp ranks=3); rank 1 entered 9");
+  EXPECT_EQ(behind, 1);
+}
