@@ -385,3 +385,36 @@ TEST_F(HtmlReport, DriftAndHistoryStripsAreShown) {
       << page.substr(page.find("class=\"history\""), 600);
   EXPECT_NE(page.find("3 runs, commits aaaaaaaaaaaa..bbbbbbbbbbbb; final loss 5.5 &rarr; 5.25"), std::string::npos);
 }
+
+// What a triager reads first: where the verdict was decided (check, phase, rank, signal) and, per
+// phase, why it stopped: the stop reason, the ranks that exited badly (a signal, a code), a launch
+// error, and a phase that never ran.
+TEST_F(HtmlReport, TheVerdictsPlaceAndEachPhasesStopAreSaid) {
+  json c = crash();
+  c["verdict"]["value"] = 4.25;
+  c["phases"][0]["exits"][0] = {{"rank", 0}, {"exit_code", 3}, {"signal", 0}};
+  json never = phase("load", "out/crash/load", 2, json::array());
+  never["ran"] = false;
+  never["ok"] = false;
+  json refused = phase("resume", "out/crash/resume", 2, json::array());
+  refused["ok"] = false;
+  refused["launch_error"] = "cannot start meshtrain: not found";
+  c["phases"].push_back(never);
+  c["phases"].push_back(refused);
+  json no_check = base_case("cpu", "no_check", "dp_shard=2");  // a verdict the run loop gave, not a check
+  no_check["status"] = "failed";
+  no_check["verdict"] = {{"kind", "exit_code"}, {"message", "rank 0 exited 1"}, {"rank", 0}, {"exit_code", 1}};
+  summary_["cases"] = {c, no_check};
+  const std::string page = html_report(summary_view(summary_));
+  EXPECT_NE(page.find("<dt>where</dt><dd>rank 0, exit_code 1</dd>"), std::string::npos)
+      << section(page, "cpu-no_check");
+  EXPECT_NE(page.find("<dt>where</dt><dd>check exit, phase train, rank 1, signal 11, value 4.25</dd>"),
+            std::string::npos)
+      << section(page, "cpu-crash");
+  EXPECT_NE(page.find("rank 1 died<br>rank 0 exit 3, rank 1 signal 11</td>"), std::string::npos) << page.size();
+  EXPECT_NE(page.find("<td>load</td><td>2</td><td>did not run</td>"), std::string::npos);
+  const size_t resume = page.find("<td>resume</td>");
+  EXPECT_NE(resume, std::string::npos);
+  EXPECT_NE(page.substr(resume, 200).find("<td>cannot start meshtrain: not found</td>"), std::string::npos)
+      << page.substr(resume, 200);
+}
