@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <memory>
 
 #include "report/finished_run.h"
 #include "report/report.h"
@@ -176,4 +177,35 @@ TEST_F(Report, MergingAShardWithAFailedCaseIsRedAndExitsNonZero) {
   write_summary(ok, dir_ + "/merged-green/summary.json");
   EXPECT_EQ(render_reports(dir_ + "/merged-green", true), 0);
   EXPECT_THROW(merged_summary({green1, green1}), std::runtime_error);
+}
+
+// The suite's attributes a dashboard files a run by: its hostname (junit-4 requires one, so an
+// unknown host is "localhost") and its timestamp, the earliest of its cases' (a case that never
+// started has none). A failure's body names the phases that ran and failed, and no other.
+TEST_F(Report, TheSuiteCarriesHostAndEarliestStartAndAFailureNamesItsFailedPhases) {
+  json s = summary_with("loss_matches: step 3 differs");
+  s["cases"][0]["timestamp"] = "2026-12-07T10:00:05";
+  s["cases"][1]["timestamp"] = "";
+  s["cases"][2]["timestamp"] = "2026-12-07T10:00:01";
+  json& failed = s["cases"][4];  // check_failed
+  ASSERT_EQ(failed["id"], "s/check_failed");
+  failed["phases"] = {{{"name", "save"}, {"ran", true}, {"ok", true}, {"stopped_because", "done"}},
+                      {{"name", "load"}, {"ran", true}, {"ok", false}, {"stopped_because", "rank 1 exited 3"}},
+                      {{"name", "again"}, {"ran", false}, {"ok", false}, {"stopped_because", "not run"}}};
+  auto suite = [&](const json& summary) {
+    write_junit(summary_view(summary), dir_ + "/junit.xml");
+    auto doc = std::make_shared<pugi::xml_document>();
+    EXPECT_TRUE(doc->load_file((dir_ + "/junit.xml").c_str()));
+    return std::make_pair(doc, doc->select_node("//testsuite").node());
+  };
+  auto [doc, node] = suite(s);
+  EXPECT_STREQ(node.attribute("hostname").value(), "localhost");
+  EXPECT_STREQ(node.attribute("timestamp").value(), "2026-12-07T10:00:01");
+  const std::string body = doc->select_node("//testcase[@name='s/check_failed']/failure").node().text().get();
+  EXPECT_NE(body.find("phase load: rank 1 exited 3\n"), std::string::npos) << body;
+  EXPECT_EQ(body.find("phase save"), std::string::npos) << body;
+  EXPECT_EQ(body.find("phase again"), std::string::npos) << body;
+  s["hostname"] = "gpu-runner-7";
+  auto [doc2, node2] = suite(s);
+  EXPECT_STREQ(node2.attribute("hostname").value(), "gpu-runner-7");
 }

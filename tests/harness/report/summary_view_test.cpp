@@ -3,7 +3,10 @@
 // even an object) reads into defaults without throwing.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <filesystem>
 #include <limits>
 
 #include <nlohmann/json.hpp>
@@ -218,4 +221,28 @@ TEST(SummaryView, CurveRowsWithoutAStepOrAColumnAreLeftOut) {
   ASSERT_EQ(p.grad_norm.size(), 3u);  // step 3 has no grad_norm column
   EXPECT_EQ(p.grad_norm[1].value, 0.3);
   EXPECT_EQ(p.nproc, 1);  // absent: one rank
+}
+
+// A phase that could not be started keeps its launch error through summary.json (the page and
+// the terminal say it from there); a phase that started has none.
+TEST(SummaryView, ALaunchErrorComesBackAndOnlyWhereThereWasOne) {
+  WrittenRun w;
+  w.result.cases[0].phases[1].launch_error = "cannot start meshtrain: not found";
+  const json written = summary_json(w.result, w.options);
+  EXPECT_FALSE(written["cases"][0]["phases"][0].contains("launch_error"));
+  const RunView run = summary_view(json::parse(written.dump()));
+  EXPECT_EQ(run.cases[0].phases[0].launch_error, "");
+  EXPECT_EQ(run.cases[0].phases[1].launch_error, "cannot start meshtrain: not found");
+}
+
+// write_summary to a bare file name writes it in the working directory.
+TEST(SummaryView, ASummaryWrittenToABareFileNameLandsInTheWorkingDirectory) {
+  char tmpl[] = "/tmp/meshtest-summary-XXXXXX";
+  const std::string dir = ::mkdtemp(tmpl);
+  const std::filesystem::path before = std::filesystem::current_path();
+  std::filesystem::current_path(dir);
+  write_summary(json{{"format_version", kSummaryFormatVersion}}, "summary.json");
+  std::filesystem::current_path(before);
+  EXPECT_TRUE(std::filesystem::exists(dir + "/summary.json"));
+  std::filesystem::remove_all(dir);
 }
