@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -417,4 +418,42 @@ TEST_F(HtmlReport, TheVerdictsPlaceAndEachPhasesStopAreSaid) {
   EXPECT_NE(resume, std::string::npos);
   EXPECT_NE(page.substr(resume, 200).find("<td>cannot start meshtrain: not found</td>"), std::string::npos)
       << page.substr(resume, 200);
+}
+
+// A chart's line breaks where a value is missing (a NaN written as null) instead of joining
+// across it; the band is drawn around the reference alone, however many other series the check
+// recorded; a series without a metric is charted as loss; a reference with no value draws no band.
+TEST_F(HtmlReport, ChartLinesBreakAtGapsAndTheBandFollowsOnlyTheReference) {
+  json c = base_case("cpu", "charts", "dp_shard=2");
+  c["phases"][0]["curve"] = {{1, 5.0, 1.0}, {2, nullptr, 1.0}, {3, 4.8, 1.0}};
+  json points = {{1, 5.0}, {2, 4.9}, {3, 4.8}};
+  c["checks"].push_back({{"kind", "loss_matches"},
+                         {"passed", true},
+                         {"judged", true},
+                         {"message", "within the band"},
+                         {"series",
+                          {{{"role", "subject"}, {"label", "phase train"}, {"metric", ""}, {"points", points}},
+                           {{"role", "reference"}, {"label", "golden"}, {"metric", ""}, {"points", points}},
+                           {{"role", "reference-max"}, {"label", "golden (max)"}, {"metric", ""}, {"points", points}}}},
+                         {"band", {{"rtol", 0.01}, {"atol", 0.0}}}});
+  c["checks"].push_back({{"kind", "resume_matches"},
+                         {"passed", true},
+                         {"judged", true},
+                         {"message", "no reference values"},
+                         {"series",
+                          {{{"role", "subject"}, {"label", "phase train"}, {"metric", "grad_norm"}, {"points", points}},
+                           {{"role", "reference"},
+                            {"label", "baseline"},
+                            {"metric", "grad_norm"},
+                            {"points", {{1, nullptr}, {2, nullptr}}}}}},
+                         {"band", {{"rtol", 0.01}, {"atol", 0.0}}}});
+  summary_["cases"] = {c};
+  const std::string page = html_report(summary_view(summary_));
+  const size_t line = page.find("data-series=\"phase-0\" d=\"");
+  ASSERT_NE(line, std::string::npos);
+  const std::string d = page.substr(line + 25, page.find('"', line + 25) - line - 25);
+  EXPECT_EQ(std::count(d.begin(), d.end(), 'M'), 2) << "the line joined across step 2's missing loss: " << d;
+  EXPECT_EQ(std::count(d.begin(), d.end(), 'L'), 0) << d;
+  EXPECT_NE(page.find("loss_matches: loss, subject vs reference"), std::string::npos);
+  EXPECT_EQ(occurrences(page, "class=\"band\""), 1u) << "a band around a series other than the reference";
 }
