@@ -492,6 +492,28 @@ TEST(TensorBoard, TensorScalarsOfEveryDtype) {
   EXPECT_TRUE(contains(asked[1], "tag 'vector' at step 1: tensor of one element holds 2 values")) << asked[1];
 }
 
+// A file's warnings stop at 20, and the last line counts the rest.
+TEST(TensorBoard, WarningsAreBoundedAndTheRestCounted) {
+  std::string f = tfrecord(file_version_event());
+  for (int step = 1; step <= 25; ++step)
+    f += tfrecord(event(step, {tensor_value("text", varint_field(1, 7) + bytes_field(8, "hello"))}));
+  Warnings warnings;
+  parse(f, &warnings, {{"text", "t"}});
+  ASSERT_EQ(warnings.size(), 21u);
+  EXPECT_TRUE(contains(warnings[20], ": 5 more warnings not shown")) << warnings[20];
+}
+
+// A field number of 0 is no protobuf: the frame is malformed, not read as a value.
+TEST(TensorBoard, AFieldNumberOfZeroIsMalformed) {
+  const std::string f = tfrecord(file_version_event()) + tfrecord(key(0, 0) + varint(1));
+  try {
+    parse(f);
+    FAIL() << "a field number 0 was read";
+  } catch (const MetricsError& e) {
+    EXPECT_TRUE(contains(e.what(), "record 2 at byte")) << e.what();
+  }
+}
+
 TEST(TensorBoard, NonFiniteAndDuplicateStepsLastWins) {
   std::string f = tfrecord(event(4, {simple_value("grad_norm", std::numeric_limits<float>::quiet_NaN()),
                                      simple_value("loss_metrics/global_avg_loss", 1.0f)}));
