@@ -209,3 +209,22 @@ TEST_F(Report, TheSuiteCarriesHostAndEarliestStartAndAFailureNamesItsFailedPhase
   auto [doc2, node2] = suite(s);
   EXPECT_STREQ(node2.attribute("hostname").value(), "gpu-runner-7");
 }
+
+// What JUnit text may hold: a text of exactly the cap is kept whole; an OSC sequence (a
+// terminal title, a hyperlink) is dropped to its end, BEL or ESC backslash; a surrogate's bytes,
+// up to U+DFFF, are invalid UTF-8 (each byte a U+FFFD); characters XML forbids are escaped.
+TEST(XmlSafe, TheCapTerminalSequencesSurrogatesAndForbiddenCharacters) {
+  const std::string sixteen(16, 'x');
+  EXPECT_EQ(xml_safe(sixteen, 16), sixteen);
+  EXPECT_NE(xml_safe(sixteen + "y", 16).find("...[truncated 1 bytes]..."), std::string::npos);
+  EXPECT_EQ(xml_safe("a\x1b]0;title\x07"
+                     "b",
+                     100),
+            "ab");
+  EXPECT_EQ(xml_safe("a\x1b]8;;https://x\x1b\\b", 100), "ab");
+  const std::string replacement = "\xEF\xBF\xBD";
+  EXPECT_EQ(xml_safe("\xED\xBF\xBF", 100), replacement + replacement + replacement);
+  EXPECT_EQ(xml_safe("\xED\xA0\x80", 100), replacement + replacement + replacement);
+  EXPECT_EQ(xml_safe("\xEE\x80\x80", 100), "\xEE\x80\x80");  // U+E000, just past them: kept
+  EXPECT_EQ(xml_safe(std::string("a\x01") + "\xEF\xBF\xBE", 100), "a\\x01\\ufffe");
+}
