@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 
@@ -227,4 +228,34 @@ TEST(XmlSafe, TheCapTerminalSequencesSurrogatesAndForbiddenCharacters) {
   EXPECT_EQ(xml_safe("\xED\xA0\x80", 100), replacement + replacement + replacement);
   EXPECT_EQ(xml_safe("\xEE\x80\x80", 100), "\xEE\x80\x80");  // U+E000, just past them: kept
   EXPECT_EQ(xml_safe(std::string("a\x01") + "\xEF\xBF\xBE", 100), "a\\x01\\ufffe");
+}
+
+// meshtest diff: 1 when the two cases' loss curves differ in a value or in a step one of them
+// lacks, 0 when they are the same; a phase's metrics window without its end is no window.
+TEST_F(Report, DiffIsRedOnADifferentOrMissingStepAndGreenOnTheSame) {
+  auto curve = [](std::vector<double> losses) {
+    std::string s;
+    for (size_t i = 0; i < losses.size(); ++i)
+      s += "{\"step\":" + std::to_string(i + 1) + ",\"loss\":" + std::to_string(losses[i]) + ",\"grad_norm\":1.0}\n";
+    return s;
+  };
+  auto run = [&](const std::string& a_losses, const std::string& b_losses) {
+    json s = {{"format_version", kSummaryFormatVersion}, {"cases", json::array()}};
+    for (const auto& [name, losses] : {std::pair{"a", a_losses}, std::pair{"b", b_losses}}) {
+      const std::string phase_dir = dir_ + "/" + name + "/train";
+      fs::create_directories(phase_dir);
+      std::ofstream(phase_dir + "/metrics.jsonl") << losses;
+      s["cases"].push_back({{"id", std::string("s/") + name},
+                            {"phases",
+                             {{{"name", "train"},
+                               {"dir", phase_dir},
+                               {"outputs", json::object()},
+                               {"metrics_window", {{"from", 1.0}}}}}}});
+    }
+    write_summary(s, dir_ + "/summary.json");
+    return diff_cases(dir_, "s/a", "s/b");
+  };
+  EXPECT_EQ(run(curve({6, 5, 4}), curve({6, 5, 4})), 0);
+  EXPECT_EQ(run(curve({6, 5, 4}), curve({6, 5, 4.5})), 1);
+  EXPECT_EQ(run(curve({6, 5, 4}), curve({6, 5})), 1);
 }
