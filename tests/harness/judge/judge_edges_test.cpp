@@ -74,3 +74,17 @@ TEST_F(Checks, ParamsMatchGivesTheDifferenceAsAMagnitudeBelowTheReference) {
   EXPECT_FALSE(r.passed);
   EXPECT_NE(r.message.find("|diff| 1.00e-04 >"), std::string::npos) << r.message;
 }
+
+// A log source's rank beyond the phase's ranks is a mistake in the matrix, named as such, for
+// each of the log sources (not a missing log file).
+TEST_F(Checks, ALogSourcesRankBeyondThePhasesRanksIsNamed) {
+  for (const std::string source :
+       {"{from: torchtitan-log, rank: 5}",
+        "{from: log-pattern, rank: 5, pattern: 'step=(?P<step>\\d+) l=(?P<loss>\\S+)'}", "{from: megatron, rank: 5}"}) {
+    load("  - name: a\n    outputs: {metrics: " + source + "}\n    checks: [loss_finite]\n");
+    const CheckResult r = run(0, "loss_finite");
+    EXPECT_FALSE(r.passed) << source;
+    EXPECT_NE(r.message.find("has 2 ranks; outputs.metrics.rank is 5"), std::string::npos)
+        << source << ": " << r.message;
+  }
+}
