@@ -747,6 +747,8 @@ TEST(CheckpointFolders, NewestCompleteStepOrTheOneAskedFor) {
   expect_error([&] { CheckpointView::open(tmp.path(), 20); }, {"step-20", "no .metadata"});
   expect_error([&] { CheckpointView::open(tmp.path(), 7); }, {"no step-7", "step-2, step-10, step-20 (no .metadata)"});
   expect_error([&] { CheckpointView::open(tmp.path() + "/none"); }, {"no such folder"});
+  fs::create_directories(tmp.path() + "/empty");  // a checkpoint folder the run never saved into
+  expect_error([&] { CheckpointView::open(tmp.path() + "/empty"); }, {"no complete step-<N> folder (found: none)"});
   write_file(tmp.path() + "/junk/.metadata", "hello");
   expect_error([&] { CheckpointView::open(tmp.path() + "/junk"); }, {"junk/.metadata", "neither a pickle"});
 }

@@ -195,6 +195,8 @@ TEST_F(MegatronCheckpoint, AMissingOrBadTrackerIsNamed) {
   track("release");
   EXPECT_NE(error_of(dir_).find("names a `release` checkpoint"), std::string::npos);
   EXPECT_NE(error_of(dir_, 5).find("no iter_0000005 folder (found: iter_0000004)"), std::string::npos);
+  EXPECT_NE(error_of(dir_, 0).find("no iter_0000000 folder (found: iter_0000004)"), std::string::npos)
+      << "step 0, asked for, is not the tracker's: " << error_of(dir_, 0);
 }
 
 TEST_F(MegatronCheckpoint, OtherFormatsAreRefusedByName) {
