@@ -259,3 +259,41 @@ TEST_F(Report, DiffIsRedOnADifferentOrMissingStepAndGreenOnTheSame) {
   EXPECT_EQ(run(curve({6, 5, 4}), curve({6, 5, 4.5})), 1);
   EXPECT_EQ(run(curve({6, 5, 4}), curve({6, 5})), 1);
 }
+
+// Surefire takes its elements from the verdict kind as JUnit does, and keeps each earlier failed
+// attempt: a pass after a failed attempt is flaky (flakyFailure), a failure after another
+// attempt failed the same way has its rerun (rerunFailure).
+TEST_F(Report, SurefireElementsComeFromTheVerdictKindAndKeepEarlierAttempts) {
+  json s = summary_with("loss_matches: step 3 differs");
+  const json failed_attempt = {{"verdict", verdict_to_json(Verdict{VerdictKind::kCheckFailed, "step 2 differs"})},
+                               {"reason", "step 2 differs"},
+                               {"details", "d"},
+                               {"failing_log", ""},
+                               {"duration_s", 1.0}};
+  s["cases"][0]["earlier_attempts"] = {failed_attempt};  // s/passed, on its second attempt
+  s["cases"][4]["earlier_attempts"] = {failed_attempt};  // s/check_failed, twice
+  write_surefire(summary_view(s), dir_);
+  std::map<std::string, std::string> got;
+  for (const auto& file : fs::directory_iterator(dir_)) {
+    pugi::xml_document doc;
+    ASSERT_TRUE(doc.load_file(file.path().c_str())) << file.path();
+    for (auto tc : doc.select_nodes("//testcase")) {
+      std::string what;
+      for (auto e : tc.node().children())
+        if (std::string(e.name()) != "system-out")
+          what += (what.empty() ? "" : " ") + std::string(e.name()) + ":" + e.attribute("type").value();
+      got[tc.node().attribute("name").value()] = what;
+    }
+  }
+  EXPECT_EQ(got["s/passed"], "flakyFailure:Failure");
+  EXPECT_EQ(got["s/check_failed"], "failure:Failure rerunFailure:Failure");  // typed by the first attempt
+  EXPECT_EQ(got["s/crashed"], "error:Crash");
+  EXPECT_EQ(got["s/xfailed"], "skipped:");
+  EXPECT_EQ(got["s/canary_caught"], "");
+  // system-out says the mesh only where the case has one (these have none).
+  pugi::xml_document doc;
+  ASSERT_TRUE(doc.load_file((fs::directory_iterator(dir_)->path()).c_str()));
+  const std::string out = doc.select_node("//testcase[@name='s/passed']/system-out").node().text().get();
+  EXPECT_NE(out.find("meshtest: s/passed\n"), std::string::npos) << out;
+  EXPECT_EQ(out.find("mesh:"), std::string::npos) << out;
+}
