@@ -6,6 +6,7 @@
 #      (checkpoint_save_s, checkpoint_bytes_written) and a resume that loads it
 #   3. the same with --checkpoint.async-mode async: the training thread's pause
 #   4. with a GPU and PyTorch 2.x: DCP's save and load of the same keys and shapes (dcp_io.py)
+#   Both loads read the disk: each checkpoint's files leave the page cache first (page_cache.py).
 # Prints save GB/s and its fraction of the disk's rate, async pause / synchronous save, and the
 # ratios to DCP (speed: > 1 is meshtrain faster).
 # Usage: tools/bench/checkpoint_save.sh [MODEL] [MESHTRAIN] [-- extra meshtrain args]
@@ -31,7 +32,8 @@ mt=("$bin" train --model "$model" --seq-len 256 --local-batch-size 1 --global-ba
     --mesh dp_shard=1 --checkpoint.enable --quiet "$@")
 say "meshtrain $model: a step and a synchronous save"
 "${mt[@]}" --dump-folder "$work/sync" --checkpoint.folder "$work/ckpt-sync" > "$work/sync.log" 2>&1
-say "meshtrain $model: the resume (load)"
+say "meshtrain $model: the resume (load), its files dropped from the page cache first"
+python3 tools/bench/page_cache.py "$work/ckpt-sync"
 "${mt[@]}" --dump-folder "$work/load" --checkpoint.folder "$work/ckpt-sync" --steps 2 --stop-at 1 \
   > "$work/load.log" 2>&1
 rm -rf "$work/ckpt-sync"

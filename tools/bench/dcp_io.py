@@ -2,7 +2,8 @@
 load of the same state meshtrain checkpoints (every key and global shape from meshtrain's
 state_dict_keys.json: model parameters and AdamW's exp_avg / exp_avg_sq, float32), held on
 the GPU as meshtrain holds it, to a folder on the same disk. One process, DCP's defaults
-(FileSystemWriter with sync_files, so every file is fsynced as meshtrain's are).
+(FileSystemWriter with sync_files, so every file is fsynced as meshtrain's are). The files leave
+the page cache before the load (page_cache.py), so the load reads the disk as meshtrain's does.
 
     python3 tools/bench/dcp_io.py STATE_DICT_KEYS.json FOLDER
 """
@@ -10,6 +11,8 @@ import json, os, shutil, sys, time
 
 import torch
 import torch.distributed.checkpoint as dcp
+
+from page_cache import evict  # tools/bench/, beside this file
 
 
 def main():
@@ -25,6 +28,7 @@ def main():
     before = {k: v.sum().item() for k, v in list(state.items())[:3]}
     for t in state.values():
         t.zero_()
+    evict(folder)
     torch.cuda.synchronize()
     t0 = time.perf_counter()
     dcp.load(state, checkpoint_id=folder)
