@@ -187,6 +187,19 @@ TEST_F(Checks, MegatronApproximateJudgesNumZerosWithTwentyPercentAndLossesWithFi
   EXPECT_FALSE(run(0, "loss_matches").passed);
 }
 
+// A golden of zeros (Megatron's num-zeros often is) has no tolerance: a logged zero meets it with
+// margin 0, as far from failing as a match can be, and anything else fails.
+TEST_F(Checks, MegatronApproximateMeetsAGoldenOfZerosOnlyWithZerosAndMarginZero) {
+  load("  - name: a\n    checks: [{loss_matches: {golden: z.txt, metric: num_zeros, rule: megatron-approximate}}]\n");
+  write("z.txt", rule_golden(megatron_sampled(0.0)));
+  write("a/train/metrics.jsonl", rule_logged(0.0, {}, 100, "num_zeros"));
+  CheckResult r = run(0, "loss_matches");
+  EXPECT_TRUE(r.passed) << r.message;
+  EXPECT_EQ(r.margin.value_or(-1), 0.0);
+  write("a/train/metrics.jsonl", rule_logged(0.0, {{10, 1.0}, {20, 1.0}}, 100, "num_zeros"));
+  EXPECT_FALSE(run(0, "loss_matches").passed);
+}
+
 TEST_F(Checks, MegatronDeterministicComparesBothSidesRoundedToFiveDecimals) {
   load(kDeterministicCase);
   write("g.txt", rule_golden(megatron_sampled(10.0)));

@@ -845,6 +845,24 @@ std::string pickle_error(const std::string& bytes) {
   return "";
 }
 
+// A global is its module and its name, both: the interpreter tells the rebuild functions apart
+// by them. STACK_GLOBAL's module and name may take 1024 bytes together, not one more.
+TEST(Pickle, AGlobalIsItsModuleAndNameAndTheirLengthIsBounded) {
+  const std::string p2 =
+      "\x80\x02"
+      "ctorch._utils\n_rebuild_tensor_v2\n.";
+  const auto v = meshtest::pickle::parse(reinterpret_cast<const uint8_t*>(p2.data()), p2.size(), "g.pkl");
+  EXPECT_TRUE(v.root().is_global("torch._utils", "_rebuild_tensor_v2"));
+  EXPECT_FALSE(v.root().is_global("torch._utils", "_rebuild_parameter"));
+  EXPECT_FALSE(v.root().is_global("torch", "_rebuild_tensor_v2"));
+  auto stack_global = [](size_t module_bytes, size_t name_bytes) {
+    auto text = [](size_t n) { return std::string("X", 1) + le_bytes(n, 4) + std::string(n, 'm'); };
+    return std::string("\x80\x04", 2) + text(module_bytes) + text(name_bytes) + "\x93.";
+  };
+  EXPECT_EQ(pickle_error(stack_global(1000, 24)), "");
+  EXPECT_NE(pickle_error(stack_global(1000, 25)).find("longer than 1024 bytes"), std::string::npos);
+}
+
 TEST(Pickle, DamageIsAnErrorNamingFileOffsetAndOpcode) {
   EXPECT_NE(pickle_error("\x80\x04\x8c\x05"
                          "ab")
