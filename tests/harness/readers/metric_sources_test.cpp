@@ -150,6 +150,14 @@ TEST(TorchtitanLog, UnparsableNumberIsLeftOutWithWarning) {
   EXPECT_TRUE(any_contains(warnings, "train.log:2:"));
 }
 
+// A memory field whose share is not a number is warned about, as any unparsable field is.
+TEST(TorchtitanLog, AMemoryShareThatIsNoNumberIsWarnedAbout) {
+  Warnings warnings;
+  MetricSeries s = titan("step: 3  loss: 2.5  memory: 12.5GiB(x%)\n", &warnings);
+  EXPECT_DOUBLE_EQ(s[3].at("loss"), 2.5);
+  EXPECT_TRUE(any_contains(warnings, "memory '12.5GiB(x%)'")) << (warnings.empty() ? "" : warnings[0]);
+}
+
 TEST(TorchtitanLog, OtherLevelsAndMessagesAreNotSteps) {
   MetricSeries s = titan(
       "[titan] 2026-01-01 00:00:00,000 - root - WARNING - step: 7  loss: 1.0\n"
