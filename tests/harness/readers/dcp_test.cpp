@@ -863,6 +863,17 @@ TEST(Pickle, AGlobalIsItsModuleAndNameAndTheirLengthIsBounded) {
   EXPECT_NE(pickle_error(stack_global(1000, 25)).find("longer than 1024 bytes"), std::string::npos);
 }
 
+// What a message shows of a pickled value: each level of nesting costs one of `depth`, an object's
+// arguments one more than the object, and only containers collapse to "..." (a number never does).
+TEST(Pickle, DescribeSpendsOneLevelPerNestingAndCollapsesOnlyContainers) {
+  const std::string p = std::string(
+      "\x80\x02"
+      "cmod\nf\n(K\x01(K\x02ttR.");  // mod.f(1, (2,))
+  const auto v = meshtest::pickle::parse(reinterpret_cast<const uint8_t*>(p.data()), p.size(), "d.pkl");
+  EXPECT_EQ(meshtest::pickle::describe(v.root(), 3, 200), "mod.f(1, (2,))");
+  EXPECT_EQ(meshtest::pickle::describe(v.root(), 2, 200), "mod.f(1, ...)");
+}
+
 TEST(Pickle, DamageIsAnErrorNamingFileOffsetAndOpcode) {
   EXPECT_NE(pickle_error("\x80\x04\x8c\x05"
                          "ab")

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -456,4 +457,33 @@ TEST_F(HtmlReport, ChartLinesBreakAtGapsAndTheBandFollowsOnlyTheReference) {
   EXPECT_EQ(std::count(d.begin(), d.end(), 'L'), 0) << d;
   EXPECT_NE(page.find("loss_matches: loss, subject vs reference"), std::string::npos);
   EXPECT_EQ(occurrences(page, "class=\"band\""), 1u) << "a band around a series other than the reference";
+}
+
+// The value axis spans the band around the reference (within the curves' own span), so the band
+// is drawn, not clamped flat against the plot's top or bottom edge.
+TEST_F(HtmlReport, TheValueAxisSpansTheBand) {
+  json c = base_case("cpu", "band", "dp_shard=2");
+  const json points = {{1, 2.0}, {2, 1.5}, {3, 1.0}}, below = {{1, 1.9}, {2, 1.4}, {3, 0.95}};
+  c["checks"].push_back({{"kind", "loss_matches"},
+                         {"passed", true},
+                         {"judged", true},
+                         {"message", "within the band"},
+                         {"series",
+                          {{{"role", "subject"}, {"label", "phase train"}, {"metric", "loss"}, {"points", below}},
+                           {{"role", "reference"}, {"label", "baseline"}, {"metric", "loss"}, {"points", points}}}},
+                         {"band", {{"rtol", 0.1}, {"atol", 0.0}}}});
+  summary_["cases"] = {c};
+  const std::string page = html_report(summary_view(summary_));
+  const std::string start = "class=\"band\" data-series=\"band\" d=\"";
+  const size_t band = page.find(start);
+  ASSERT_NE(band, std::string::npos);
+  const size_t from = band + start.size();
+  std::string d = page.substr(from, page.find('"', from) - from);
+  for (char& ch : d)
+    if (std::isalpha(static_cast<unsigned char>(ch))) ch = ' ';
+  std::istringstream numbers(d);
+  double x = 0, y = 0, top = 1e9, bottom = -1e9;
+  while (numbers >> x >> y) top = std::min(top, y), bottom = std::max(bottom, y);
+  EXPECT_GT(top, 10.0) << "the band's upper edge is clamped to the plot's top: " << d;
+  EXPECT_LT(bottom, 174.0) << "the band's lower edge is clamped to the plot's bottom: " << d;
 }
