@@ -12,6 +12,7 @@
 #include <string>
 
 #include "components/ckpt_tools.h"
+#include "fork_server.h"
 #include "model/model.h"
 #include "train.h"
 #include "train_config.h"
@@ -71,6 +72,12 @@ int meshtrain_main(int argc, char** argv) {
                                           "and what a tensor-parallel degree must divide");
   describe_cmd->add_flag("--json", describe_as_json, "As JSON (the only form)")->required();
 
+  // meshtest's, not a person's (no help group): ranks as forks of this process (fork_server.h).
+  int fork_socket = -1;
+  auto* fork_cmd = app.add_subcommand("forkserver", "Start ranks as forks of this process, asked on a socket");
+  fork_cmd->group("");
+  fork_cmd->add_option("--fd", fork_socket, "The SOCK_SEQPACKET socket meshtest asks on")->required();
+
   // Syntax errors exit 2; a value an option's parser refuses (std::invalid_argument) is bad
   // input like any other: exit 1, recorded for the launcher.
   try {
@@ -85,6 +92,7 @@ int meshtrain_main(int argc, char** argv) {
       return 2;
     }
     if (train_cmd->parsed()) return train(train_config);
+    if (fork_cmd->parsed()) return meshtrain::serve_forks(fork_socket, meshtrain_main);
     if (describe_cmd->parsed()) return std::printf("%s\n", describe_json().c_str()) < 0;
     if (consolidate_cmd->parsed()) return ckpt_consolidate(ckpt_a, ckpt_out, hf_model), 0;
     if (generate_cmd->parsed()) {

@@ -101,6 +101,12 @@ class TrainerAdapter {
   // a meshtest built without meshtrain: cases whose command uses a placeholder are then skipped
   // with this reason, or the run stops when every selected case would be.
   virtual std::string program_problem() const { return ""; }
+  // The subcommand of argv[0] that starts this argv's ranks as forks of one process that loaded
+  // the trainer once (run/fork_server.h), or "" when each rank must be an exec of argv[0].
+  virtual std::string fork_server(const std::vector<std::string>& argv) const {
+    (void)argv;
+    return "";
+  }
   // Variables every rank of its phases gets, unless the case's `env:` sets them (the switches
   // that make the trainer deterministic, say).
   virtual std::vector<std::pair<std::string, std::string>> environment() const { return {}; }

@@ -180,6 +180,19 @@ class MeshtrainAdapter : public TrainerAdapter {
     return {{"meshtrain", meshtrain_binary()}};
   }
 
+  // A meshtrain that says it serves forks (describe's "fork_server"), when argv runs that meshtrain.
+  std::string fork_server(const std::vector<std::string>& argv) const override {
+    const nlohmann::json& d = description();
+    if (argv.empty() || !d.is_object() || !d.contains("fork_server") || !d["fork_server"].is_string()) return "";
+    std::error_code ec;
+    const auto resolve = [](const std::string& p) {
+      return p.find('/') != std::string::npos ? fs::path(p) : fs::path(bp::search_path(p).string());
+    };
+    return fs::equivalent(resolve(argv.front()), resolve(meshtrain_binary()), ec) && !ec
+               ? d["fork_server"].get<std::string>()
+               : "";
+  }
+
   // meshtrain's shared-memory backend: any number of ranks per device (trainer/distributed/shm_comm.h).
   std::optional<SimulatedWorld> simulation() const override { return SimulatedWorld{"shm", {}, ""}; }
 

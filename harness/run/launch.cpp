@@ -1,4 +1,5 @@
 #include "run/launch.h"
+#include "run/fork_server.h"
 #include "run/ports.h"
 
 #include <boost/process.hpp>
@@ -6,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -25,7 +27,7 @@ namespace fs = std::filesystem;
 namespace meshtest {
 
 struct RankGroup::Impl {
-  bp::group group;
+  pid_t process_group = 0;  // the first rank's pid, once started; every rank joins it
   std::vector<bp::child> children;
   std::vector<bool> reaped;
 };
@@ -44,6 +46,41 @@ std::string find_program(const std::string& name) {
   const auto found = bp::search_path(name);
   if (found.empty()) throw LaunchError("cannot run '" + name + "': not found on PATH");
   return found.string();
+}
+
+// In an exec'd rank before its exec: the ranks' process group (a new one for the first), and
+// death with this process.
+struct RankSetup {
+  pid_t process_group;
+  template <class Executor>
+  void operator()(Executor&) const {
+    ::setpgid(0, process_group);
+    die_with_parent();
+  }
+};
+
+std::vector<std::string> as_strings(const bp::environment& env) {
+  std::vector<std::string> out;
+  for (const auto& entry : env) out.push_back(entry.get_name() + "=" + entry.to_string());
+  return out;
+}
+
+// Starts one rank as a fork of `program`'s fork server; nullopt when it has none (then exec).
+std::optional<pid_t> fork_one(const LaunchSpec& spec, const std::string& program, const bp::environment& env,
+                              const std::string& work_dir, pid_t process_group, const std::string& log) {
+  const int null_in = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  const int out = log.empty() ? -1 : ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (null_in < 0 || (!log.empty() && out < 0)) {
+    if (null_in >= 0) ::close(null_in);
+    throw LaunchError("cannot open " + (log.empty() ? std::string("/dev/null") : log) + ": " + std::strerror(errno));
+  }
+  const int stdio[3] = {null_in, out < 0 ? 1 : out, out < 0 ? 2 : out};
+  std::vector<std::string> argv = spec.argv;
+  argv.front() = program;
+  const auto pid = fork_rank(program, spec.fork_server, argv, as_strings(env), work_dir, process_group, stdio);
+  ::close(null_in);
+  if (out >= 0) ::close(out);
+  return pid;
 }
 
 // What every launcher gives a rank: meshtest's environment, `extra` on top, then
@@ -116,18 +153,26 @@ RankGroup::RankGroup(LaunchSpec spec) : spec_(std::move(spec)), impl_(std::make_
       env.set("CUDA_VISIBLE_DEVICES", ids);
     }
     std::error_code ec;
-    if (spec_.log_dir.empty()) {
+    const std::optional<pid_t> forked = spec_.fork_server.empty()
+                                            ? std::nullopt
+                                            : fork_one(spec_, program, env, work_dir, impl_->process_group,
+                                                       spec_.log_dir.empty() ? "" : log_path(rank));
+    if (forked) {
+      pid_t pid = *forked;
+      impl_->children.emplace_back(pid);
+    } else if (spec_.log_dir.empty()) {
       // Ranks share meshtest's stdout/stderr (limit_handles would close them).
       impl_->children.emplace_back(bp::exe = program, bp::args = args, env, bp::start_dir = work_dir,
-                                   bp::std_in < bp::null, impl_->group, bp::extend::on_exec_setup = DieWithParent{},
+                                   bp::std_in < bp::null, bp::extend::on_exec_setup = RankSetup{impl_->process_group},
                                    ec);
     } else {
       const std::string log = log_path(rank);
       std::ofstream(log, std::ios::trunc).close();  // Boost opens without O_TRUNC
       impl_->children.emplace_back(bp::exe = program, bp::args = args, env, bp::start_dir = work_dir,
-                                   (bp::std_out & bp::std_err) > log, bp::std_in < bp::null, impl_->group,
-                                   bp::limit_handles, bp::extend::on_exec_setup = DieWithParent{}, ec);
+                                   (bp::std_out & bp::std_err) > log, bp::std_in < bp::null, bp::limit_handles,
+                                   bp::extend::on_exec_setup = RankSetup{impl_->process_group}, ec);
     }
+    if (!ec && impl_->process_group == 0) impl_->process_group = impl_->children.back().id();
     impl_->reaped.push_back(false);
     if (ec) {
       impl_->children.pop_back();
@@ -144,14 +189,13 @@ RankGroup::~RankGroup() {
   bool alive = false;
   for (size_t i = 0; i < impl_->children.size(); ++i) alive |= !impl_->reaped[i];
   if (alive) {
-    ::killpg(impl_->group.native_handle(), SIGKILL);
+    if (impl_->process_group > 0) ::killpg(impl_->process_group, SIGKILL);
     for (size_t i = 0; i < impl_->children.size(); ++i) {
       if (impl_->reaped[i]) continue;
       std::error_code ec;
       impl_->children[i].wait(ec);
     }
   }
-  impl_->group.detach();
   for (auto& c : impl_->children) c.detach();
 }
 
@@ -228,7 +272,7 @@ void RankGroup::stop(const std::string& reason) {
   if (stopping_ || done_) return;
   stopping_ = true;
   result_.stopped_because = reason;
-  ::killpg(impl_->group.native_handle(), SIGTERM);
+  if (impl_->process_group > 0) ::killpg(impl_->process_group, SIGTERM);
   kill_at_ = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                                                     std::chrono::duration<double>(spec_.grace_s));
 }
@@ -259,7 +303,7 @@ bool RankGroup::poll() {
   if (!all_reaped && !stopping_)
     if (const auto why = past_timeout(spec_.timeout_s, seconds_since(started_), result_)) stop(*why);
   if (!all_reaped && stopping_ && !result_.killed && std::chrono::steady_clock::now() >= kill_at_) {
-    ::killpg(impl_->group.native_handle(), SIGKILL);
+    if (impl_->process_group > 0) ::killpg(impl_->process_group, SIGKILL);
     result_.killed = true;
   }
   if (all_reaped) {
@@ -295,13 +339,14 @@ void die_with_parent() { ::prctl(PR_SET_PDEATHSIG, SIGKILL); }
 
 int sweep_orphans(const std::set<pid_t>& tracked) {
   const pid_t self = ::getpid();
+  const std::set<pid_t> servers = fork_server_pids();
   int killed = 0;
   DIR* proc = ::opendir("/proc");
   if (!proc) return 0;
   std::vector<pid_t> victims;
   while (dirent* entry = ::readdir(proc)) {
     const pid_t pid = static_cast<pid_t>(std::atoi(entry->d_name));
-    if (pid <= 0 || tracked.count(pid)) continue;
+    if (pid <= 0 || tracked.count(pid) || servers.count(pid)) continue;
     std::ifstream stat("/proc/" + std::string(entry->d_name) + "/stat");
     std::string line;
     if (!std::getline(stat, line)) continue;

@@ -33,6 +33,9 @@ struct LaunchSpec {
   double timeout_s = 0;           // 0 = none
   double grace_s = 30;            // SIGTERM to SIGKILL
   std::string case_id;            // the case this phase belongs to (a batch launcher's allocation)
+  // argv[0]'s subcommand that starts ranks as forks of one loaded process (a TrainerAdapter's
+  // fork_server(), run/fork_server.h); "": each rank is an exec of argv[0].
+  std::string fork_server;
 };
 
 // Boost.Process's on_exec_setup handler for every program meshtest starts: the forked child

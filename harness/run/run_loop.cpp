@@ -155,6 +155,7 @@ bool RunLoop::start_phase(size_t i) {
   ls.timeout_s = spec.timeout_s;
   ls.grace_s = opt_.grace_s;
   ls.case_id = o.spec->id;
+  if (o.spec->trainer_adapter) ls.fork_server = o.spec->trainer_adapter->fork_server(ls.argv);
   try {
     flight.process = launcher_.start(ls);
     return true;

@@ -7,6 +7,7 @@
 #include <memory>
 #include <set>
 
+#include "run/fork_server.h"
 #include "run/run_loop.h"
 #include "run/slurm.h"
 
@@ -62,6 +63,7 @@ RunResult run_cases(const Plan& plan, const RunOptions& opt, const HistorySource
     ::usleep(2000);
   }
   if (opt.progress) std::fprintf(stderr, "\r\033[K");
+  stop_fork_servers();
   sweep_orphans({});
   return std::move(loop).result(now_s());
 }

@@ -66,7 +66,8 @@ std::string describe_json() {
   std::string out =
       "{\"format_version\": 1, \"trainer\": \"meshtrain\", "
       "\"mesh_dims\": [\"dp_replicate\", \"dp_shard\", \"tp\"], "
-      "\"sequence_parallel_needs_seq_len_divisible_by_tp\": true, \"flavors\": {";
+      "\"sequence_parallel_needs_seq_len_divisible_by_tp\": true, \"fork_server\": \"forkserver\", "
+      "\"flavors\": {";
   bool first = true;
   for (const auto& name : model_flavor_names()) {
     const ModelArgs a = model_flavor(name);
