@@ -72,7 +72,7 @@ void Checkpointer::save(int64_t step, const std::vector<CheckpointTensor>& tenso
     std::vector<torch::Tensor> originals;
     for (const auto& t : tensors)
       if (writes(t)) written.push_back(t), originals.push_back(t.local);
-    const auto copies = host_snapshot(originals, dtype);
+    const auto copies = staging_.snapshot(originals, dtype);  // the last save ended: see the top
     for (size_t i = 0; i < written.size(); ++i) written[i].local = copies[i];
     background_.start(
         [this, tmp, step, dtype, objects, written, report_failure](const std::atomic<bool>& abandoned) mutable {
@@ -82,7 +82,6 @@ void Checkpointer::save(int64_t step, const std::vector<CheckpointTensor>& tenso
             report_failure(e);
             throw;
           }
-          written.clear();  // the host copies go now, not at the next save
           if (rank_ != 0) return;
           wait_for_plans(tmp, abandoned);
           complete(tmp, step);

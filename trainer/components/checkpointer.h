@@ -59,6 +59,7 @@ class Checkpointer : public CheckpointReader {
 
   MeshGroups& groups_;
   int rank_;
+  HostStaging staging_;        // an asynchronous save's host copies, reused by the next
   BackgroundSave background_;  // last: it is destroyed (and waited for) first
 };
 }  // namespace meshtrain

@@ -22,6 +22,22 @@ TEST(HostSnapshot, IsAContiguousCopyInTheSavedDtypeThatTrainingCannotChange) {
   EXPECT_TRUE(torch::equal(copies[1], torch::arange(12, torch::kBFloat16).reshape({3, 4}).t()));
 }
 
+TEST(HostStaging, TheNextSnapshotReusesTheBuffersAndHoldsTheNewValues) {
+  auto weight = torch::arange(12, torch::kFloat32).reshape({3, 4});
+  HostStaging staging;
+  const auto first = staging.snapshot({weight}, torch::kFloat32);
+  const void* buffer = first[0].data_ptr();
+  weight.mul_(-1);
+  const auto second = staging.snapshot({weight}, torch::kFloat32);
+  EXPECT_EQ(second[0].data_ptr(), buffer) << "the second save allocated again";
+  EXPECT_TRUE(torch::equal(second[0], -torch::arange(12, torch::kFloat32).reshape({3, 4})));
+  // Another shape or dtype is another buffer, never a copy into the wrong one.
+  const auto other = staging.snapshot({weight.reshape({4, 3})}, torch::kBFloat16);
+  EXPECT_EQ(other[0].sizes(), torch::IntArrayRef({4, 3}));
+  EXPECT_EQ(other[0].scalar_type(), torch::kBFloat16);
+  EXPECT_TRUE(torch::equal(other[0], -torch::arange(12, torch::kBFloat16).reshape({4, 3})));
+}
+
 TEST(BackgroundSave, WaitRethrowsTheSavesErrorOnceAndTheNextSaveRuns) {
   BackgroundSave save;
   save.start([](const std::atomic<bool>&) { throw std::runtime_error("checkpoint: writing 'x' failed: No space"); });
