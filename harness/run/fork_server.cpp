@@ -42,7 +42,9 @@ Servers& servers() {
 }
 
 // In the server's child before its exec: its end of the socket as descriptor 3, every other
-// descriptor closed at the exec, and death with this process (as launch.h's die_with_parent).
+// descriptor closed at the exec, a process group of its own (a Ctrl-C for meshtest's group is
+// meshtest's to handle; the server ends when meshtest closes its socket) and death with this
+// process (as launch.h's die_with_parent).
 struct ServerSetup {
   int socket;
   template <class Executor>
@@ -52,6 +54,7 @@ struct ServerSetup {
     else
       ::dup2(socket, 3);
     ::close_range(4, ~0U, CLOSE_RANGE_CLOEXEC);
+    ::setpgid(0, 0);
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   }
 };
