@@ -172,7 +172,15 @@ RankGroup::RankGroup(LaunchSpec spec) : spec_(std::move(spec)), impl_(std::make_
                                    (bp::std_out & bp::std_err) > log, bp::std_in < bp::null, bp::limit_handles,
                                    bp::extend::on_exec_setup = RankSetup{impl_->process_group}, ec);
     }
-    if (!ec && impl_->process_group == 0) impl_->process_group = impl_->children.back().id();
+    if (!ec) {
+      // The child joins the group itself too, but Boost may return before it has run that far,
+      // and rank 0 may by then have ended and been reaped by poll(), taking the group with it
+      // (a rank outside the group outlives every killpg: the soak hung so). Here rank 0 is at
+      // worst a zombie, which keeps the group.
+      const pid_t pid = impl_->children.back().id();
+      if (impl_->process_group == 0) impl_->process_group = pid;
+      ::setpgid(pid, impl_->process_group);
+    }
     impl_->reaped.push_back(false);
     if (ec) {
       impl_->children.pop_back();

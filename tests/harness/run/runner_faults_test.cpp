@@ -22,6 +22,7 @@
 
 #include "harness/run/run_fixture.h"
 #include "harness/shell.h"
+#include "run/launch.h"
 #include "test_paths.h"
 
 namespace fs = std::filesystem;
@@ -238,4 +239,27 @@ TEST_F(Run, HostileOptionValuesStayOneArgumentAndNoShellSeesThem) {
   EXPECT_NE(written.find("$(touch "), std::string::npos) << written;
   EXPECT_NE(written.find("\n 'q' \"dq\""), std::string::npos)
       << "the newline stays inside the one argument: " << written;
+}
+
+// Every rank is in the ranks' process group when RankGroup's constructor returns, whatever the
+// children have run by then: Boost may return before a child's own setpgid, and a rank 0 that
+// ends at once can be reaped by the first poll, taking the group with it. A rank left outside
+// it outlives every killpg (the soak hung so). Rank 0 here exits at once, ranks 1 and 2 hang.
+TEST(RankGroupTest, EveryRankIsInTheGroupWhenTheConstructorReturnsAndAStopReapsThemAll) {
+  char tmpl[] = "/tmp/rank_group_test_XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  for (int attempt = 0; attempt < 20; ++attempt) {
+    meshtest::LaunchSpec spec;
+    spec.argv = {kFake, "--hang-rank", "-1", "--exit-rank", "0", "--exit-code", "0"};
+    spec.nproc = 3;
+    spec.log_dir = std::string(tmpl) + "/" + std::to_string(attempt);
+    spec.grace_s = 0.1;
+    meshtest::RankGroup group(spec);
+    const auto pids = group.pids();
+    ASSERT_EQ(pids.size(), 3u);
+    for (pid_t pid : pids) EXPECT_EQ(::getpgid(pid), pids[0]) << "attempt " << attempt << ", pid " << pid;
+    group.stop("the test is done");
+    while (!group.poll()) ::usleep(1000);  // a rank outside the group would hang here
+  }
+  fs::remove_all(tmpl);
 }
