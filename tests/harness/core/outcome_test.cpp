@@ -1,5 +1,8 @@
-// launch_window: when a phase ran, as the window its metrics are read from.
+// launch_window: when a phase ran, as the window its metrics are read from; failing_log: the
+// log a failed case points at.
 #include <gtest/gtest.h>
+
+#include <csignal>
 
 #include "core/outcome.h"
 
@@ -45,6 +48,69 @@ TEST(LaunchWindow, NoneWithoutRecordedTimes) {
   EXPECT_FALSE(launch_window(phases, 3));
   // Neither clips the phase that has times.
   EXPECT_EQ(launch_window(phases, 0)->to, 1010 + kLaunchWindowSlackS);
+}
+
+// A launch that ended the moment it started (a clock's resolution) still has its window.
+TEST(LaunchWindow, AZeroLengthLaunchHasTheSlackAsItsWindow) {
+  const auto w = launch_window({ran(1000, 1000)}, 0);
+  ASSERT_TRUE(w);
+  EXPECT_EQ(w->from, 1000 - kLaunchWindowSlackS);
+  EXPECT_EQ(w->to, 1000 + kLaunchWindowSlackS);
+}
+
+// A phase that did not run this time is no neighbour, whatever times it holds (an earlier
+// attempt's, say).
+TEST(LaunchWindow, APhaseThatDidNotRunNeverClipsItsNeighbours) {
+  PhaseOutcome stale = ran(1005, 1006);
+  stale.ran = false;
+  const auto w = launch_window({ran(1000, 1010), stale}, 0);
+  ASSERT_TRUE(w);
+  EXPECT_EQ(w->to, 1010 + kLaunchWindowSlackS);
+}
+
+// failing_log: the log a person reads first for a failed case.
+PhaseOutcome phase_in(const std::string& dir, bool ok) {
+  PhaseOutcome p = ran(1000, 1010);
+  p.dir = dir;
+  if (!ok) p.result.first_failure.rank = 2;
+  return p;
+}
+
+TEST(FailingLog, TheFirstFailedPhasesFirstFailingRank) {
+  CaseOutcome o;
+  o.phases = {phase_in("/c/train", true), phase_in("/c/load", false), phase_in("/c/after", false)};
+  EXPECT_EQ(o.failing_log(), "/c/load/rank2.log");
+  o.phases[1].result.first_failure.rank = 0;
+  EXPECT_EQ(o.failing_log(), "/c/load/rank0.log");
+}
+
+// A timeout has no failed rank: the first rank still running when time ran out (the one
+// SIGTERM or SIGKILL ended) is the one to read; the ranks that had exited are not.
+TEST(FailingLog, ATimeoutPointsAtTheFirstRankTheStopEnded) {
+  for (int stop : {SIGTERM, SIGKILL}) {
+    CaseOutcome o;
+    o.phases = {phase_in("/c/train", true)};
+    LaunchResult& r = o.phases[0].result;
+    r.timed_out = true;
+    r.exits.resize(4);
+    for (int i = 0; i < 4; ++i) r.exits[i].rank = i;
+    r.exits[0].exit_code = 0;     // done before the timeout
+    r.exits[1].signal = SIGSEGV;  // not a stop's signal
+    r.exits[2].signal = stop;
+    r.exits[3].signal = stop;
+    EXPECT_EQ(o.failing_log(), "/c/train/rank2.log") << "stopped by signal " << stop;
+  }
+}
+
+// With no failed phase (a check failed), the last phase that ran, rank 0.
+TEST(FailingLog, WithoutAFailedPhaseTheLastThatRan) {
+  CaseOutcome o;
+  PhaseOutcome never;
+  never.dir = "/c/never";
+  o.phases = {phase_in("/c/train", true), phase_in("/c/load", true), never};
+  EXPECT_EQ(o.failing_log(), "/c/load/rank0.log");
+  o.phases = {never};
+  EXPECT_EQ(o.failing_log(), "");
 }
 
 }  // namespace
