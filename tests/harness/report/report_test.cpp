@@ -4,6 +4,7 @@
 
 #include <pugixml.hpp>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -125,6 +126,30 @@ TEST_F(Report, VerdictsRoundTripThroughJsonAndUnknownKindsAreRefused) {
   json no_verdict = summary_with("m");
   no_verdict["cases"][0].erase("verdict");
   EXPECT_THROW(write_junit(summary_view(no_verdict), dir_ + "/junit.xml"), std::runtime_error);
+}
+
+// What summary.json says at the edges: rank 0 is a rank (the one blamed most often), an infinite
+// margin is "inf" (JSON has no infinity; nlohmann would write null, read back as no margin), and a
+// verdict without a check or phase has no such key rather than an empty one.
+TEST_F(Report, AVerdictsRankZeroInfiniteMarginAndAbsentCheckSurviveJson) {
+  Verdict v{VerdictKind::kCheckFailed, "m"};
+  v.rank = 0;
+  v.margin = INFINITY;
+  const json j = verdict_to_json(v);
+  ASSERT_TRUE(j.contains("rank")) << j.dump();
+  EXPECT_EQ(j["rank"], 0);
+  EXPECT_EQ(j["margin"], "inf");
+  EXPECT_FALSE(j.contains("check")) << j.dump();
+  EXPECT_FALSE(j.contains("phase")) << j.dump();
+  Verdict named = v;
+  named.check = "loss_matches";
+  named.phase = "load";
+  EXPECT_EQ(verdict_to_json(named).value("check", ""), "loss_matches");
+  EXPECT_EQ(verdict_to_json(named).value("phase", ""), "load");
+  const Verdict back = verdict_from_json(json::parse(j.dump()));
+  EXPECT_EQ(back.rank, 0);
+  ASSERT_TRUE(back.margin.has_value());
+  EXPECT_TRUE(std::isinf(*back.margin));
 }
 
 // `meshtest merge` of CI shards: a shard with a case that missed its expectation makes the merged
