@@ -113,5 +113,13 @@ TEST(FailingLog, WithoutAFailedPhaseTheLastThatRan) {
   EXPECT_EQ(o.failing_log(), "");
 }
 
+// Durations in the reports: seconds under a minute, minutes and seconds from a minute on.
+TEST(HumanSeconds, SecondsUnderAMinuteThenMinutesAndSeconds) {
+  EXPECT_EQ(human_seconds(0.04), "0.0 s");
+  EXPECT_EQ(human_seconds(59.9), "59.9 s");
+  EXPECT_EQ(human_seconds(60), "1m00s");
+  EXPECT_EQ(human_seconds(3725), "62m05s");
+}
+
 }  // namespace
 }  // namespace meshtest

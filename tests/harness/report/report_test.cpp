@@ -5,6 +5,7 @@
 #include <pugixml.hpp>
 
 #include <cmath>
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -146,6 +147,9 @@ TEST_F(Report, AVerdictsRankZeroInfiniteMarginAndAbsentCheckSurviveJson) {
   named.phase = "load";
   EXPECT_EQ(verdict_to_json(named).value("check", ""), "loss_matches");
   EXPECT_EQ(verdict_to_json(named).value("phase", ""), "load");
+  named.signal = SIGSEGV;  // a crash's signal is written; no signal, no key
+  EXPECT_EQ(verdict_to_json(named).value("signal", 0), SIGSEGV);
+  EXPECT_FALSE(j.contains("signal")) << j.dump();
   const Verdict back = verdict_from_json(json::parse(j.dump()));
   EXPECT_EQ(back.rank, 0);
   ASSERT_TRUE(back.margin.has_value());
