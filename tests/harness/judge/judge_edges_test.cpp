@@ -2,7 +2,10 @@
 // end of the subject's span, a reference with no values for the metric, a difference below the
 // reference. Each test here killed a survivor of tools/mutate.py (docs/reliability.md), shown red
 // on that mutant: a bound made strict, a span end skipped, an empty reference judged as met.
+#include <cmath>
+
 #include "harness/judge/checks_fixture.h"
+#include "judge/check_context.h"
 
 using namespace meshtest;
 
@@ -87,4 +90,27 @@ TEST_F(Checks, ALogSourcesRankBeyondThePhasesRanksIsNamed) {
     EXPECT_NE(r.message.find("has 2 ranks; outputs.metrics.rank is 5"), std::string::npos)
         << source << ": " << r.message;
   }
+}
+
+// The margin every numeric check reports (|diff| / tolerance, the largest over what it compared):
+// an exact match under a zero tolerance is 0, any difference or a NaN against a zero tolerance is
+// infinite, and an infinite difference over an infinite bound is infinite, never NaN (which
+// std::max would drop, leaving the margin of a clean run).
+TEST(WidenMargin, ZeroToleranceNanAndInfiniteOverInfinite) {
+  auto margin = [](double diff, double tolerance) {
+    CheckResult r;
+    widen_margin(r, diff, tolerance);
+    return r.margin.value();
+  };
+  EXPECT_EQ(margin(0, 0), 0);
+  EXPECT_TRUE(std::isinf(margin(1e-30, 0)));
+  EXPECT_TRUE(std::isinf(margin(NAN, 0)));
+  EXPECT_TRUE(std::isinf(margin(NAN, 1e-5)));
+  EXPECT_TRUE(std::isinf(margin(INFINITY, INFINITY)));
+  EXPECT_EQ(margin(0.5, 0.5), 1);
+}
+
+// The tolerance a message quotes is torch.allclose's: atol + rtol x |ref|, for a negative ref too.
+TEST(ToleranceText, UsesTheReferencesMagnitude) {
+  EXPECT_EQ(tolerance_text(0, 0.5, -2.0), "atol 0 + rtol 0.5 x |-2| = 1.00e+00");
 }
