@@ -150,6 +150,14 @@ TEST_F(Report, AVerdictsRankZeroInfiniteMarginAndAbsentCheckSurviveJson) {
   named.signal = SIGSEGV;  // a crash's signal is written; no signal, no key
   EXPECT_EQ(verdict_to_json(named).value("signal", 0), SIGSEGV);
   EXPECT_FALSE(j.contains("signal")) << j.dump();
+  // A shard's summary.json edited by hand (meshtest merge reads it): a number field that is not
+  // a number, or a fractional step, is no value rather than an error or a truncated step.
+  json edited = j;
+  edited["value"] = "1.5";
+  edited["step"] = 2.5;
+  const Verdict read = verdict_from_json(edited);
+  EXPECT_FALSE(read.value.has_value());
+  EXPECT_FALSE(read.step.has_value());
   const Verdict back = verdict_from_json(json::parse(j.dump()));
   EXPECT_EQ(back.rank, 0);
   ASSERT_TRUE(back.margin.has_value());
