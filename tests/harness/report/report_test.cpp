@@ -147,6 +147,9 @@ TEST_F(Report, AVerdictsRankZeroInfiniteMarginAndAbsentCheckSurviveJson) {
   named.phase = "load";
   EXPECT_EQ(verdict_to_json(named).value("check", ""), "loss_matches");
   EXPECT_EQ(verdict_to_json(named).value("phase", ""), "load");
+  named.exit_code = 3;  // a rank's exit code likewise
+  EXPECT_EQ(verdict_to_json(named).value("exit_code", 0), 3);
+  EXPECT_FALSE(j.contains("exit_code")) << j.dump();
   named.signal = SIGSEGV;  // a crash's signal is written; no signal, no key
   EXPECT_EQ(verdict_to_json(named).value("signal", 0), SIGSEGV);
   EXPECT_FALSE(j.contains("signal")) << j.dump();
