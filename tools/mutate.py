@@ -11,7 +11,8 @@ comparison loosened (`>` to `>=`), a condition negated or dropped (`!x` to `x`, 
 `true`, `continue` for `break`, an off-by-one (`+ 1` dropped), a sign (`-` to `+`), an
 absolute value dropped. For each mutant the tool edits the file in place, rebuilds
 `harness_unit_tests` in BUILD_DIR (one object and a link: build/mutate compiles each file alone
-at -O0, where the unity batches of build/cpu recompile five files at -O2), and runs it
+at -O0, where the unity batches of build/cpu recompile five files at -O2; it archives thin, lists
+the tests only when CTest runs, and links with lld where installed), and runs it
 (and each --test command). The mutant is
 
     killed      the build's tests failed (or timed out): the tests caught the mistake
@@ -38,6 +39,7 @@ import json
 import os
 import random
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -171,7 +173,9 @@ def main():
     if not os.path.exists(os.path.join(build, "build.ninja")) and not os.path.exists(os.path.join(build, "Makefile")):
         if os.path.normpath(args.build_dir) != os.path.normpath("build/mutate"):
             sys.exit(f"mutate: {args.build_dir} is not a configured build (cmake --preset cpu first)")
-        rc, out = run(["cmake", "--preset", "mutate"], 600)
+        # lld links harness_unit_tests in 0.6 s where GNU ld takes 3.4: a quarter of a mutant's time.
+        lld = ["-DCMAKE_EXE_LINKER_FLAGS=-fuse-ld=lld"] if shutil.which("ld.lld") else []
+        rc, out = run(["cmake", "--preset", "mutate", *lld], 600)
         if rc != 0:
             sys.exit(f"mutate: cmake --preset mutate failed:\n{out[-3000:]}")
     dirty = subprocess.run(["git", "status", "--porcelain", "--", *files], capture_output=True, text=True).stdout.strip()
