@@ -67,30 +67,15 @@ TEST_F(Checks, TensorsMatchComparesADcpCheckpointWithAMeshtrainOneElementByEleme
   // The DCP fixture's tensors rewritten in meshtrain's format, torchtitan-style (no `model.`
   // prefix), one element of model.norm.weight moved by 0.1.
   const CheckpointView dcp = CheckpointView::open(kDcpFixtures + "/canonical");
-  fs::create_directories(dir_ + "/mt/step-5");
-  nlohmann::json keys = nlohmann::json::object();
-  std::ofstream data(dir_ + "/mt/step-5/__0_0.distcp", std::ios::binary);
-  uint64_t offset = 0;
+  std::map<std::string, FloatTensor> tensors;
   for (const auto& e : dcp.entries()) {
     if (!e.is_tensor) continue;
     std::vector<double> values = dcp.read_tensor(e.key);
     if (e.key == "model.norm.weight") values[3] += 0.1;
-    std::vector<float> f(values.begin(), values.end());
-    data.write(reinterpret_cast<const char*>(f.data()), static_cast<std::streamsize>(f.size() * 4));
     const std::string key = e.key.rfind("model.", 0) == 0 ? e.key.substr(6) : e.key;
-    keys[key] = {{"kind", "tensor"},
-                 {"dtype", "float32"},
-                 {"shape", e.shape},
-                 {"chunks",
-                  {{{"offsets", std::vector<int64_t>(e.shape.size(), 0)},
-                    {"sizes", e.shape},
-                    {"file", "__0_0.distcp"},
-                    {"byte_offset", offset},
-                    {"byte_length", f.size() * 4}}}}};
-    offset += f.size() * 4;
+    tensors[key] = {e.shape, std::vector<float>(values.begin(), values.end())};
   }
-  data.close();
-  std::ofstream(dir_ + "/mt/step-5/.metadata") << nlohmann::json{{"format_version", 2}, {"keys", keys}}.dump();
+  write_checkpoint(dir_ + "/mt", tensors);
   load(
       "  - name: ref\n    outputs: {checkpoint: {path: '" + kDcpFixtures +
       "/canonical'}}\n"

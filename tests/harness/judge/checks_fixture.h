@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,39 @@
 #include "test_paths.h"
 
 namespace meshtest {
+
+// A float32 tensor for write_checkpoint.
+struct FloatTensor {
+  std::vector<int64_t> shape;
+  std::vector<float> values;
+};
+
+// <folder>/step-5 in meshtrain's format: each float32 tensor one chunk of one data file, and
+// each of `objects` a kind "object" key.
+inline void write_checkpoint(const std::string& folder, const std::map<std::string, FloatTensor>& tensors,
+                             const std::vector<std::string>& objects = {}) {
+  const std::string step = folder + "/step-5";
+  std::filesystem::create_directories(step);
+  std::ofstream data(step + "/__0_0.distcp", std::ios::binary);
+  nlohmann::json keys = nlohmann::json::object();
+  uint64_t offset = 0;
+  for (const auto& [key, t] : tensors) {
+    const uint64_t bytes = t.values.size() * sizeof(float);
+    data.write(reinterpret_cast<const char*>(t.values.data()), static_cast<std::streamsize>(bytes));
+    keys[key] = {{"kind", "tensor"},
+                 {"dtype", "float32"},
+                 {"shape", t.shape},
+                 {"chunks",
+                  {{{"offsets", std::vector<int64_t>(t.shape.size(), 0)},
+                    {"sizes", t.shape},
+                    {"file", "__0_0.distcp"},
+                    {"byte_offset", offset},
+                    {"byte_length", bytes}}}}};
+    offset += bytes;
+  }
+  for (const auto& key : objects) keys[key] = {{"kind", "object"}, {"value", {{"step", 5}}}};
+  std::ofstream(step + "/.metadata") << nlohmann::json{{"format_version", 2}, {"step", 5}, {"keys", keys}}.dump();
+}
 
 class Checks : public ::testing::Test {
  protected:
