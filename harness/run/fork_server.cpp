@@ -13,12 +13,14 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
 
 #include "contract/fork_server.h"
+#include "contract/rank_environment.h"
 
 namespace bp = boost::process;
 
@@ -100,24 +102,8 @@ Server start_server(const std::string& program, const std::string& subcommand, c
 }  // namespace
 
 const std::set<std::string>& per_rank_variables() {
-  static const std::set<std::string> names = {"RANK",
-                                              "LOCAL_RANK",
-                                              "ROLE_RANK",
-                                              "GROUP_RANK",
-                                              "ROLE_NAME",
-                                              "WORLD_SIZE",
-                                              "LOCAL_WORLD_SIZE",
-                                              "ROLE_WORLD_SIZE",
-                                              "GROUP_WORLD_SIZE",
-                                              "MASTER_ADDR",
-                                              "MASTER_PORT",
-                                              "TORCHELASTIC_RESTART_COUNT",
-                                              "TORCHELASTIC_MAX_RESTARTS",
-                                              "TORCHELASTIC_ERROR_FILE",
-                                              "MESHTEST_COLLECTIVE_FILE",
-                                              "MESHTEST_CASE_ID",
-                                              "MESHTEST_PHASE",
-                                              "MESHTEST_CASE_DIR"};
+  static const std::set<std::string> names(std::begin(contract::rank_environment::kAll),
+                                           std::end(contract::rank_environment::kAll));
   return names;
 }
 

@@ -1,6 +1,7 @@
 #include "run/launch.h"
 #include "run/fork_server.h"
 #include "run/ports.h"
+#include "contract/rank_environment.h"
 
 #include <boost/process.hpp>
 #include <boost/process/extend.hpp>
@@ -33,6 +34,8 @@ struct RankGroup::Impl {
 };
 
 namespace {
+
+namespace rank_env = contract::rank_environment;
 
 double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
@@ -95,26 +98,26 @@ bp::environment rank_environment(const RankPlace& place, const std::string& log_
   if (env.get("TORCH_NCCL_ASYNC_ERROR_HANDLING").empty()) env.set("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
   for (const auto& [k, v] : extra) env.set(k, v);
   const std::string r = std::to_string(place.rank);
-  env.set("RANK", r);
-  env.set("LOCAL_RANK", std::to_string(place.local_rank));
-  env.set("ROLE_RANK", r);
-  env.set("GROUP_RANK", std::to_string(place.group_rank));
-  env.set("ROLE_NAME", "default");
-  env.set("WORLD_SIZE", std::to_string(place.world));
-  env.set("LOCAL_WORLD_SIZE", std::to_string(place.local_world));
-  env.set("ROLE_WORLD_SIZE", std::to_string(place.world));
-  env.set("GROUP_WORLD_SIZE", std::to_string(place.group_world));
-  env.set("MASTER_ADDR", place.master_addr);
-  env.set("MASTER_PORT", std::to_string(place.master_port));
-  env.set("TORCHELASTIC_RESTART_COUNT", "0");
-  env.set("TORCHELASTIC_MAX_RESTARTS", "0");
+  env.set(rank_env::kRank, r);
+  env.set(rank_env::kLocalRank, std::to_string(place.local_rank));
+  env.set(rank_env::kRoleRank, r);
+  env.set(rank_env::kGroupRank, std::to_string(place.group_rank));
+  env.set(rank_env::kRoleName, "default");
+  env.set(rank_env::kWorldSize, std::to_string(place.world));
+  env.set(rank_env::kLocalWorldSize, std::to_string(place.local_world));
+  env.set(rank_env::kRoleWorldSize, std::to_string(place.world));
+  env.set(rank_env::kGroupWorldSize, std::to_string(place.group_world));
+  env.set(rank_env::kMasterAddr, place.master_addr);
+  env.set(rank_env::kMasterPort, std::to_string(place.master_port));
+  env.set(rank_env::kRestartCount, "0");
+  env.set(rank_env::kMaxRestarts, "0");
   // A Python trainer decorated with torch.distributed.elastic's @record writes its
   // uncaught exception here; the harness quotes it (rank_error_message()).
   if (!log_dir.empty()) {
-    env.set("TORCHELASTIC_ERROR_FILE", rank_error_file(log_dir, place.rank));
+    env.set(rank_env::kErrorFile, rank_error_file(log_dir, place.rank));
     fs::remove(rank_error_file(log_dir,
                                place.rank));  // an earlier attempt's (a lost port race) must not be quoted for this one
-    env.set("MESHTEST_COLLECTIVE_FILE", rank_collective_file(log_dir, place.rank));
+    env.set(rank_env::kCollectiveFile, rank_collective_file(log_dir, place.rank));
     fs::remove(rank_collective_file(log_dir, place.rank));
   }
   return env;

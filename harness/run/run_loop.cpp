@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <sstream>
 
+#include "contract/rank_environment.h"
 #include "core/adapters.h"
 #include "judge/checks.h"
 #include "judge/judge.h"
@@ -147,9 +148,9 @@ bool RunLoop::start_phase(size_t i) {
     ls.env.emplace_back(key,
                         resolve_argv({value}, {backend_of(*o.spec, opt_.backend), o.dir, po.dir, programs_}).front());
   if (o.spec->simulated) add_simulation_env(*o.spec, ls.env);
-  ls.env.emplace_back("MESHTEST_CASE_ID", o.spec->id);
-  ls.env.emplace_back("MESHTEST_PHASE", spec.name);
-  ls.env.emplace_back("MESHTEST_CASE_DIR", fs::absolute(o.dir).string());
+  ls.env.emplace_back(contract::rank_environment::kCaseId, o.spec->id);
+  ls.env.emplace_back(contract::rank_environment::kPhase, spec.name);
+  ls.env.emplace_back(contract::rank_environment::kCaseDir, fs::absolute(o.dir).string());
   ls.log_dir = po.dir;
   if (opt_.backend == "nccl") ls.gpus = physical_gpus(o.devices);
   ls.timeout_s = spec.timeout_s;

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <sstream>
 #include <string>
@@ -21,6 +22,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "contract/rank_environment.h"
 #include "run/ports.h"
 #include "test_paths.h"
 
@@ -52,7 +54,8 @@ inline fs::path fresh_dir(const std::string& name) {
 
 // The launcher variables a rank reads; a test's own process must not hand them down.
 inline const std::vector<std::string>& launcher_variables() {
-  static const std::vector<std::string> names{"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"};
+  static const std::vector<std::string> names(std::begin(contract::rank_environment::kAll),
+                                              std::end(contract::rank_environment::kAll));
   return names;
 }
 

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "base/faults.h"
+#include "contract/rank_environment.h"
 
 namespace meshtrain {
 
@@ -43,7 +44,7 @@ class CollectiveTrace {
  private:
   static constexpr int kLineBytes = 128;
   CollectiveTrace() {
-    const char* path = std::getenv("MESHTEST_COLLECTIVE_FILE");
+    const char* path = std::getenv(contract::rank_environment::kCollectiveFile);
     if (path == nullptr || *path == '\0') return;
     const int fd = ::open(path, O_RDWR | O_CREAT | O_TRUNC, 0644);
     if (fd < 0 || ::ftruncate(fd, kLineBytes) != 0) {

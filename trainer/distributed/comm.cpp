@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "base/compat.h"
+#include "contract/rank_environment.h"
 #include "base/faults.h"
 #include "distributed/shm_comm.h"
 
@@ -17,6 +18,8 @@
 namespace meshtrain {
 
 namespace {
+
+namespace rank_env = contract::rank_environment;
 
 int env_int(const char* name, int fallback) {
   const char* v = std::getenv(name);
@@ -396,12 +399,12 @@ std::shared_ptr<Comm> make_group(const c10::intrusive_ptr<c10d::Store>& root, co
 
 LaunchEnv LaunchEnv::from_environment() {
   LaunchEnv env;
-  env.rank = env_int("RANK", 0);
-  env.world_size = env_int("WORLD_SIZE", 1);
-  env.local_rank = env_int("LOCAL_RANK", env.rank);
-  env.local_world_size = env_int("LOCAL_WORLD_SIZE", env.world_size);
-  env.master_port = env_int("MASTER_PORT", 29500);
-  if (const char* addr = std::getenv("MASTER_ADDR"); addr && *addr) env.master_addr = addr;
+  env.rank = env_int(rank_env::kRank, 0);
+  env.world_size = env_int(rank_env::kWorldSize, 1);
+  env.local_rank = env_int(rank_env::kLocalRank, env.rank);
+  env.local_world_size = env_int(rank_env::kLocalWorldSize, env.world_size);
+  env.master_port = env_int(rank_env::kMasterPort, 29500);
+  if (const char* addr = std::getenv(rank_env::kMasterAddr); addr && *addr) env.master_addr = addr;
   if (env.world_size < 1) throw std::invalid_argument("WORLD_SIZE must be at least 1");
   if (env.local_world_size < 1) throw std::invalid_argument("LOCAL_WORLD_SIZE must be at least 1");
   if (env.rank >= env.world_size)
