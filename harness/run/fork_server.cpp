@@ -5,13 +5,16 @@
 
 #include <fcntl.h>
 #include <linux/close_range.h>
+#include <poll.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
+#include <chrono>
 #include <cstring>
 #include <iterator>
 #include <map>
@@ -71,7 +74,21 @@ void close_server(Server& s) {
   }
 }
 
-Server start_server(const std::string& program, const std::string& subcommand, const std::vector<std::string>& env) {
+// True once `socket` holds a message or its peer has closed it; false when `seconds` pass first.
+bool readable_within(int socket, double seconds) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
+    pollfd p{socket, POLLIN, 0};
+    const int ready = ::poll(&p, 1, static_cast<int>(std::max<long long>(left.count(), 0)));
+    if (ready > 0) return true;
+    if (ready == 0) return false;
+    if (errno != EINTR) throw std::runtime_error(std::string("poll: ") + std::strerror(errno));
+  }
+}
+
+Server start_server(const std::string& program, const std::string& subcommand, const std::vector<std::string>& env,
+                    double hello_seconds) {
   int pair[2];
   if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0)
     throw std::runtime_error(std::string("socketpair: ") + std::strerror(errno));
@@ -91,6 +108,14 @@ Server start_server(const std::string& program, const std::string& subcommand, c
     close_server(s);
     throw std::runtime_error("cannot start '" + program + " " + subcommand + "': " + ec.message());
   }
+  // A server stuck as it loads (a driver that hangs, a program whose SUBCOMMAND is something else)
+  // must not hold the run with the lock below: its ranks are exec'd, and meet the case's timeout.
+  if (!readable_within(s.socket, hello_seconds)) {
+    ::kill(s.process->id(), SIGKILL);
+    close_server(s);
+    throw std::runtime_error("it did not say it was ready within " + std::to_string(static_cast<int>(hello_seconds)) +
+                             " s");
+  }
   const contract::ForkReply hello = contract::receive_fork_reply(s.socket);  // throws if it died first
   if (!hello.error.empty()) {
     close_server(s);
@@ -109,7 +134,8 @@ const std::set<std::string>& per_rank_variables() {
 
 std::optional<pid_t> fork_rank(const std::string& program, const std::string& subcommand,
                                const std::vector<std::string>& argv, const std::vector<std::string>& env,
-                               const std::string& work_dir, pid_t process_group, const int stdio[3]) {
+                               const std::string& work_dir, pid_t process_group, const int stdio[3],
+                               double hello_seconds) {
   std::vector<std::string> server_env;
   for (const auto& kv : env)
     if (!per_rank_variables().count(kv.substr(0, kv.find('=')))) server_env.push_back(kv);
@@ -122,7 +148,7 @@ std::optional<pid_t> fork_rank(const std::string& program, const std::string& su
   if (it == all.by_key.end()) {
     Server s;
     try {
-      s = start_server(program, subcommand, server_env);
+      s = start_server(program, subcommand, server_env, hello_seconds);
     } catch (const std::runtime_error& e) {
       std::fprintf(stderr, "meshtest: note: %s starts each rank by exec: its fork server did not start (%s)\n",
                    program.c_str(), e.what());

@@ -134,4 +134,23 @@ TEST_F(ForkServer, AProgramWithoutAServerIsExecdWithANote) {
   EXPECT_TRUE(meshtest::fork_server_pids().empty());
 }
 
+// A server that never says it is ready (stuck as it loads) is killed after the bound, and its
+// program's ranks are exec'd: the run goes on, and the case's own timeout judges a hung rank.
+TEST_F(ForkServer, AServerThatNeverSaysItIsReadyIsKilledAndItsRanksExecd) {
+  const fs::path stuck = dir_ / "stuck";
+  std::ofstream(stuck) << "#!/bin/sh\nexec sleep 600\n";
+  fs::permissions(stuck, fs::perms::owner_all);
+  ::testing::internal::CaptureStderr();
+  const int stdio[3] = {0, 1, 2};
+  EXPECT_FALSE(
+      meshtest::fork_rank(stuck.string(), "forkserver", {"x"}, {"PATH=/usr/bin:/bin"}, dir_.string(), 0, stdio, 1.0)
+          .has_value());
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find(stuck.string() + " starts each rank by exec: its fork server did not start (it did not say it " +
+                     "was ready within 1 s)"),
+            std::string::npos)
+      << err;
+  EXPECT_TRUE(meshtest::fork_server_pids().empty());
+}
+
 }  // namespace
