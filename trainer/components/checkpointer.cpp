@@ -74,18 +74,17 @@ void Checkpointer::save(int64_t step, const std::vector<CheckpointTensor>& tenso
       if (writes(t)) written.push_back(t), originals.push_back(t.local);
     const auto copies = staging_.snapshot(originals, dtype);  // the last save ended: see the top
     for (size_t i = 0; i < written.size(); ++i) written[i].local = copies[i];
-    background_.start(
-        [this, tmp, step, dtype, objects, written, report_failure](const std::atomic<bool>& abandoned) mutable {
-          try {
-            write_own_chunks(tmp, written, objects, dtype, step);
-          } catch (const std::exception& e) {
-            report_failure(e);
-            throw;
-          }
-          if (rank_ != 0) return;
-          wait_for_plans(tmp, abandoned);
-          complete(tmp, step);
-        });
+    background_.start([this, tmp, step, dtype, objects, written, report_failure](const std::atomic<bool>& abandoned) {
+      try {
+        write_own_chunks(tmp, written, objects, dtype, step);
+      } catch (const std::exception& e) {
+        report_failure(e);
+        throw;
+      }
+      if (rank_ != 0) return;
+      wait_for_plans(tmp, abandoned);
+      complete(tmp, step);
+    });
   } catch (const std::exception& e) {  // the snapshot (memory) or the thread: before any write
     report_failure(e);
     throw;
