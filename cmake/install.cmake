@@ -31,6 +31,7 @@ install(FILES trainer/distributed/shm_comm.h trainer/distributed/shm_comm.cpp tr
         trainer/distributed/collective.cpp DESTINATION ${CMAKE_INSTALL_DATADIR}/meshtest/trainer/distributed COMPONENT meshtest)
 install(FILES trainer/base/faults.h trainer/base/faults.cpp
         DESTINATION ${CMAKE_INSTALL_DATADIR}/meshtest/trainer/base COMPONENT meshtest)
+install(FILES contract/rank_environment.h DESTINATION ${CMAKE_INSTALL_DATADIR}/meshtest/contract COMPONENT meshtest)
 
 # The man page is meshtest's own --help, made by the binary just built; installed gzipped
 # (-n: no name or time stamp inside, so the bytes depend on the text alone), as Debian's are.

@@ -28,7 +28,8 @@ HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 SOURCES = ["sim/meshtest_sim.cpp", "trainer/distributed/shm_comm.cpp", "trainer/distributed/collective.cpp",
            "trainer/base/faults.cpp"]
-HEADERS = ["trainer/distributed/shm_comm.h", "trainer/distributed/collective.h", "trainer/base/faults.h"]
+HEADERS = ["trainer/distributed/shm_comm.h", "trainer/distributed/collective.h", "trainer/base/faults.h",
+           "contract/rank_environment.h"]
 
 
 @functools.lru_cache(maxsize=None)
@@ -54,7 +55,7 @@ def _extension():
             partial.write_bytes(text)
             partial.replace(copy)  # atomic: ranks copying at once never see half a file
     # Debian's python3-torch keeps its headers in /usr/include, the C++ API's one level down.
-    includes = [str(src / "trainer")] + [p for p in ["/usr/include/torch/csrc/api/include"] if os.path.isdir(p)]
+    includes = [str(src / "trainer"), str(src)] + [p for p in ["/usr/include/torch/csrc/api/include"] if os.path.isdir(p)]
     return cpp_extension.load(name=f"meshtest_sim_{tag}", sources=[str(src / s) for s in SOURCES],
                               extra_include_paths=includes, extra_cflags=["-O2", "-std=c++17"], build_directory=str(build),
                               with_cuda=False, verbose=bool(os.environ.get("MESHTEST_SIM_VERBOSE")))

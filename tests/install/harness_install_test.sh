@@ -60,8 +60,14 @@ done
 ! grep -q -E "$src/(test_matrix|examples|tests|trainer)/" <<< "$shown" ||
   { echo "$shown"; fail "the installed built-in matrix names the checkout's files ($src)"; }
 [ -f "$prefix/share/meshtest/test_matrix/golden/tiny_1d.loss.txt" ] || fail "the prefix has no golden files"
-# meshtest_sim and the transport sources it compiles on first use, where sim/python/sitecustomize.py looks.
-for f in sim/meshtest_sim.cpp sim/python/sitecustomize.py trainer/distributed/shm_comm.cpp trainer/base/faults.h; do
+# meshtest_sim and every source it compiles on first use (sitecustomize.py's SOURCES and HEADERS),
+# where sim/python/sitecustomize.py looks.
+sim_files=$(python3 -c 'import ast, sys
+for node in ast.parse(open(sys.argv[1]).read()).body:
+    if isinstance(node, ast.Assign) and node.targets[0].id in ("SOURCES", "HEADERS"):
+        print(" ".join(ast.literal_eval(node.value)))' "$src/sim/python/sitecustomize.py")
+[ -n "$sim_files" ] || fail "no SOURCES or HEADERS read from sim/python/sitecustomize.py"
+for f in sim/python/sitecustomize.py $sim_files; do
   [ -f "$prefix/share/meshtest/$f" ] || fail "the prefix has no share/meshtest/$f (meshtest_sim)"
 done
 # Every relative link of the installed docs leads to an installed file.
