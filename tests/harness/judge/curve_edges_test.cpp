@@ -1,10 +1,15 @@
-// The edges of reading a curve (judge/curve_checks.cpp) where a slip would change a verdict or the
-// message a person triages by: a blank line inside metrics.jsonl and a file with no step, which of
-// a Megatron phase's files is its last rank's log (and rank 0 when the matrix names it), Megatron's
-// TensorBoard folder without `lm loss`, the TensorBoard tags listed when no loss was found, a step
-// with no loss (the Trainer's eval_on_start), the ten warnings a failure shows, and a Hugging Face
-// Trainer phase resumed from a checkpoint. Each test was shown red on the mutant of
-// tools/mutate.py that it kills.
+// The edges of the curve checks (judge/curve_checks.cpp) where a slip would change a verdict or
+// the message a person triages by. Reading a curve: a blank line inside metrics.jsonl and a file
+// with no step, which of a Megatron phase's files is its last rank's log (and rank 0 when the
+// matrix names it), a log source's rank one past the last, Megatron's TensorBoard folder without
+// `lm loss`, the TensorBoard tags listed when no loss was found, a step with no loss, the ten
+// warnings a failure shows, a Hugging Face Trainer phase resumed from a checkpoint. Comparing
+// curves: when a miss is said to be the logged rounding's (trainer_state.json's 4 decimals, not a
+// full-float file; Megatron's 7 digits of the largest finite loss; a tolerance not under the
+// rounding), a golden band's table and curves, a band open at an end, NaN and infinite losses
+// against a band, a negative loss under rtol, a skipped step of a resumed run. loss_decreases' bound
+// and margin; drift's rule, a phase that did not run, a NaN loss. Each test was shown red on the
+// mutant of tools/mutate.py that it kills.
 #include "harness/judge/checks_fixture.h"
 #include "harness/readers/tensorboard_events.h"
 
@@ -213,4 +218,243 @@ TEST_F(CurveEdges, AResumedTrainerPhaseThatLoggedNoNewStepFailsSayingSo) {
   const CheckResult r = run(0, "loss_finite");
   EXPECT_FALSE(r.passed);
   EXPECT_EQ(r.message, "phase resume logged no step after step 2, where it resumed");
+}
+
+// Ranks count from 0: a log source's `rank: 2` in a phase of 2 ranks is past its last rank, named
+// as the matrix's mistake, even where a rank2.log lies about (left by a run with more ranks).
+TEST_F(CurveEdges, ALogSourcesRankEqualToTheRankCountIsPastTheLastRank) {
+  load("  - name: titan\n    outputs: {metrics: {from: torchtitan-log, rank: 2}}\n    checks: [loss_finite]\n");
+  write("titan/train/rank2.log", "step: 1  loss: 10.5\nstep: 2  loss: 9.25\n");
+  const CheckResult r = run(0, "loss_finite");
+  EXPECT_FALSE(r.passed);
+  EXPECT_EQ(r.message, "phase train has 2 ranks; outputs.metrics.rank is 2");
+}
+
+// A metrics.jsonl is written in full floats: losses that happen to be multiples of 1e-4 are not
+// taken for the Trainer's rounding, so a miss under a tight tolerance does not tell the user to
+// loosen it.
+TEST_F(CurveEdges, AMetricsJsonlMissIsNotSaidToBeRoundedThoughItsLossesEndIn4Decimals) {
+  load("  - name: ref\n  - name: a\n    checks: [{loss_matches: {baseline: ref, exact: true}}]\n");
+  write("ref/train/metrics.jsonl", kRef);
+  write("a/train/metrics.jsonl",
+        "{\"step\":1,\"loss\":10.5,\"grad_norm\":1.0}\n{\"step\":2,\"loss\":9.2501,\"grad_norm\":1.0}\n");
+  const CheckResult r = run(1, "loss_matches");
+  EXPECT_FALSE(r.passed);
+  EXPECT_EQ(r.message,
+            "step 2: loss 9.2501 in phase train vs 9.25 in baseline s/ref (phase train): |diff| 1.00e-04 (exact match "
+            "required) (1 of 2 steps differ)");
+}
+
+// A trainer_state.json of transformers 5 holds full floats: losses just under a multiple of 1e-4
+// (9.50126) are as far from the 4-decimal grid as those just over it, so the miss is not said to
+// be the rounding's.
+TEST_F(CurveEdges, AFullFloatTrainerStateMissIsNotSaidToBeRoundedWhenItsLossesLieUnderThe4DecimalGrid) {
+  load(
+      "  - name: ref\n"
+      "  - name: hf\n"
+      "    outputs: {metrics: {from: hf-trainer-state}}\n"
+      "    checks: [{loss_matches: {baseline: ref, rtol: 0, atol: 1.0e-6}}]\n");
+  write("ref/train/metrics.jsonl",
+        "{\"step\":1,\"loss\":9.5,\"grad_norm\":1.0}\n{\"step\":2,\"loss\":8.25,\"grad_norm\":1.0}\n");
+  write("hf/train/trainer_state.json",
+        R"({"global_step": 2, "log_history": [{"loss": 9.50126, "step": 1}, {"loss": 8.25047, "step": 2}]})");
+  const CheckResult r = run(1, "loss_matches");
+  EXPECT_FALSE(r.passed);
+  EXPECT_EQ(
+      r.message,
+      "step 1: loss 9.50126 in phase train vs 9.5 in baseline s/ref (phase train): |diff| 1.26e-03 > atol 1e-06 + "
+      "rtol 0 x |9.5| = 1.00e-06 (2 of 2 steps differ)");
+}
+
+// Megatron's iteration line prints the loss to 7 significant digits of the largest loss in
+// magnitude: a negative loss counts by its size, an INF step (a diverged iteration) not at all, so
+// the message gives the rounding the finite values carry, not inf.
+TEST_F(CurveEdges, MegatronLossRoundingIsSevenDigitsOfTheLargestFiniteMagnitude) {
+  load(
+      "  - name: ref\n"
+      "  - name: mg\n"
+      "    outputs: {metrics: {from: megatron}}\n"
+      "    checks: [{loss_matches: {baseline: ref, exact: true}}]\n");
+  write("ref/train/metrics.jsonl",
+        "{\"step\":1,\"loss\":10.5}\n{\"step\":2,\"loss\":-20.0}\n{\"step\":3,\"loss\":8.0}\n");
+  write("mg/train/rank1.log",
+        megatron_line(1, "1.050001E+01") + megatron_line(2, "-2.000000E+01") + megatron_line(3, "INF"));
+  const CheckResult r = run(1, "loss_matches");
+  EXPECT_FALSE(r.passed);
+  EXPECT_EQ(r.message,
+            "step 1: loss 10.50001 in phase train vs 10.5 in baseline s/ref (phase train): |diff| 1.00e-05 (exact "
+            "match required) (2 of 3 steps differ); loss is logged rounded to 2.00e-05 (Megatron's iteration line, 7 "
+            "significant digits), so a tolerance under that judges the rounding, not the run");
+}
+
+// Whether a golden is a band decides what the report draws and how the failure's table reads: a
+// golden of single values has no max curve and one reference column, a band golden (every step
+// a spread) both ends.
+TEST_F(CurveEdges, AGoldenIsABandOnlyWhenSomeStepHasASpread) {
+  load("  - name: a\n    checks: [{loss_matches: {golden: g.txt, exact: true}}]\n");
+  write("a/train/metrics.jsonl", curve({10.2, 5.0}));
+  write("g.txt", "1 10.0\n2 5.0\n");
+  CheckResult r = run(0, "loss_matches");
+  EXPECT_FALSE(r.passed);
+  EXPECT_EQ(r.series.size(), 2u);
+  const std::string header = "  step  phase train  |  golden " + dir_ + "/g.txt  |  |diff|\n";
+  EXPECT_EQ(r.details, header +
+                           "     1            10.2              10   2.000e-01  <-\n"
+                           "     2               5               5   0.000e+00\n");
+  write("g.txt", "1 9.9 10.1\n2 4.9 5.1\n");
+  r = run(0, "loss_matches");
+  EXPECT_FALSE(r.passed);
+  ASSERT_EQ(r.series.size(), 3u);
+  EXPECT_EQ(r.series[2].role, "reference-max");
+  EXPECT_EQ(r.details, header +
+                           "     1            10.2  [9.9, 10.1]   1.000e-01  <-\n"
+                           "     2               5  [4.9, 5.1]   0.000e+00\n");
+}
+
+// A band open at one end (`-inf 10.1`: the loss must stay under 10.1; `9 inf`: above 9) passes a
+// loss inside it under a relative tolerance: the infinite end is no reference to measure it by.
+TEST_F(CurveEdges, AGoldenBandOpenAtOneEndPassesALossInsideIt) {
+  load("  - name: a\n    checks: [{loss_matches: {golden: g.txt, rtol: 1.0e-3}}]\n");
+  write("g.txt", "1 -inf 10.1\n2 9 inf\n");
+  write("a/train/metrics.jsonl", curve({10.0, 9.5}));
+  const CheckResult r = run(0, "loss_matches");
+  EXPECT_TRUE(r.passed) << r.message << "\n" << r.details;
+}
+
+// A NaN loss against a golden band fails with a distance of nan, measured at the band's low end:
+// never "0 outside it", which would read as inside the band.
+TEST_F(CurveEdges, ANanLossAgainstAGoldenBandIsNanOutsideIt) {
+  load("  - name: a\n    checks: [{loss_matches: {golden: g.txt, rtol: 1.0e-3}}]\n");
+  write("g.txt", "1 9.9 10.1\n2 4.9 5.1\n");
+  write("a/train/metrics.jsonl", "{\"step\":1,\"loss\":null}\n{\"step\":2,\"loss\":5.0}\n");
+  const CheckResult r = run(0, "loss_matches");
+  EXPECT_FALSE(r.passed);
+  EXPECT_EQ(r.message, "step 1: loss nan in phase train vs band [9.9, 10.1] of golden " + dir_ +
+                           "/g.txt: nan outside it > atol 0 + rtol 0.001 x |9.9| = 9.90e-03 (1 of 2 steps differ)");
+}
+
+// The relative tolerance scales with the reference's magnitude, so a negative loss (a
+// log-likelihood of continuous data) matches within it as a positive one does.
+TEST_F(CurveEdges, ANegativeLossMatchesWithinTheRelativeTolerance) {
+  load("  - name: ref\n  - name: a\n    checks: [{loss_matches: {baseline: ref, rtol: 1.0e-3}}]\n");
+  write("ref/train/metrics.jsonl", curve({-2.0, -3.0}));
+  write("a/train/metrics.jsonl", curve({-2.001, -3.0}));
+  const CheckResult r = run(1, "loss_matches");
+  EXPECT_TRUE(r.passed) << r.message;
+}
+
+// A golden band regenerated over runs one of which diverged has an infinite end; a run whose loss
+// is infinite there still fails (a non-finite loss matches only exactly), and its margin is
+// infinite, not the 0 of a loss at the band's centre.
+TEST_F(CurveEdges, AnInfiniteLossAtABandsInfiniteEndFailsWithAnInfiniteMargin) {
+  load(
+      "  - name: a\n"
+      "    outputs: {metrics: {from: torchtitan-log}}\n"
+      "    checks: [{loss_matches: {golden: g.txt, rtol: 1.0e-3}}]\n");
+  write("g.txt", "1 9.9 10.1\n2 4.9 inf\n");
+  write("a/train/rank0.log", "step: 1  loss: 10.0\nstep: 2  loss: inf\n");
+  const CheckResult r = run(0, "loss_matches");
+  EXPECT_FALSE(r.passed) << r.message;
+  EXPECT_EQ(r.margin, INFINITY) << r.message;
+}
+
+// A step of the reference inside the subject's span that the subject skipped fails, though the
+// subject started later than the reference (a resumed run): the reference's earlier steps are
+// passed over, not an end to the search.
+TEST_F(CurveEdges, AResumedRunThatSkippedAStepOfItsSpanFailsNamingIt) {
+  load("  - name: ref\n  - name: a\n    checks: [{loss_matches: {baseline: ref, exact: true}}]\n");
+  write("ref/train/metrics.jsonl", curve({10.0, 9.0, 8.0, 7.0, 6.0}));
+  write("a/train/metrics.jsonl", curve({8.0}, 3) + curve({6.0}, 5));
+  const CheckResult r = run(1, "loss_matches");
+  EXPECT_FALSE(r.passed);
+  EXPECT_EQ(r.message, "baseline s/ref (phase train) has loss at step 4 but phase train skipped it (it has steps 3-5)");
+}
+
+// A tolerance at the logged rounding's own step (atol 1e-4 for trainer_state.json's 4 decimals)
+// is not under it: its miss is the run's, and the message does not blame the rounding.
+TEST_F(CurveEdges, AMissUnderAToleranceEqualToTheRoundingDoesNotBlameTheRounding) {
+  load(
+      "  - name: ref\n"
+      "  - name: hf\n"
+      "    outputs: {metrics: {from: hf-trainer-state}}\n"
+      "    checks: [{loss_matches: {baseline: ref, rtol: 0, atol: 1.0e-4}}]\n");
+  write("ref/train/metrics.jsonl", kRef);
+  write("hf/train/trainer_state.json",
+        R"({"global_step": 2, "log_history": [{"loss": 10.5, "step": 1}, {"loss": 9.2503, "step": 2}]})");
+  const CheckResult r = run(1, "loss_matches");
+  EXPECT_FALSE(r.passed);
+  EXPECT_EQ(r.message,
+            "step 2: loss 9.2503 in phase train vs 9.25 in baseline s/ref (phase train): |diff| 3.00e-04 > atol 0.0001 "
+            "+ rtol 0 x |9.25| = 1.00e-04 (1 of 2 steps differ)");
+}
+
+// loss_decreases' margin is the drop it requires ((1 - factor) x |first loss|) over the drop seen:
+// 0.5 for a loss that fell twice as far as required, a negative loss's too (its size counts).
+TEST_F(CurveEdges, LossDecreasesMarginIsTheDropRequiredOverTheDropSeen) {
+  load("  - name: a\n    checks: [{loss_decreases: {factor: 0.75}}]\n");
+  write("a/train/metrics.jsonl", curve({10.0, 7.0, 5.0}));
+  CheckResult r = run(0, "loss_decreases");
+  EXPECT_TRUE(r.passed) << r.message;
+  EXPECT_EQ(r.margin, 0.5);
+  write("a/train/metrics.jsonl", curve({-2.0, -3.0, -4.0}));
+  r = run(0, "loss_decreases");
+  EXPECT_TRUE(r.passed) << r.message;
+  EXPECT_EQ(r.margin, 0.25);
+}
+
+// A loss that fell exactly to its bound (10 -> 5 under factor 0.5, "expected <= 0.5 x 10 = 5")
+// passes, its margin 1.
+TEST_F(CurveEdges, ALossThatFellExactlyToItsBoundPasses) {
+  load("  - name: a\n    checks: [{loss_decreases: {factor: 0.5}}]\n");
+  write("a/train/metrics.jsonl", curve({10.0, 7.0, 5.0}));
+  const CheckResult r = run(0, "loss_decreases");
+  EXPECT_TRUE(r.passed) << r.message;
+  EXPECT_EQ(r.margin, 1.0);
+}
+
+// A drift rule that cannot be met (more runs required than its window holds, or none required)
+// is refused by name, before any history is read: not "not judged", which would hide the typo.
+TEST_F(CurveEdges, ADriftRuleWhoseMinRunsIsOutsideOneToItsWindowIsRefused) {
+  load("  - name: a\n    checks: [{drift: {min_runs: 3, window: 2}}]\n");
+  CheckResult r = run(0, "drift");
+  EXPECT_FALSE(r.passed);
+  EXPECT_EQ(r.message, "drift needs 1 <= min_runs <= window, got min_runs 3, window 2");
+  load("  - name: a\n    checks: [{drift: {min_runs: 0, window: 2}}]\n");
+  r = run(0, "drift");
+  EXPECT_FALSE(r.passed);
+  EXPECT_EQ(r.message, "drift needs 1 <= min_runs <= window, got min_runs 0, window 2");
+}
+
+// drift judges the phases that ran: a first phase that did not run is passed over, and the loss of
+// the phase after it is judged against its green runs.
+TEST_F(CurveEdges, DriftJudgesThePhasesAfterOneThatDidNotRun) {
+  load(
+      "  - name: a\n"
+      "    phases: [{name: warmup}, {name: train}]\n"
+      "    checks: [{drift: {min_runs: 1, window: 1}}]\n");
+  outcomes_[0].phases[0].ran = false;
+  write("a/train/metrics.jsonl", curve({6.0, 5.0}));
+  CaseRun green;
+  green.commit = "c1", green.status = "passed", green.met = true, green.time = 1.0;
+  green.curves["train/loss"] = {{1, 6.0}, {2, 5.0}};
+  history_.commit = "now";
+  history_.runs = [green](const std::string&, int) { return std::vector<CaseRun>{green}; };
+  const CheckResult r = run(0, "drift");
+  EXPECT_TRUE(r.passed) << r.message;
+  EXPECT_EQ(r.message, "inside the band of its last 1 green runs");
+}
+
+// drift judges the finite losses only: a NaN step (loss_finite's to report) is left out of the
+// run's curve, and the rest of it is inside the band.
+TEST_F(CurveEdges, DriftLeavesANanLossOutAndJudgesTheRest) {
+  load("  - name: a\n    checks: [{drift: {min_runs: 1, window: 1}}]\n");
+  write("a/train/metrics.jsonl", curve({6.0, 5.0}) + "{\"step\":3,\"loss\":null}\n");
+  CaseRun green;
+  green.commit = "c1", green.status = "passed", green.met = true, green.time = 1.0;
+  green.curves["train/loss"] = {{1, 6.0}, {2, 5.0}, {3, 4.0}};
+  history_.commit = "now";
+  history_.runs = [green](const std::string&, int) { return std::vector<CaseRun>{green}; };
+  const CheckResult r = run(0, "drift");
+  EXPECT_TRUE(r.passed) << r.message;
+  EXPECT_EQ(r.message, "inside the band of its last 1 green runs");
 }
