@@ -285,11 +285,13 @@ std::optional<CheckSpec> read_check(const ReadContext& ctx, const YAML::Node& it
         else
           ok = false;
         break;
-      case ParamType::kNumber:
-        if (auto d = read_number(ctx, *v, what))
+      case ParamType::kNumber:  // a tolerance, a factor or a band's width: a negative one fails every value
+        if (auto d = read_number(ctx, *v, what); d && *d >= 0) {
           p.set(spec.params, *d);
-        else
+        } else {
+          if (d) ctx.error(*v, what + " must be 0 or more, got '" + v->Scalar() + "'");
           ok = false;
+        }
         break;
       case ParamType::kBool:
         if (auto b = read_bool(ctx, *v, what))
