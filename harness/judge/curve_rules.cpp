@@ -41,15 +41,17 @@ Judged judge_step(long long step, const GoldenBand& want, const std::map<long lo
     j.distance = NAN, j.ratio = INFINITY;
     return j;
   }
-  if (!std::isfinite(a) || !std::isfinite(lo) || !std::isfinite(hi)) {  // an infinity meets only itself
+  // np.isclose(a, b, rtol, atol=0): |a - b| <= rtol x |b|, against the band's nearer end (a
+  // itself inside it, so a finite loss inside a band open at one end is inside it).
+  const double nearer = a < lo ? lo : a > hi ? hi : a;
+  if (!std::isfinite(a) || !std::isfinite(nearer)) {  // an infinity meets only itself
     j.close = a == lo || a == hi;
     j.edge = a == hi ? hi : lo;
     j.distance = j.close ? 0 : INFINITY;
     j.ratio = j.close ? 0 : INFINITY;
     return j;
   }
-  // np.isclose(a, b, rtol, atol=0): |a - b| <= rtol x |b|, against the band's nearer end.
-  j.edge = a < lo ? lo : a > hi ? hi : a;
+  j.edge = nearer;
   j.distance = a < lo ? lo - a : a > hi ? a - hi : 0;
   j.tolerance = rtol * std::fabs(j.edge);
   j.close = j.distance <= j.tolerance;

@@ -8,8 +8,11 @@
 // full-float file; Megatron's 7 digits of the largest finite loss; a tolerance not under the
 // rounding), a golden band's table and curves, a band open at an end, NaN and infinite losses
 // against a band, a negative loss under rtol, a skipped step of a resumed run. loss_decreases' bound
-// and margin; drift's rule, a phase that did not run, a NaN loss. Each test was shown red on the
-// mutant of tools/mutate.py that it kills.
+// and margin; drift's rule, a phase that did not run, a NaN loss, the curves named when there is
+// nothing to judge by, its margin below the band as above. What meshtest diff, golden export and
+// the report read: a trainer that logs only the loss, a metric never logged, a first step without
+// grad_norm, a phase that did not run. Each test was shown red on the mutant of tools/mutate.py
+// that it kills.
 #include "harness/judge/checks_fixture.h"
 #include "harness/readers/tensorboard_events.h"
 
@@ -457,4 +460,109 @@ TEST_F(CurveEdges, DriftLeavesANanLossOutAndJudgesTheRest) {
   const CheckResult r = run(0, "drift");
   EXPECT_TRUE(r.passed) << r.message;
   EXPECT_EQ(r.message, "inside the band of its last 1 green runs");
+}
+
+// When no loss curve of the run is in enough green runs, the failure names the run's curves
+// ("train/loss", as the history keys them: a renamed phase shows), or "none" when every loss was NaN.
+TEST_F(CurveEdges, DriftWithNothingToJudgeByNamesTheRunsLossCurves) {
+  load("  - name: a\n    checks: [{drift: {min_runs: 1, window: 1}}]\n");
+  CaseRun green;
+  green.commit = "c1", green.status = "passed", green.met = true, green.time = 1.0;
+  green.curves["pretrain/loss"] = {{1, 6.0}, {2, 5.0}};
+  history_.commit = "now";
+  history_.runs = [green](const std::string&, int) { return std::vector<CaseRun>{green}; };
+  write("a/train/metrics.jsonl", curve({6.0, 5.0}));
+  CheckResult r = run(0, "drift");
+  EXPECT_FALSE(r.passed);
+  EXPECT_EQ(r.message,
+            "no loss curve of this run (train/loss) is in 1 of its 1 green runs at other commits: nothing to judge "
+            "drift by");
+  write("a/train/metrics.jsonl", "{\"step\":1,\"loss\":null}\n{\"step\":2,\"loss\":null}\n");
+  r = run(0, "drift");
+  EXPECT_FALSE(r.passed);
+  EXPECT_EQ(r.message,
+            "no loss curve of this run (none) is in 1 of its 1 green runs at other commits: nothing to judge drift by");
+}
+
+// drift's margin is how far the loss left the band's centre over the band's half width, below the
+// centre as above it: 2 for a loss of 2.5 or 7.5 against 5 ± 1.25, never 0 for a loss that fell.
+TEST_F(CurveEdges, DriftsMarginIsTheDistanceFromTheCentreOverTheHalfWidthOnEitherSide) {
+  load("  - name: a\n    checks: [{drift: {min_runs: 1, window: 1, rel_floor: 0.25}}]\n");
+  CaseRun green;
+  green.commit = "c1", green.status = "passed", green.met = true, green.time = 1.0;
+  green.curves["train/loss"] = {{1, 6.0}, {2, 5.0}};
+  history_.commit = "now";
+  history_.runs = [green](const std::string&, int) { return std::vector<CaseRun>{green}; };
+  for (const double loss : {2.5, 7.5}) {
+    write("a/train/metrics.jsonl", curve({6.0, loss}));
+    const CheckResult r = run(0, "drift");
+    EXPECT_FALSE(r.passed) << loss;
+    EXPECT_EQ(r.margin, 2.0) << r.message;
+  }
+}
+
+// meshtest diff reads a trainer that logs only the loss: its loss curve, and for grad_norm a
+// failure naming the phase, not a curve of NaN; a trainer that logs grad_norm gives its values.
+TEST_F(CurveEdges, ReadLossCurveReadsALossOnlyTrainersLossAndRefusesItsGradNorm) {
+  fs::create_directories(dir_ + "/a/train");
+  fs::create_directories(dir_ + "/b/train");
+  write("a/train/metrics.jsonl", "{\"step\":1,\"loss\":6}\n{\"step\":2,\"loss\":5}\n");
+  write("b/train/metrics.jsonl",
+        "{\"step\":1,\"loss\":6,\"grad_norm\":0.5}\n{\"step\":2,\"loss\":5,\"grad_norm\":0.25}\n");
+  EXPECT_EQ(read_loss_curve(dir_ + "/a/train", Outputs{}, "loss", std::nullopt),
+            (std::map<long long, double>{{1, 6.0}, {2, 5.0}}));
+  try {
+    read_loss_curve(dir_ + "/a/train", Outputs{}, "grad_norm", std::nullopt);
+    ADD_FAILURE() << "a loss-only trainer's grad_norm was read";
+  } catch (const std::runtime_error& e) {
+    EXPECT_EQ(std::string(e.what()), dir_ + "/a/train reports no grad_norm");
+  }
+  EXPECT_EQ(read_loss_curve(dir_ + "/b/train", Outputs{}, "grad_norm", std::nullopt),
+            (std::map<long long, double>{{1, 0.5}, {2, 0.25}}));
+}
+
+// A metric the phase never logged (validation_loss of a run that did not validate) is an error
+// naming the phase and the metric: meshtest diff does not draw an empty curve as if it matched.
+TEST_F(CurveEdges, ReadLossCurveRefusesAMetricThePhaseNeverLogged) {
+  fs::create_directories(dir_ + "/a/train");
+  write("a/train/metrics.jsonl", curve({6.0, 5.0}));
+  try {
+    read_loss_curve(dir_ + "/a/train", Outputs{}, "validation_loss", std::nullopt);
+    ADD_FAILURE() << "a curve of no validation_loss was read";
+  } catch (const std::runtime_error& e) {
+    EXPECT_EQ(std::string(e.what()), dir_ + "/a/train reports no validation_loss");
+  }
+}
+
+// golden export --format megatron exports every step's loss, and grad_norm from the steps that
+// logged one: a first step without it is passed over, not the end of the grad_norm curve, and does
+// not drop that step's loss.
+TEST_F(CurveEdges, PhaseCurvesKeepEveryLossAndTheGradNormOfTheStepsThatLoggedOne) {
+  fs::create_directories(dir_ + "/a/train");
+  write(
+      "a/train/metrics.jsonl",
+      "{\"step\":1,\"loss\":6}\n{\"step\":2,\"loss\":5,\"grad_norm\":0.5}\n{\"step\":3,\"loss\":4,\"grad_norm\":0.25}\n");
+  const auto curves = read_phase_curves(dir_ + "/a/train", Outputs{}, std::nullopt);
+  EXPECT_EQ(curves, (std::map<std::string, std::map<long long, double>>{{"loss", {{1, 6.0}, {2, 5.0}, {3, 4.0}}},
+                                                                        {"grad_norm", {{2, 0.5}, {3, 0.25}}}}));
+}
+
+// The report draws the curves of the phases that ran: a first phase that did not run draws none
+// (though its folder holds an earlier run's metrics), and the phase after it draws its own, with
+// NaN for a step's missing grad_norm.
+TEST_F(CurveEdges, RecordCurvesDrawsThePhasesThatRanAfterOneThatDidNot) {
+  load("  - name: a\n    phases: [{name: warmup}, {name: train}]\n");
+  outcomes_[0].phases[0].ran = false;
+  write("a/warmup/metrics.jsonl", curve({9.0, 8.0}));
+  write("a/train/metrics.jsonl", "{\"step\":1,\"loss\":6,\"grad_norm\":0.5}\n{\"step\":2,\"loss\":5}\n");
+  record_curves(outcomes_[0]);
+  EXPECT_TRUE(outcomes_[0].phases[0].curve.empty());
+  const auto& drawn = outcomes_[0].phases[1].curve;
+  ASSERT_EQ(drawn.size(), 2u);
+  EXPECT_EQ(drawn[0].step, 1);
+  EXPECT_EQ(drawn[0].loss, 6.0);
+  EXPECT_EQ(drawn[0].grad_norm, 0.5);
+  EXPECT_EQ(drawn[1].step, 2);
+  EXPECT_EQ(drawn[1].loss, 5.0);
+  EXPECT_TRUE(std::isnan(drawn[1].grad_norm));
 }

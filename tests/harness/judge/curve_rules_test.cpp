@@ -1,7 +1,8 @@
 // loss_matches with Megatron-LM's rules (`rule:`, judge/curve_rules.h), band goldens, the
 // num_zeros metric and {hardware} golden paths: each passing where Megatron passes, and failing,
 // with the message a person reads, on every way a rule could go soft (a missing step, a nan, one
-// miss over the allowance, the golden's own nan, the tolerance of another metric).
+// miss over the allowance, the golden's own nan, the tolerance of another metric, a negative
+// golden), and a band's edges (a missing step measured from its low end, a band open at one end).
 #include <cmath>
 #include <cstdlib>
 #include <map>
@@ -348,4 +349,64 @@ TEST_F(Checks, AGoldenPathKeyedByHardwareIsFilledWithThisMachines) {
   ::unsetenv("MESHTEST_HARDWARE");
   EXPECT_EQ(rule_load_errors("  - name: a\n    checks: [{loss_matches: {golden: \"golden/{hw}/a.txt\"}}]\n"),
             "m.yaml:5:38: unknown placeholder {hw} in loss_matches.golden; golden paths take {hardware}");
+}
+
+// np.isclose's tolerance is rtol x |golden|: a negative loss (a log-likelihood of continuous data)
+// within 5% of its golden passes, with the margin a positive one would have.
+TEST_F(Checks, MegatronApproximateJudgesANegativeLossByItsSize) {
+  load(kApproximateCase);
+  write("g.txt", rule_golden(megatron_sampled(-2.0)));
+  write("a/train/metrics.jsonl", rule_logged(-2.05));
+  const CheckResult r = run(0, "loss_matches");
+  EXPECT_TRUE(r.passed) << r.message;
+  EXPECT_NEAR(r.margin.value_or(-1), 0.5, 1e-9);  // 0.05 of a 0.1 tolerance
+}
+
+// A step missing against a golden band is measured from the band's low end (as a NaN loss is),
+// with no tolerance, since only a golden nan meets it; the table shows no |diff| for it, and the
+// margin is inf.
+TEST_F(Checks, AStepMissingAgainstAGoldenBandIsMeasuredFromItsLowEndWithNoTolerance) {
+  load(kApproximateCase);
+  write("g.txt", "5 9 10\n");
+  write("a/train/metrics.jsonl", rule_logged(9.5, {}, 4));
+  const CheckResult r = run(0, "loss_matches");
+  EXPECT_FALSE(r.passed);
+  EXPECT_EQ(r.margin, INFINITY);
+  EXPECT_EQ(r.details, "  step  phase train  |  golden " + dir_ +
+                           "/g.txt  |  |diff|\n"
+                           "     5                         -                   [9, 10]           -  <-\n");
+  EXPECT_EQ(outcomes_[0].verdict.step, 5);
+  EXPECT_EQ(outcomes_[0].verdict.reference, 9.0);
+  EXPECT_EQ(outcomes_[0].verdict.tolerance, 0.0);
+}
+
+// A band regenerated over runs one of which diverged is open at its top (`9 inf`); a deterministic
+// rerun of the run that set its low end meets that end exactly, and passes.
+TEST_F(Checks, ADeterministicRerunMeetsTheFiniteEndOfABandOpenAtTheOther) {
+  load(kDeterministicCase);
+  write("g.txt", "5 9 inf\n");
+  write("a/train/metrics.jsonl", rule_logged(9.0, {}, 5));
+  const CheckResult r = run(0, "loss_matches");
+  EXPECT_TRUE(r.passed) << r.message << "\n" << r.details;
+  EXPECT_EQ(r.message, "megatron-deterministic: all 1 golden steps equal to 5 decimals");
+}
+
+// A band open at one end holds every finite loss past its finite end: under a Megatron rule a loss
+// of 10 inside `9 inf` (or `-inf 10`) passes, as it does without a rule; one below the finite
+// end is measured from it. The rule once sent any band with an infinite end to "an infinity
+// meets only itself" and failed the loss inside it, with no reason shown.
+TEST_F(Checks, UnderARuleAFiniteLossInsideABandOpenAtOneEndPassesAndOneOutsideIsMeasuredFromItsEnd) {
+  load(kApproximateCase);
+  write("g.txt", "5 9 inf\n");
+  write("a/train/metrics.jsonl", rule_logged(10.0, {}, 5));
+  CheckResult r = run(0, "loss_matches");
+  EXPECT_TRUE(r.passed) << r.message << "\n" << r.details;
+  write("g.txt", "5 -inf 10.2\n");
+  r = run(0, "loss_matches");
+  EXPECT_TRUE(r.passed) << r.message << "\n" << r.details;
+  write("g.txt", "5 20 inf\n");
+  r = run(0, "loss_matches");
+  EXPECT_FALSE(r.passed);
+  EXPECT_NE(r.message.find("1 of 1 golden steps missed"), std::string::npos) << r.message;
+  EXPECT_NE(r.details.find("[20, inf]    1.00e+01"), std::string::npos) << r.details;  // 10 below its end
 }

@@ -1,5 +1,7 @@
 // judge(): a case's check results weighed against its expectation, one test per row of
-// docs/checks.md's table; then checks and judge() together on loaded cases.
+// docs/checks.md's table, and which check decides where several could (ties, the checks after a
+// canary's, the first that could not look) and how a canary's margin reads; then checks and
+// judge() together on loaded cases.
 #include "harness/judge/checks_fixture.h"
 
 namespace fs = std::filesystem;
@@ -132,6 +134,50 @@ TEST(Judge, ACanaryIsCaughtOnlyWhenItsCheckJudgedAndFailed) {
                                      {crashed(), failed("log_contains", "no log of phase train contains 'x'")});
   EXPECT_EQ(message.verdict.kind, VerdictKind::kCanaryCaught);
   EXPECT_EQ(message.reason(), "canary caught by log_contains: no log of phase train contains 'x'");
+}
+
+// Of a canary's checks that caught it equally clearly (the same margin), the first in the matrix
+// decides: the message quotes it, not whichever came last.
+TEST(Judge, OfACanarysEquallyClearCatchesTheFirstDecides) {
+  CheckResult loss = failed("loss_matches", "step 2: loss 5.5 vs 5");
+  CheckResult grad_norm = failed("loss_matches", "step 2: grad_norm 1.1 vs 1");
+  loss.margin = grad_norm.margin = 34;
+  const CaseOutcome o = judged(expect(Expectation::kFail, "loss_matches"), {passed("exit"), loss, grad_norm});
+  EXPECT_EQ(o.verdict.kind, VerdictKind::kCanaryCaught);
+  EXPECT_EQ(o.reason(), "canary caught by loss_matches (margin 34x): step 2: loss 5.5 vs 5");
+}
+
+// A canary is judged by the check it names alone: a check of another kind after it, passing,
+// does not make it "not caught".
+TEST(Judge, ACanaryIsJudgedByItsOwnCheckWhateverChecksFollowIt) {
+  CheckResult caught = failed("loss_matches", "step 2: loss 5.5 vs 5");
+  caught.margin = 34;
+  const CaseOutcome o =
+      judged(expect(Expectation::kFail, "loss_matches"), {passed("exit"), caught, passed("loss_finite")});
+  EXPECT_EQ(o.verdict.kind, VerdictKind::kCanaryCaught);
+  EXPECT_EQ(o.reason(), "canary caught by loss_matches (margin 34x): step 2: loss 5.5 vs 5");
+}
+
+// An xfail whose checks could not look names the first of them, in the matrix's order, not the last.
+TEST(Judge, AnXfailThatCouldNotBeJudgedNamesTheFirstCheckThatCouldNotLook) {
+  const CaseOutcome o = judged(expect(Expectation::kXfail, "issue 7"),
+                               {passed("exit"), failed("loss_matches", "cannot read m.jsonl", false),
+                                failed("keys_match", "cannot read k.json", false)});
+  EXPECT_EQ(o.verdict.kind, VerdictKind::kXfailedDifferently);
+  EXPECT_EQ(o.reason(), "xfail (issue 7) could not be judged: loss_matches: cannot read m.jsonl");
+}
+
+// A canary's margin reads in whole numbers below a million (999999x) and in two digits from a
+// million on (1e+06x), so that a huge margin stays short.
+TEST(Judge, ACanarysMarginOfAMillionOrMoreReadsInTwoDigits) {
+  const Expectation canary = expect(Expectation::kFail, "loss_matches");
+  auto reason = [&](double margin) {
+    CheckResult r = failed("loss_matches", "step 2: loss 5.5 vs 5");
+    r.margin = margin;
+    return judged(canary, {passed("exit"), r}).reason();
+  };
+  EXPECT_EQ(reason(999999), "canary caught by loss_matches (margin 999999x): step 2: loss 5.5 vs 5");
+  EXPECT_EQ(reason(1e6), "canary caught by loss_matches (margin 1e+06x): step 2: loss 5.5 vs 5");
 }
 
 // ---- checks and judge() together, on loaded cases --------------------------------

@@ -1,4 +1,5 @@
-// The message checks (judge/log_checks.cpp); `exit` is tested end to end with real
+// The message checks (judge/log_checks.cpp), and their edges: an empty text, the one rank a
+// log_contains names, a log past the phase's last rank. `exit` is tested end to end with real
 // crashing, hanging and stubborn processes in run_test.cpp.
 #include "harness/judge/checks_fixture.h"
 
@@ -33,4 +34,44 @@ TEST_F(Checks, LogContainsAndErrorMatchesForExpectedFailures) {
   EXPECT_EQ(outcomes_[0].status(), Status::kXfailed);
   write("seed/train/rank0.log", "");
   EXPECT_EQ(run(0, "log_contains").message, "no log of phase train rank 0 contains 'resumed'");
+}
+
+// An empty text is refused by name: it is in every log, so the check would pass on any run,
+// a crashed one for error_matches too.
+TEST_F(Checks, LogContainsAndErrorMatchesRefuseAnEmptyText) {
+  load(R"(  - name: a
+    checks: [{log_contains: {text: ""}}, {error_matches: {text: ""}}]
+)");
+  write("a/train/rank0.log", "meshtrain: step 1\n");
+  write("a/train/rank1.log", "meshtrain: error: out of memory\n");
+  outcomes_[0].phases[0].result.first_failure = {1, 1, 0};
+  outcomes_[0].phases[0].result.exits[1] = {1, 1, 0};
+  const CheckResult log = run(0, "log_contains");
+  EXPECT_FALSE(log.passed);
+  EXPECT_EQ(log.message, "log_contains needs text");
+  const CheckResult error = run(0, "error_matches");
+  EXPECT_FALSE(error.passed);
+  EXPECT_EQ(error.message, "error_matches needs text");
+}
+
+// log_contains with a rank reads that rank's log alone: the text in another rank's log fails it.
+TEST_F(Checks, LogContainsWithARankReadsOnlyThatRanksLog) {
+  load("  - name: a\n    checks: [{log_contains: {text: resumed, rank: 0}}]\n");
+  write("a/train/rank0.log", "meshtrain: step 1\n");
+  write("a/train/rank1.log", "meshtrain: resumed\n");
+  const CheckResult r = run(0, "log_contains");
+  EXPECT_FALSE(r.passed);
+  EXPECT_EQ(r.message, "no log of phase train rank 0 contains 'resumed'");
+}
+
+// log_contains reads the phase's ranks only: a rank2.log left in a 2-rank phase's folder (by a run
+// with more ranks) holding the text does not pass it.
+TEST_F(Checks, LogContainsReadsNoLogPastThePhasesLastRank) {
+  load("  - name: a\n    checks: [{log_contains: {text: resumed}}]\n");
+  write("a/train/rank0.log", "meshtrain: step 1\n");
+  write("a/train/rank1.log", "meshtrain: step 1\n");
+  write("a/train/rank2.log", "meshtrain: resumed\n");
+  const CheckResult r = run(0, "log_contains");
+  EXPECT_FALSE(r.passed);
+  EXPECT_EQ(r.message, "no log of phase train contains 'resumed'");
 }
