@@ -279,11 +279,13 @@ std::optional<CheckSpec> read_check(const ReadContext& ctx, const YAML::Node& it
     if (!v) continue;
     const std::string what = name + "." + p.name;
     switch (p.type()) {
-      case ParamType::kString:
-        if (auto s = read_string(ctx, *v, what))
+      case ParamType::kString:  // an empty `text` would be found in every log
+        if (auto s = read_string(ctx, *v, what); s && !(s->empty() && p.name == "text")) {
           p.set(spec.params, *s);
-        else
+        } else {
+          if (s) ctx.error(*v, what + " is empty: say what the log must contain");
           ok = false;
+        }
         break;
       case ParamType::kNumber:  // a tolerance, a factor or a band's width: a negative one fails every value
         if (auto d = read_number(ctx, *v, what); d && *d >= 0) {

@@ -373,6 +373,7 @@ cases:
       - loss_matches: {rtol: big}
       - log_contains
       - tensors_match: {baseline: fsdp, atol: -1e-8}
+      - log_contains: {text: ""}
 )");
   const std::string b = errors_of(
       "suite: s\ndefaults: {model: tiny}\ncases:\n  - name: fsdp\n  - name: tp\n"
@@ -386,6 +387,7 @@ cases:
   EXPECT_NE(e.find("m.yaml:10:30: loss_matches.rtol must be a number, got 'big'"), std::string::npos) << e;
   EXPECT_NE(e.find("m.yaml:11:9: check log_contains needs text"), std::string::npos) << e;
   EXPECT_NE(e.find("m.yaml:12:47: tensors_match.atol must be 0 or more, got '-1e-8'"), std::string::npos) << e;
+  EXPECT_NE(e.find("m.yaml:13:30: log_contains.text is empty: say what the log must contain"), std::string::npos) << e;
 }
 
 // matrix_fuzz found it: std::stod threw out_of_range (an uncaught exception, not an error) on a

@@ -36,22 +36,21 @@ TEST_F(Checks, LogContainsAndErrorMatchesForExpectedFailures) {
   EXPECT_EQ(run(0, "log_contains").message, "no log of phase train rank 0 contains 'resumed'");
 }
 
-// An empty text is refused by name: it is in every log, so the check would pass on any run,
-// a crashed one for error_matches too.
-TEST_F(Checks, LogContainsAndErrorMatchesRefuseAnEmptyText) {
-  load(R"(  - name: a
+// An empty text would be found in every log: the loader refuses it, for both checks, with the
+// place in the matrix.
+TEST_F(Checks, LogContainsAndErrorMatchesRefuseAnEmptyTextWhenTheMatrixLoads) {
+  std::string errors;
+  try {
+    load(R"(  - name: a
     checks: [{log_contains: {text: ""}}, {error_matches: {text: ""}}]
 )");
-  write("a/train/rank0.log", "meshtrain: step 1\n");
-  write("a/train/rank1.log", "meshtrain: error: out of memory\n");
-  outcomes_[0].phases[0].result.first_failure = {1, 1, 0};
-  outcomes_[0].phases[0].result.exits[1] = {1, 1, 0};
-  const CheckResult log = run(0, "log_contains");
-  EXPECT_FALSE(log.passed);
-  EXPECT_EQ(log.message, "log_contains needs text");
-  const CheckResult error = run(0, "error_matches");
-  EXPECT_FALSE(error.passed);
-  EXPECT_EQ(error.message, "error_matches needs text");
+  } catch (const MatrixError& e) {
+    errors = e.what();
+  }
+  EXPECT_NE(errors.find("m.yaml:5:36: log_contains.text is empty: say what the log must contain"), std::string::npos)
+      << errors;
+  EXPECT_NE(errors.find("m.yaml:5:65: error_matches.text is empty: say what the log must contain"), std::string::npos)
+      << errors;
 }
 
 // log_contains with a rank reads that rank's log alone: the text in another rank's log fails it.
