@@ -141,8 +141,8 @@ std::string ranks_not_arrived(const std::string& dir, int nproc, int* behind) {
     for (size_t i = 0; i < ranks.size(); ++i) text += (i ? "," : "") + std::to_string(ranks[i]);
     return text;
   };
-  std::string said = listed(late) + " did not arrive: " + listed(waiting) + " wait in collective #" +
-                     std::to_string(most) + " (" + last[waiting.front()] + ");";
+  std::string said = listed(late) + " did not arrive: " + listed(waiting) + (waiting.size() == 1 ? " waits" : " wait") +
+                     " in collective #" + std::to_string(most) + " (" + last[waiting.front()] + ");";
   for (int r : late) said += " rank " + std::to_string(r) + " entered " + std::to_string(entered[r]);
   return said;
 }

@@ -2,7 +2,8 @@
 // num_zeros metric and {hardware} golden paths: each passing where Megatron passes, and failing,
 // with the message a person reads, on every way a rule could go soft (a missing step, a nan, one
 // miss over the allowance, the golden's own nan, the tolerance of another metric, a negative
-// golden), and a band's edges (a missing step measured from its low end, a band open at one end).
+// golden), and a band's edges (a missing step measured from its low end, a band open at one end),
+// and the reference curves a rule draws (a band's upper end only for a band golden).
 #include <cmath>
 #include <cstdlib>
 #include <map>
@@ -409,4 +410,22 @@ TEST_F(Checks, UnderARuleAFiniteLossInsideABandOpenAtOneEndPassesAndOneOutsideIs
   EXPECT_FALSE(r.passed);
   EXPECT_NE(r.message.find("1 of 1 golden steps missed"), std::string::npos) << r.message;
   EXPECT_NE(r.details.find("[20, inf]    1.00e+01"), std::string::npos) << r.details;  // 10 below its end
+}
+
+// Under a rule, as without one, a golden of single values draws one reference curve and a band
+// golden its upper end too: the report's plot shows the band a loss was judged against.
+TEST_F(Checks, UnderARuleOnlyABandGoldenDrawsAReferenceMaxCurve) {
+  load(kApproximateCase);
+  write("g.txt", "1 10\n");
+  write("a/train/metrics.jsonl", rule_logged(10.0, {}, 1));
+  CheckResult r = run(0, "loss_matches");
+  EXPECT_TRUE(r.passed) << r.message;
+  ASSERT_EQ(r.series.size(), 2u);
+  EXPECT_EQ(r.series[1].role, "reference");
+  write("g.txt", "1 9 11\n");
+  r = run(0, "loss_matches");
+  EXPECT_TRUE(r.passed) << r.message;
+  ASSERT_EQ(r.series.size(), 3u);
+  EXPECT_EQ(r.series[2].role, "reference-max");
+  EXPECT_EQ(r.series[2].points, (std::vector<std::pair<long long, double>>{{1, 11.0}}));
 }

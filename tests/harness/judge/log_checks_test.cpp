@@ -1,6 +1,9 @@
 // The message checks (judge/log_checks.cpp), and their edges: an empty text, the one rank a
-// log_contains names, a log past the phase's last rank. `exit` is tested end to end with real
-// crashing, hanging and stubborn processes in run_test.cpp.
+// log_contains names, a log past the phase's last rank; `exit`'s message for a timeout, a rank
+// behind at a collective, rank 0 failing first. `exit` is tested end to end with real crashing,
+// hanging and stubborn processes in run_test.cpp.
+#include <csignal>
+
 #include "harness/judge/checks_fixture.h"
 
 namespace fs = std::filesystem;
@@ -73,4 +76,50 @@ TEST_F(Checks, LogContainsReadsNoLogPastThePhasesLastRank) {
   const CheckResult r = run(0, "log_contains");
   EXPECT_FALSE(r.passed);
   EXPECT_EQ(r.message, "no log of phase train contains 'resumed'");
+}
+
+// A timed-out phase whose ranks had all exited by themselves says so ("none"), not an empty
+// list: the person triaging knows no rank was left hanging.
+TEST_F(Checks, ATimedOutPhaseWithNoRankStillRunningSaysNone) {
+  load("  - name: a\n");
+  PhaseOutcome& p = outcomes_[0].phases[0];
+  p.result.timed_out = true;
+  p.result.stopped_because = "timed out after 60 s";
+  p.result.exits = {{0, 0, 0}, {1, 0, 0}};
+  EXPECT_EQ(run(0, "exit").message, "phase train timed out after 60 s (ranks still running: none)");
+}
+
+// A timed-out phase whose collective files show a rank behind the others names that rank as the
+// one to blame, and says which collective the rest wait in: that is where the hang is.
+TEST_F(Checks, ATimedOutPhaseBlamesTheRankThatDidNotArriveAtTheCollective) {
+  load("  - name: a\n    ngpu: 3\n");
+  PhaseOutcome& p = outcomes_[0].phases[0];
+  p.result.timed_out = true;
+  p.result.stopped_because = "timed out after 60 s";
+  p.result.exits = {{0, 0, SIGTERM}, {1, 0, SIGTERM}, {2, 0, SIGTERM}};
+  write("a/train/collectives_rank0.txt", "collectives_entered=10 last=all_reduce_sum group=dp ranks=3\n");
+  write("a/train/collectives_rank1.txt", "collectives_entered=9 last=all_gather group=dp ranks=3\n");
+  write("a/train/collectives_rank2.txt", "collectives_entered=10 last=all_reduce_sum group=dp ranks=3\n");
+  const CheckResult r = run(0, "exit");
+  EXPECT_EQ(r.message,
+            "phase train timed out after 60 s (ranks still running: 0,1,2); rank 1 did not arrive: ranks 0,2 wait in "
+            "collective #10 (all_reduce_sum group=dp ranks=3); rank 1 entered 9");
+  EXPECT_EQ(r.finding.rank, 1);
+}
+
+// Rank 0 failing first is a rank failure like any other (rank 0 is no "no rank"): its exit code,
+// and the error line of its log when there is one, with nothing dangling when there is none.
+TEST_F(Checks, ExitNamesRankZeroFailingFirstAndItsErrorLineOnlyWhenItHasOne) {
+  load("  - name: a\n");
+  PhaseOutcome& p = outcomes_[0].phases[0];
+  p.result.first_failure = {0, 3, 0};
+  p.result.exits[0] = {0, 3, 0};
+  write("a/train/rank0.log", "meshtrain: step 1\n");
+  CheckResult r = run(0, "exit");
+  EXPECT_EQ(r.message, "phase train: rank 0 failed first with exit code 3");
+  EXPECT_EQ(r.finding.kind, VerdictKind::kExitCode);
+  EXPECT_EQ(r.finding.rank, 0);
+  write("a/train/rank0.log", "meshtrain: step 1\nmeshtrain: error: out of memory\n");
+  r = run(0, "exit");
+  EXPECT_EQ(r.message, "phase train: rank 0 failed first with exit code 3: meshtrain: error: out of memory");
 }

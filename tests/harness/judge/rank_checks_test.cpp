@@ -107,3 +107,95 @@ TEST_F(Checks, SavedOnceComparesTheBytesRanksWroteWithTheStateOnce) {
   EXPECT_EQ(run(0, "saved_once").message,
             "phase train has 2 ranks but left 1 rank<R>.json files in " + dir_ + "/ddp/train");
 }
+
+// A phase that left param_digest.json is judged on it even where its outputs name a checkpoint:
+// the digest is what the trainer says it ended with, and the checkpoint may be gone.
+TEST_F(Checks, ParamsMatchReadsTheDigestAPhaseLeftBeforeTheCheckpointItsOutputsName) {
+  load(
+      "  - name: a\n    outputs: {checkpoint: {path: gone}}\n"
+      "    checks: [{params_match: {golden: golden.json, rtol: 1.0e-6}}]\n");
+  write("golden.json", R"({"params":{"model.w":{"sum":0.5,"l2":10.0}}})");
+  write("a/train/param_digest.json", R"({"params":{"model.w":{"sum":0.5,"l2":10.0}}})");
+  const CheckResult r = run(0, "params_match");
+  EXPECT_TRUE(r.passed) << r.message;
+}
+
+// A phase with neither a digest nor a checkpoint in its outputs fails naming the digest it
+// should have left: that is the file a person looks for.
+TEST_F(Checks, ParamsMatchWithoutADigestOrACheckpointNamesTheMissingDigest) {
+  load("  - name: a\n    checks: [{params_match: {golden: golden.json, rtol: 1.0e-6}}]\n");
+  write("golden.json", R"({"params":{"model.w":{"sum":0.5,"l2":10.0}}})");
+  EXPECT_EQ(run(0, "params_match").message, "cannot read " + dir_ + "/a/train/param_digest.json");
+}
+
+// The margin measures a difference by its size, below the reference as above it: a subject
+// 0.125 under, with a tolerance of 1, is an eighth of the way to failing, not "no difference".
+TEST_F(Checks, ParamsMatchMarginCountsADifferenceBelowTheReference) {
+  load("  - name: a\n    checks: [{params_match: {golden: golden.json, rtol: 0.1}}]\n");
+  write("golden.json", R"({"params":{"model.w":{"sum":0.5,"l2":10.0}}})");
+  write("a/train/param_digest.json", R"({"params":{"model.w":{"sum":0.375,"l2":10.0}}})");
+  const CheckResult r = run(0, "params_match");
+  EXPECT_TRUE(r.passed) << r.message;
+  ASSERT_TRUE(r.margin);
+  EXPECT_NEAR(*r.margin, 0.125, 1e-12);  // |0.375 - 0.5| / (0.1 x 10)
+}
+
+// params_match's bound is inclusive: a difference of exactly atol passes, as every tolerance
+// in the judge does.
+TEST_F(Checks, ParamsMatchPassesADifferenceExactlyAtItsBound) {
+  load("  - name: a\n    checks: [{params_match: {golden: golden.json, rtol: 0, atol: 0.5}}]\n");
+  write("golden.json", R"({"params":{"model.w":{"sum":1.5,"l2":10.0}}})");
+  write("a/train/param_digest.json", R"({"params":{"model.w":{"sum":1.0,"l2":10.0}}})");
+  const CheckResult r = run(0, "params_match");
+  EXPECT_TRUE(r.passed) << r.message;
+  EXPECT_EQ(r.margin, 1.0);
+  write("a/train/param_digest.json", R"({"params":{"model.w":{"sum":0.9375,"l2":10.0}}})");
+  EXPECT_FALSE(run(0, "params_match").passed);
+}
+
+// A phase that left no rank file at all says so, not that it left too few: the trainer wrote
+// none of the contract files.
+TEST_F(Checks, ReplicasEqualSaysAPhaseLeftNoRankFiles) {
+  load("  - name: a\n    checks: [replicas_equal]\n");
+  EXPECT_EQ(run(0, "replicas_equal").message, "phase train left no rank<R>.json files in " + dir_ + "/a/train");
+}
+
+namespace {
+std::string saved_once_rank_file(const std::string& folder, int bytes, const std::vector<long long>& steps = {5}) {
+  return nlohmann::json{
+      {"checkpoint_tensor_bytes_written", bytes}, {"checkpoint_steps_saved", steps}, {"checkpoint_folder", folder}}
+      .dump();
+}
+}  // namespace
+
+// saved_once counts every tensor of a step, those after an object key (the dataloader's state)
+// included: stopping at the object would call a checkpoint written once "written twice".
+TEST_F(Checks, SavedOnceCountsTheTensorsAfterAnObjectKey) {
+  load("  - name: a\n    checks: [saved_once]\n");
+  write_checkpoint(dir_ + "/ck", {{"model.w", {{2, 3}, {1, 2, 3, 4, 5, 6}}}}, {"dataloader"});
+  write("a/train/rank0.json", saved_once_rank_file(dir_ + "/ck", 24));
+  write("a/train/rank1.json", saved_once_rank_file(dir_ + "/ck", 0));
+  const CheckResult r = run(0, "saved_once");
+  EXPECT_TRUE(r.passed) << r.message;
+}
+
+// A phase that left rank files is judged on them even where its outputs name a checkpoint: the
+// ranks' byte counts see a chunk written twice, which the checkpoint alone cannot.
+TEST_F(Checks, SavedOnceReadsTheRankFilesWhereTheyExistEvenWithACheckpointInTheOutputs) {
+  load("  - name: a\n    outputs: {checkpoint: {path: ck}}\n    checks: [saved_once]\n");
+  write_checkpoint(dir_ + "/a/train/ck", {{"model.w", {{2, 3}, {1, 2, 3, 4, 5, 6}}}});
+  write("a/train/rank0.json", saved_once_rank_file(dir_ + "/a/train/ck", 24));
+  write("a/train/rank1.json", saved_once_rank_file(dir_ + "/a/train/ck", 24));
+  EXPECT_EQ(run(0, "saved_once").message,
+            "phase train: its 2 ranks wrote 48 tensor bytes for step-5, whose tensors hold 24 (2x): "
+            "some chunk was written by more than one rank");
+}
+
+// A phase whose rank files list no saved step fails saying so: with nothing saved, nothing
+// written is no proof of "saved once".
+TEST_F(Checks, SavedOnceFailsAPhaseThatSavedNoCheckpoint) {
+  load("  - name: a\n    checks: [saved_once]\n");
+  write("a/train/rank0.json", saved_once_rank_file(dir_ + "/ck", 0, {}));
+  write("a/train/rank1.json", saved_once_rank_file(dir_ + "/ck", 0, {}));
+  EXPECT_EQ(run(0, "saved_once").message, "phase train saved no checkpoint (checkpoint_steps_saved is empty)");
+}

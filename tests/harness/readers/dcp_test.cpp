@@ -544,6 +544,51 @@ TEST(DcpHandBuilt, ReassemblesA2DMeshOfUnevenChunks) {
       v, (std::vector<double>{0, 1, 100, 101, 2, 3, 102, 103, 4, 5, 104, 105, 200, 201, 202, 203, 204, 205, 206, 207}));
 }
 
+// Chunks at one row offset are told apart by their other dims whatever order they are listed
+// in (the right half before the left is no overlap), and a chunk that holds part of a middle
+// dim is placed run by run, at its own rows: a resharded save lists chunks in any such way.
+TEST(DcpHandBuilt, ChunksListedRightToLeftOrSplitAlongAMiddleDimReassemble) {
+  TempDir tmp;
+  write_dcp(tmp.path() + "/cols",
+            {{"w",
+              true,
+              "float32",
+              {2, 4},
+              {{{0, 2}, {2, 2}, counting_record({2, 2}, 100)}, {{0, 0}, {2, 2}, counting_record({2, 2}, 0)}}}});
+  EXPECT_EQ(CheckpointView::open(tmp.path() + "/cols").read_tensor("w"),
+            (std::vector<double>{0, 1, 100, 101, 2, 3, 102, 103}));
+  write_dcp(tmp.path() + "/middle", {{"w",
+                                      true,
+                                      "float32",
+                                      {2, 2, 2},
+                                      {{{0, 0, 0}, {2, 1, 2}, counting_record({2, 1, 2}, 0)},
+                                       {{0, 1, 0}, {2, 1, 2}, counting_record({2, 1, 2}, 100)}}}});
+  EXPECT_EQ(CheckpointView::open(tmp.path() + "/middle").read_tensor("w"),
+            (std::vector<double>{0, 1, 100, 101, 2, 3, 102, 103}));
+}
+
+// A scalar tensor (shape []) saved as its one chunk reads as its value: a single chunk is no
+// overlap (a loss scale or a step counter is saved so).
+TEST(DcpHandBuilt, AScalarTensorOfOneChunkReads) {
+  TempDir tmp;
+  write_dcp(tmp.path(), {{"scale", true, "float32", {}, {{{}, {}, counting_record({}, 7)}}}});
+  const CheckpointView view = CheckpointView::open(tmp.path());
+  EXPECT_EQ(view.read_tensor("scale"), (std::vector<double>{7}));
+  EXPECT_NO_THROW(view.check_stored_once());
+}
+
+// Two records that share bytes of a file are refused naming both, in file order: the keys a
+// person looks for in the writer.
+TEST(DcpHandBuilt, OverlappingRecordsAreRefusedNamingBothKeys) {
+  TempDir tmp;
+  TestChunk b{{0}, {2}, counting_record({2}, 10)};
+  b.offset_override = 4;  // inside a's 8 bytes
+  write_dcp(tmp.path(),
+            {{"a", true, "float32", {2}, {{{0}, {2}, counting_record({2}, 0)}}}, {"b", true, "float32", {2}, {b}}});
+  const std::string error = expect_error([&] { CheckpointView::open(tmp.path()).check_stored_once(); }, {"overlap"});
+  EXPECT_EQ(error, tmp.path() + "/__0_0.distcp: the records of key 'a' chunk at [0] and key 'b' chunk at [0] overlap");
+}
+
 // Mutant: reading a tensor stops at its first empty chunk (`break` for `continue`), so the chunks
 // listed after it are never read. Uneven shards give ranks empty chunks; a writer may list one first.
 TEST(DcpHandBuilt, AnEmptyChunkListedFirstDoesNotEndTheRead) {
@@ -791,6 +836,82 @@ TEST(Meshtrain, ReadsKeysAndReassemblesChunks) {
   EXPECT_EQ(view.entries()[0].bytes, 24u);
   EXPECT_FALSE(view.find("train_state")->is_tensor);
   EXPECT_EQ(view.read_tensor("model.w"), (std::vector<double>{1, 2, 3, 4, 5, 6}));
+}
+
+// about() says what the save recorded; a save that recorded no writer's mesh shows "?" there,
+// not an empty gap.
+TEST(Meshtrain, AboutShowsAQuestionMarkForAnUnrecordedMesh) {
+  TempDir tmp;
+  write_meshtrain(tmp.path() + "/step-3");
+  EXPECT_EQ(CheckpointView::open(tmp.path()).about(), "step 3, format 2, written under ?, key style canonical");
+}
+
+// A key of a kind the reader does not know is listed as a non-tensor item with a warning naming
+// it; tensors and objects, the kinds meshtrain writes, raise none.
+TEST(Meshtrain, OnlyAKeyOfAnUnknownKindIsWarnedAbout) {
+  TempDir tmp;
+  write_meshtrain(tmp.path());
+  EXPECT_TRUE(CheckpointView::open(tmp.path()).warnings().empty());
+  auto doc = nlohmann::json::parse(read_file(tmp.path() + "/.metadata"));
+  doc["keys"]["rng"] = {{"kind", "blob"}};
+  write_file(tmp.path() + "/.metadata", doc.dump());
+  const CheckpointView view = CheckpointView::open(tmp.path());
+  EXPECT_EQ(view.warnings(), (std::vector<std::string>{tmp.path() + "/.metadata: key 'rng': unknown kind 'blob'; "
+                                                                    "listed as a non-tensor item"}));
+  EXPECT_FALSE(view.find("rng")->is_tensor);
+}
+
+// A chunk whose byte_length is not its elements' bytes, and one running past the end of its
+// file, are refused naming the chunk: read as they are, they would shift or cut the tensor.
+TEST(Meshtrain, AChunkOfTheWrongLengthOrPastTheFilesEndIsRefused) {
+  TempDir tmp;
+  write_meshtrain(tmp.path());
+  auto doc = nlohmann::json::parse(read_file(tmp.path() + "/.metadata"));
+  doc["keys"]["model.w"]["chunks"][1]["byte_length"] = 12;
+  write_file(tmp.path() + "/.metadata", doc.dump());
+  EXPECT_EQ(expect_error([&] { CheckpointView::open(tmp.path()).read_tensor("model.w"); }, {}),
+            tmp.path() +
+                "/__0_0.distcp: chunk of key 'model.w' at offsets [2, 0] (byte offset 16 length 12): byte_length "
+                "is not 4 x the chunk's 2 elements");
+  write_meshtrain(tmp.path());
+  fs::resize_file(tmp.path() + "/__0_0.distcp", 20);  // chunk 1 is bytes 16..24
+  EXPECT_EQ(expect_error([&] { CheckpointView::open(tmp.path()).read_tensor("model.w"); }, {}),
+            tmp.path() +
+                "/__0_0.distcp: chunk of key 'model.w' at offsets [2, 0] (byte offset 16 length 8) lies beyond the "
+                "end of the file (size 20)");
+}
+
+// An empty chunk (a rank whose shard of an uneven split is empty) may sit at the very end of its
+// file: it holds no byte past it, and the tensor reads whole.
+TEST(Meshtrain, AnEmptyChunkAtTheEndOfItsFileIsRead) {
+  TempDir tmp;
+  write_meshtrain(tmp.path());
+  auto doc = nlohmann::json::parse(read_file(tmp.path() + "/.metadata"));
+  const auto end = fs::file_size(tmp.path() + "/__0_0.distcp");
+  doc["keys"]["model.w"]["chunks"].push_back(
+      {{"offsets", {3, 0}}, {"sizes", {0, 2}}, {"file", "__0_0.distcp"}, {"byte_offset", end}, {"byte_length", 0}});
+  write_file(tmp.path() + "/.metadata", doc.dump());
+  EXPECT_EQ(CheckpointView::open(tmp.path()).read_tensor("model.w"), (std::vector<double>{1, 2, 3, 4, 5, 6}));
+}
+
+// A chunk whose bytes are no multiple of its leaf size ends in a short leaf, checksummed over its
+// own bytes only: an intact save of 3 floats in 8-byte leaves verifies.
+TEST(Meshtrain, AShortLastLeafIsCheckedOverItsOwnBytes) {
+  TempDir tmp;
+  const std::string data = floats({1, 2, 3});
+  const std::string hashes =
+      le_bytes(contract::mix64(data.data(), 8), 8) + le_bytes(contract::mix64(data.data() + 8, 4), 8);
+  write_file(tmp.path() + "/__0_0.distcp", data + hashes);
+  nlohmann::json chunk = {{"offsets", {0}},    {"sizes", {3}},    {"file", "__0_0.distcp"}, {"byte_offset", 0},
+                          {"byte_length", 12}, {"leaf_bytes", 8}, {"hash_offset", 12}};
+  write_file(
+      tmp.path() + "/.metadata",
+      nlohmann::json{
+          {"format_version", 2},
+          {"step", 3},
+          {"keys", {{"model.b", {{"kind", "tensor"}, {"dtype", "float32"}, {"shape", {3}}, {"chunks", {chunk}}}}}}}
+          .dump());
+  EXPECT_EQ(CheckpointView::open(tmp.path()).read_tensor("model.b"), (std::vector<double>{1, 2, 3}));
 }
 
 TEST(Meshtrain, DamagedDataFailsItsChecksumAndFormat1IsRefused) {

@@ -125,4 +125,9 @@ TEST_F(TailOfFile, RanksNotArrivedReadsPaddedCollectiveLines) {
       ranks_not_arrived(dir_, 3, &behind),
       "rank 1 did not arrive: ranks 0,2 wait in collective #10 (all_reduce_sum group=dp ranks=3); rank 1 entered 9");
   EXPECT_EQ(behind, 1);
+  // Of two ranks, the one that waits is one rank: "waits".
+  collective(0, "collectives_entered=3 last=broadcast group=world ranks=2");
+  collective(1, "collectives_entered=2 last=all_gather group=world ranks=2");
+  EXPECT_EQ(ranks_not_arrived(dir_, 2, &behind),
+            "rank 1 did not arrive: rank 0 waits in collective #3 (broadcast group=world ranks=2); rank 1 entered 2");
 }

@@ -1,16 +1,20 @@
 // The safetensors reader on files written here byte by byte: a sharded save read through its
-// index, an index that points outside its folder, and data bytes no tensor claims.
+// index, an index that points outside its folder, and data bytes no tensor claims; the header's
+// metadata in CheckpointView's about(), and the Hugging Face Trainer's checkpoint-<N> folders
+// that CheckpointView chooses among.
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "readers/checkpoint_view.h"
 #include "readers/safetensors.h"
 
 namespace fs = std::filesystem;
@@ -25,8 +29,10 @@ struct FloatTensor {
 };
 
 // One .safetensors file: the 8-byte little-endian header length, the JSON header, the data.
-void write_safetensors(const std::string& path, const std::vector<FloatTensor>& tensors) {
+void write_safetensors(const std::string& path, const std::vector<FloatTensor>& tensors,
+                       const nlohmann::json& metadata = nullptr) {
   nlohmann::json header = nlohmann::json::object();
+  if (!metadata.is_null()) header["__metadata__"] = metadata;
   std::string data;
   for (const auto& t : tensors) {
     data.append(t.gap_before, '\0');
@@ -96,4 +102,46 @@ TEST_F(Safetensors, DataBytesNoTensorClaimsAreNamed) {
   write_safetensors(dir_ + "/model.safetensors", {{"a", {1, 2}}, {"b", {3}, 4}});
   EXPECT_NE(error_of(dir_).find("model.safetensors: data bytes 8..12 belong to no tensor"), std::string::npos)
       << error_of(dir_);
+}
+
+// The header's __metadata__ is shown as one line, "metadata: k=v, k=v": what the writer
+// recorded about the save, the first thing a person reads of a checkpoint; files() counts the
+// file's data bytes, not its header.
+TEST_F(Safetensors, AboutListsTheHeadersMetadataAndFilesCountTheData) {
+  write_safetensors(dir_ + "/model.safetensors", {{"w", {1, 2}}}, {{"format", "pt"}, {"step", "4"}});
+  const CheckpointView view = CheckpointView::open(dir_ + "/model.safetensors");
+  EXPECT_EQ(view.about(), "metadata: format=pt, step=4");
+  EXPECT_EQ(view.files(), (std::map<std::string, uint64_t>{{"model.safetensors", 8}}));  // its data: 2 floats
+}
+
+// In a folder of the Trainer's checkpoint-<N> folders, the newest with trainer_state.json is
+// read, or the one asked for, checkpoint-0 included. Only checkpoint-<digits> folders of at most
+// 15 digits count ("checkpoint-", "checkpoint-final", 16 digits and files are left out), and a
+// step not there is refused with the folders listed, the unfinished ones marked.
+TEST_F(Safetensors, TheTrainersCheckpointFoldersNewestCompleteOrTheOneAskedFor) {
+  auto folder = [&](const std::string& name, bool complete) {
+    fs::create_directories(dir_ + "/" + name);
+    write_safetensors(dir_ + "/" + name + "/model.safetensors", {{"w", {1, 2}}});
+    if (complete) std::ofstream(dir_ + "/" + name + "/trainer_state.json") << "{}";
+  };
+  folder("checkpoint-0", true);
+  folder("checkpoint-3", true);
+  folder("checkpoint-5", false);
+  folder("checkpoint-100000000000000", false);  // 15 digits
+  folder("checkpoint-1000000000000000", true);  // 16 digits: not a step
+  folder("checkpoint-", true);
+  folder("checkpoint-final", true);
+  std::ofstream(dir_ + "/checkpoint-7") << "not a folder";
+  EXPECT_EQ(CheckpointView::open(dir_).step_dir(), dir_ + "/checkpoint-3");
+  EXPECT_EQ(CheckpointView::open(dir_, 0).step_dir(), dir_ + "/checkpoint-0");
+  EXPECT_EQ(CheckpointView::open(dir_, 5).step_dir(), dir_ + "/checkpoint-5");
+  std::string error;
+  try {
+    CheckpointView::open(dir_, 9);
+  } catch (const CheckpointError& e) {
+    error = e.what();
+  }
+  EXPECT_EQ(error, dir_ +
+                       ": no checkpoint-9 folder (found: checkpoint-0, checkpoint-3, checkpoint-5 (no "
+                       "trainer_state.json), checkpoint-100000000000000 (no trainer_state.json))");
 }
