@@ -1,7 +1,8 @@
 // The drift check against a history given in memory (HistorySource): the rule's edges, which
 // the end-to-end test in run_test.cpp (a real history, three commits) does not reach: one green
 // run as the whole band, a curve that exactly min_runs references hold, a run inside the band
-// and one outside it.
+// and one outside it; phases after one that did not run, a NaN loss left out, the run's curves
+// named when there is nothing to judge by, and the margin below the band as above.
 #include <utility>
 
 #include "harness/judge/checks_fixture.h"
@@ -78,4 +79,61 @@ TEST_F(DriftCheck, OnlyGreenRunsAtOtherCommitsWithinTheWindowCount) {
   const CheckResult r = run(0, "drift");
   EXPECT_FALSE(r.judged) << r.message;
   EXPECT_EQ(r.message, "not judged: 1 green run of this case at other commits in the history, 2 needed");
+}
+
+// drift judges the phases that ran: a first phase that did not run is passed over, and the loss of
+// the phase after it is judged against its green runs.
+TEST_F(DriftCheck, DriftJudgesThePhasesAfterOneThatDidNotRun) {
+  load(
+      "  - name: a\n"
+      "    phases: [{name: warmup}, {name: train}]\n"
+      "    checks: [{drift: {min_runs: 1, window: 1}}]\n");
+  outcomes_[0].phases[0].ran = false;
+  write("a/train/metrics.jsonl", curve({6.0, 5.0}));
+  history({green_run("c1", "train/loss", {6.0, 5.0})});
+  const CheckResult r = run(0, "drift");
+  EXPECT_TRUE(r.passed) << r.message;
+  EXPECT_EQ(r.message, "inside the band of its last 1 green runs");
+}
+
+// drift judges the finite losses only: a NaN step (loss_finite's to report) is left out of the
+// run's curve, and the rest of it is inside the band.
+TEST_F(DriftCheck, DriftLeavesANanLossOutAndJudgesTheRest) {
+  load("  - name: a\n    checks: [{drift: {min_runs: 1, window: 1}}]\n");
+  write("a/train/metrics.jsonl", curve({6.0, 5.0}) + "{\"step\":3,\"loss\":null}\n");
+  history({green_run("c1", "train/loss", {6.0, 5.0, 4.0})});
+  const CheckResult r = run(0, "drift");
+  EXPECT_TRUE(r.passed) << r.message;
+  EXPECT_EQ(r.message, "inside the band of its last 1 green runs");
+}
+
+// When no loss curve of the run is in enough green runs, the failure names the run's curves
+// ("train/loss", as the history keys them: a renamed phase shows), or "none" when every loss was NaN.
+TEST_F(DriftCheck, DriftWithNothingToJudgeByNamesTheRunsLossCurves) {
+  load("  - name: a\n    checks: [{drift: {min_runs: 1, window: 1}}]\n");
+  history({green_run("c1", "pretrain/loss", {6.0, 5.0})});
+  write("a/train/metrics.jsonl", curve({6.0, 5.0}));
+  CheckResult r = run(0, "drift");
+  EXPECT_FALSE(r.passed);
+  EXPECT_EQ(r.message,
+            "no loss curve of this run (train/loss) is in 1 of its 1 green runs at other commits: nothing to judge "
+            "drift by");
+  write("a/train/metrics.jsonl", "{\"step\":1,\"loss\":null}\n{\"step\":2,\"loss\":null}\n");
+  r = run(0, "drift");
+  EXPECT_FALSE(r.passed);
+  EXPECT_EQ(r.message,
+            "no loss curve of this run (none) is in 1 of its 1 green runs at other commits: nothing to judge drift by");
+}
+
+// drift's margin is how far the loss left the band's centre over the band's half width, below the
+// centre as above it: 2 for a loss of 2.5 or 7.5 against 5 ± 1.25, never 0 for a loss that fell.
+TEST_F(DriftCheck, DriftsMarginIsTheDistanceFromTheCentreOverTheHalfWidthOnEitherSide) {
+  load("  - name: a\n    checks: [{drift: {min_runs: 1, window: 1, rel_floor: 0.25}}]\n");
+  history({green_run("c1", "train/loss", {6.0, 5.0})});
+  for (const double loss : {2.5, 7.5}) {
+    write("a/train/metrics.jsonl", curve({6.0, loss}));
+    const CheckResult r = run(0, "drift");
+    EXPECT_FALSE(r.passed) << loss;
+    EXPECT_EQ(r.margin, 2.0) << r.message;
+  }
 }
